@@ -1,0 +1,58 @@
+"""`attention-geometry` console script.
+
+Each subcommand lives in the module that does the work, as `add_arguments(parser)` + `run(args) -> int`;
+only the chosen one is imported, so `attention-geometry score ...` does not import the training stack.
+A UserError (bad input) is printed as one line `error: ...` on stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import UserError
+
+# subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "score": ("attention_geometry.api", "score the self-attention W_qk of a model (dir, GGUF or hub id)"),
+    "score-checkpoints": ("attention_geometry.api", "score every weight snapshot of a training run"),
+    "prepare-corpus": ("attention_geometry.data", "tokenize a corpus into fixed-length blocks"),
+    "train": ("attention_geometry.training", "train (or resume) one run from a RUN.yaml"),
+    "score-updates": ("attention_geometry.updates", "score the W_qk gradients and applied updates of a run"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="attention-geometry",
+        description="Symmetry and directionality of self-attention (Saponati et al., ICML 2025).",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_) in COMMANDS.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        _parser().parse_args(argv or ["--help"])
+        return 2
+    name = argv[0]
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = argparse.ArgumentParser(prog=f"attention-geometry {name}", description=COMMANDS[name][1])
+    getattr(module, "add_arguments_" + name.replace("-", "_"))(parser)
+    args = parser.parse_args(argv[1:])
+    try:
+        return int(getattr(module, "run_" + name.replace("-", "_"))(args) or 0)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""Per layer and per head W_q,h and W_k,h of every self-attention stack, and M = W_qk.
+
+Convention (docs/contracts.md): nn.Linear layout q_h = W_q,h x, k_h = W_k,h x, so the logit of head h is
+x_i^T W_q,h^T W_k,h x_j and M = sum_h W_q,h^T W_k,h (rows: query side, columns: key side). Biases are
+ignored. Grouped-/multi-query attention pairs query head h with key head h // (H_q / H_kv), as
+transformers' repeat_kv does.
+
+A model family is one `Family` entry (see families/): which stacks it has (encoder / decoder), where each
+layer's q and k weights are (a key template matched as a suffix of the checkpoint's tensor names, so
+"bert." or "model." prefixes do not matter), how they are laid out (one of LAYOUTS), and which config
+fields give layers and heads. Extraction only needs the config and a tensor getter, so the same code serves
+a loaded model's state dict and a streaming safetensors reader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping, Union
+
+import torch
+
+from .errors import UserError
+
+__all__ = [
+    "Stack",
+    "Family",
+    "LayerQK",
+    "FAMILIES",
+    "LAYOUTS",
+    "ExtractionError",
+    "UnsupportedArchitecture",
+    "register",
+    "get_family",
+    "supported_model_types",
+    "stack_info",
+    "qk_keys",
+    "iter_layer_qk",
+    "wqk",
+    "architecture_of",
+]
+
+ConfigGetter = Union[str, Callable[[Any], int]]
+
+
+class ExtractionError(UserError):
+    """The checkpoint does not hold what its family entry says (missing tensor, wrong shape)."""
+
+
+class UnsupportedArchitecture(ExtractionError):
+    """No family entry for this model_type."""
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One self-attention stack of a model.
+
+    q, k: tensor-name templates with format fields from `positions` ({i} by default); matched as a suffix
+    of the checkpoint's keys. For fused layouts `k` is None and `q` names the fused tensor.
+    sub_config: attribute path of the config that describes this stack ("vision_config", "decoder"), or
+    None for the top-level config. n_layers / n_heads / n_kv_heads / d_model: an attribute name of that
+    config or a callable on it; n_kv_heads None means n_heads.
+    positions: per applied layer position, the template's format fields (default {"i": position}); ALBERT
+    maps several positions to one shared layer.
+    """
+
+    component: str
+    q: str
+    k: str | None = None
+    layout: str = "separate"
+    sub_config: str | None = None
+    n_layers: ConfigGetter = "num_hidden_layers"
+    n_heads: ConfigGetter = "num_attention_heads"
+    n_kv_heads: ConfigGetter | None = None
+    d_model: ConfigGetter = "hidden_size"
+    positions: Callable[[Any], list[dict[str, int]]] | None = None
+
+
+@dataclass(frozen=True)
+class Family:
+    model_type: str
+    architecture: str  # encoder-only | decoder-only | encoder-decoder
+    modality: str  # text | vision | audio
+    stacks: tuple[Stack, ...]
+    note: str = ""  # what the logits hold beyond x^T W_qk x (docs/architectures.md), if anything
+
+
+@dataclass
+class LayerQK:
+    """Query and key projections of one applied self-attention layer.
+
+    wq: [H_q, d_head, d_model]; wk: [H_kv, d_head, d_model] (rows = output features of nn.Linear).
+    """
+
+    component: str
+    layer: int
+    wq: torch.Tensor
+    wk: torch.Tensor
+    keys: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def n_heads(self) -> int:
+        return self.wq.shape[0]
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.wk.shape[0]
+
+    @property
+    def d_model(self) -> int:
+        return self.wq.shape[-1]
+
+
+FAMILIES: dict[str, Family] = {}
+ARCHITECTURES = ("encoder-only", "decoder-only", "encoder-decoder")
+MODALITIES = ("text", "vision", "audio")
+COMPONENTS = ("encoder", "decoder")
+
+
+def register(family: Family) -> Family:
+    if family.architecture not in ARCHITECTURES:
+        raise ValueError(f"{family.model_type}: architecture {family.architecture!r} not in {ARCHITECTURES}")
+    if family.modality not in MODALITIES:
+        raise ValueError(f"{family.model_type}: modality {family.modality!r} not in {MODALITIES}")
+    for s in family.stacks:
+        if s.component not in COMPONENTS:
+            raise ValueError(f"{family.model_type}: component {s.component!r} not in {COMPONENTS}")
+        if s.layout not in LAYOUTS:
+            raise ValueError(f"{family.model_type}: layout {s.layout!r} not in {sorted(LAYOUTS)}")
+        if (s.k is None) != (s.layout != "separate"):
+            raise ValueError(f"{family.model_type}: layout {s.layout!r} needs k={'a template' if s.layout == 'separate' else 'None'}")
+    if family.model_type in FAMILIES:
+        raise ValueError(f"family {family.model_type!r} registered twice")
+    FAMILIES[family.model_type] = family
+    return family
+
+
+def supported_model_types() -> list[str]:
+    _load_families()
+    return sorted(FAMILIES)
+
+
+def get_family(model_type: str) -> Family:
+    _load_families()
+    try:
+        return FAMILIES[model_type]
+    except KeyError:
+        raise UnsupportedArchitecture(
+            f"unsupported model_type {model_type!r}; supported: {', '.join(sorted(FAMILIES))}"
+        ) from None
+
+
+def _load_families() -> None:
+    from . import families  # noqa: F401  (registers every entry on import)
+
+
+# ----------------------------------------------------------------------------------------------- config
+
+
+def _sub(config: Any, path: str | None) -> Any:
+    if not path:
+        return config
+    obj = config
+    for part in path.split("."):
+        obj = obj[part] if isinstance(obj, Mapping) else getattr(obj, part, None)
+        if obj is None:
+            raise ExtractionError(f"config has no sub-config {path!r}")
+    return obj
+
+
+def _get(config: Any, getter: ConfigGetter, what: str) -> int:
+    if callable(getter):
+        value = getter(config)
+    else:
+        value = config.get(getter) if isinstance(config, Mapping) else getattr(config, getter, None)
+    if value is None:
+        raise ExtractionError(f"config has no {what} ({getter!r})")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    component: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_model: int
+    positions: tuple[dict[str, int], ...]
+
+
+def stack_info(stack: Stack, config: Any) -> StackInfo:
+    cfg = _sub(config, stack.sub_config)
+    n_layers = _get(cfg, stack.n_layers, "number of layers")
+    n_heads = _get(cfg, stack.n_heads, "number of attention heads")
+    n_kv = _get(cfg, stack.n_kv_heads, "number of key/value heads") if stack.n_kv_heads is not None else n_heads
+    d_model = _get(cfg, stack.d_model, "model width")
+    if n_kv <= 0 or n_heads % n_kv:
+        raise ExtractionError(f"{n_heads} query heads cannot be grouped over {n_kv} key/value heads")
+    positions = stack.positions(cfg) if stack.positions else [{"i": i} for i in range(n_layers)]
+    return StackInfo(stack.component, len(positions), n_heads, n_kv, d_model, tuple(positions))
+
+
+# ------------------------------------------------------------------------------------------- tensor names
+
+
+def _resolve(keys: Iterable[str], suffix: str, cache: dict[str, str]) -> str:
+    """The unique key that equals `suffix` or ends with '.' + suffix."""
+    if suffix in cache:
+        return cache[suffix]
+    keyset = keys if isinstance(keys, (set, frozenset, dict)) else set(keys)
+    if suffix in keyset:
+        cache[suffix] = suffix
+        return suffix
+    hits = [k for k in keyset if k.endswith("." + suffix)]
+    if not hits:
+        raise ExtractionError(f"checkpoint has no tensor named *{suffix}")
+    if len(hits) > 1:
+        raise ExtractionError(f"tensor name *{suffix} is ambiguous in this checkpoint: {sorted(hits)[:4]}")
+    cache[suffix] = hits[0]
+    return hits[0]
+
+
+def qk_keys(family: Family, config: Any, keys: Iterable[str]) -> list[tuple[Stack, StackInfo, int, tuple[str, ...]]]:
+    """For every applied layer: (stack, info, layer position, the full tensor names it needs)."""
+    keyset = set(keys)
+    cache: dict[str, str] = {}
+    out = []
+    for stack in family.stacks:
+        info = stack_info(stack, config)
+        for layer, pos in enumerate(info.positions):
+            names = [stack.q] if stack.k is None else [stack.q, stack.k]
+            out.append((stack, info, layer, tuple(_resolve(keyset, t.format(**pos), cache) for t in names)))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- layouts
+
+
+def _separate(tensors: list[torch.Tensor], info: StackInfo) -> tuple[torch.Tensor, torch.Tensor]:
+    q, k = tensors
+    return _heads(q, info.n_heads, info), _heads(k, info.n_kv_heads, info)
+
+
+def _conv1d_qkv(tensors: list[torch.Tensor], info: StackInfo) -> tuple[torch.Tensor, torch.Tensor]:
+    # GPT-2 style Conv1D: weight [d_in, 3 * H * d_head], y = x @ W; q, k, v contiguous along the output.
+    (w,) = tensors
+    q, k, _ = _split(w.t(), 3, info)
+    return _heads(q, info.n_heads, info), _heads(k, info.n_heads, info)
+
+
+def _fused_qkv(tensors: list[torch.Tensor], info: StackInfo) -> tuple[torch.Tensor, torch.Tensor]:
+    # nn.Linear weight [(H_q + 2 H_kv) * d_head, d]: all q rows, then all k rows, then all v rows.
+    (w,) = tensors
+    rows = w.shape[0]
+    if rows % (info.n_heads + 2 * info.n_kv_heads):
+        raise ExtractionError(f"fused qkv weight with {rows} rows does not split into {info.n_heads}+2x{info.n_kv_heads} heads")
+    dh = rows // (info.n_heads + 2 * info.n_kv_heads)
+    q = w[: info.n_heads * dh]
+    k = w[info.n_heads * dh : (info.n_heads + info.n_kv_heads) * dh]
+    return _heads(q, info.n_heads, info), _heads(k, info.n_kv_heads, info)
+
+
+def _fused_qkv_per_head(tensors: list[torch.Tensor], info: StackInfo) -> tuple[torch.Tensor, torch.Tensor]:
+    # nn.Linear weight laid out [H, 3, d_head, d] (GPT-NeoX query_key_value, DeBERTa v1 in_proj).
+    (w,) = tensors
+    if w.ndim != 2 or w.shape[0] % (3 * info.n_heads):
+        raise ExtractionError(f"fused per-head qkv weight of shape {tuple(w.shape)} does not split into 3 x {info.n_heads} heads")
+    w = w.reshape(info.n_heads, 3, w.shape[0] // (3 * info.n_heads), w.shape[1])
+    return w[:, 0], w[:, 1]
+
+
+def _split(w: torch.Tensor, parts: int, info: StackInfo) -> tuple[torch.Tensor, ...]:
+    if w.ndim != 2 or w.shape[0] % parts:
+        raise ExtractionError(f"fused weight of shape {tuple(w.shape)} does not split into {parts} parts")
+    return tuple(w.chunk(parts, dim=0))
+
+
+def _heads(w: torch.Tensor, n_heads: int, info: StackInfo) -> torch.Tensor:
+    if w.ndim != 2 or w.shape[0] % n_heads:
+        raise ExtractionError(f"projection weight of shape {tuple(w.shape)} does not split into {n_heads} heads")
+    if w.shape[1] != info.d_model:
+        raise ExtractionError(f"projection weight of shape {tuple(w.shape)} does not act on width {info.d_model}")
+    return w.reshape(n_heads, w.shape[0] // n_heads, w.shape[1])
+
+
+LAYOUTS: dict[str, Callable[[list[torch.Tensor], StackInfo], tuple[torch.Tensor, torch.Tensor]]] = {
+    "separate": _separate,
+    "conv1d_qkv": _conv1d_qkv,
+    "fused_qkv": _fused_qkv,
+    "fused_qkv_per_head": _fused_qkv_per_head,
+}
+
+
+# -------------------------------------------------------------------------------------------- extraction
+
+
+def iter_layer_qk(
+    family: Family,
+    config: Any,
+    keys: Iterable[str],
+    get: Callable[[str], torch.Tensor],
+) -> Iterator[LayerQK]:
+    """Yield every applied self-attention layer's (W_q, W_k), stack by stack, fetching tensors lazily."""
+    decoder_only = architecture_of(family, config) == "decoder-only"
+    for stack, info, layer, names in qk_keys(family, config, keys):
+        tensors = [get(n) for n in names]
+        wq, wk = LAYOUTS[stack.layout](tensors, info)
+        if wq.shape[1:] != wk.shape[1:]:
+            raise ExtractionError(f"{names}: query heads {tuple(wq.shape)} and key heads {tuple(wk.shape)} differ in size")
+        component = "decoder" if decoder_only else stack.component
+        yield LayerQK(component, layer, wq, wk, names)
+
+
+def architecture_of(family: Family, config: Any) -> str:
+    """The family's architecture, except that an encoder family run with is_decoder=True (BERT trained as a
+    causal LM) is decoder-only and its stack's component is `decoder` (docs/contracts.md)."""
+    is_decoder = config.get("is_decoder") if isinstance(config, Mapping) else getattr(config, "is_decoder", False)
+    if family.architecture == "encoder-only" and is_decoder:
+        return "decoder-only"
+    return family.architecture
+
+
+def wqk(
+    layer: LayerQK,
+    per_head: bool = False,
+    dtype: torch.dtype = torch.float64,
+    device: str | torch.device | None = None,
+) -> torch.Tensor:
+    """M = sum_h W_q,h^T W_k,g(h) ([d, d]) or, with per_head, the stack of W_q,h^T W_k,g(h) ([H_q, d, d])."""
+    wq = layer.wq.to(device=device, dtype=dtype)
+    wk = layer.wk.to(device=device, dtype=dtype)
+    group = layer.n_heads // layer.n_kv_heads
+    if group > 1:
+        wk = wk.repeat_interleave(group, dim=0)
+    if per_head:
+        return torch.einsum("hed,hef->hdf", wq, wk)
+    d = wq.shape[-1]
+    return wq.reshape(-1, d).t() @ wk.reshape(-1, d)

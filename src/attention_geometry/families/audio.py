@@ -1,0 +1,4 @@
+"""audio families."""
+
+from ..extract import Family, Stack, register  # noqa: F401
+

@@ -1,0 +1,4 @@
+"""seq2seq families."""
+
+from ..extract import Family, Stack, register  # noqa: F401
+

@@ -1,0 +1,4 @@
+"""vision families."""
+
+from ..extract import Family, Stack, register  # noqa: F401
+

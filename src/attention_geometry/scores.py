@@ -1,0 +1,65 @@
+"""Symmetry and directionality of a bilinear form M (the paper's conventions).
+
+M is W_qk in the nn.Linear layout (q = W_q x): logit_ij = x_i^T M x_j, rows on the query side, columns on
+the key side. Both scores accept any leading batch dimensions ([..., d, d]: heads, layers) and accumulate
+in float64 on the matrix's own device.
+
+- symmetry s = (||M_s||_F^2 - ||M_n||_F^2) / ||M||_F^2 with M_s = (M + M^T)/2, M_n = (M - M^T)/2.
+  Since ||M_s||^2 + ||M_n||^2 = ||M||^2 and ||M_s||^2 - ||M_n||^2 = <M, M^T>, s = sum(M * M^T) / sum(M * M).
+- directionality d = (R - C) / (R + C): r_i, c_j the row and column L2 norms; R = sum_i max(r_i - t_r, 0),
+  C = sum_j max(c_j - t_c, 0), t = mean + num_std * std (Bessel-corrected, as torch.std); d = 0 when
+  R + C = 0. A few dominant key-side columns give d < 0.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["symmetry", "directionality", "scores", "ScoreError"]
+
+
+class ScoreError(ValueError):
+    """A matrix that has no defined score (zero, non-finite or not square)."""
+
+
+def _check(M: torch.Tensor) -> torch.Tensor:
+    if not isinstance(M, torch.Tensor):
+        M = torch.as_tensor(M)
+    if M.ndim < 2 or M.shape[-1] != M.shape[-2]:
+        raise ScoreError(f"scores need square matrices [..., d, d], got shape {tuple(M.shape)}")
+    M = M.to(torch.float64)
+    if not bool(torch.isfinite(M).all()):
+        raise ScoreError("matrix contains NaN or Inf entries; its scores are undefined")
+    sq = (M * M).sum(dim=(-2, -1))
+    if bool((sq == 0).any()):
+        raise ScoreError("matrix is all zeros; its symmetry and directionality are undefined")
+    return M
+
+
+def symmetry(M: torch.Tensor) -> torch.Tensor:
+    """Symmetry score in [-1, 1] of each [d, d] matrix in M (float64, shape M.shape[:-2])."""
+    M = _check(M)
+    return (M * M.transpose(-1, -2)).sum(dim=(-2, -1)) / (M * M).sum(dim=(-2, -1))
+
+
+def _excess(norms: torch.Tensor, num_std: float) -> torch.Tensor:
+    threshold = norms.mean(dim=-1, keepdim=True) + num_std * norms.std(dim=-1, keepdim=True)
+    return torch.clamp(norms - threshold, min=0).sum(dim=-1)
+
+
+def directionality(M: torch.Tensor, num_std: float = 2.0) -> torch.Tensor:
+    """Directionality score in [-1, 1] of each [d, d] matrix in M (float64; negative = column dominance)."""
+    M = _check(M)
+    rows = torch.linalg.vector_norm(M, dim=-1)  # r_i = ||M[i, :]||, one per query-side direction
+    cols = torch.linalg.vector_norm(M, dim=-2)  # c_j = ||M[:, j]||, one per key-side direction
+    R = _excess(rows, num_std)
+    C = _excess(cols, num_std)
+    total = R + C
+    safe = torch.where(total > 0, total, torch.ones_like(total))
+    return torch.where(total > 0, (R - C) / safe, torch.zeros_like(total))
+
+
+def scores(M: torch.Tensor, num_std: float = 2.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(symmetry, directionality) of each matrix in M, checked once."""
+    M = _check(M)
+    return symmetry(M), directionality(M, num_std)

@@ -1,0 +1,8 @@
+import os
+import sys
+
+# Tests run offline and single-threaded per process (2-core machines, several workers).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, os.path.dirname(__file__))
