@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import torch
 
+from .errors import UserError
+
 __all__ = ["symmetry", "directionality", "scores", "ScoreError"]
 
 
-class ScoreError(ValueError):
+class ScoreError(UserError, ValueError):
     """A matrix that has no defined score (zero, non-finite or not square)."""
 
 
