@@ -44,8 +44,8 @@ def test_against_numpy_random_batches():
             for b in range(4):
                 assert s[a, b].item() == pytest.approx(np_symmetry(Ms[a, b]), rel=1e-10, abs=1e-12)
                 assert dirn[a, b].item() == pytest.approx(np_directionality(Ms[a, b], num_std), rel=1e-10, abs=1e-12)
-        assert dirn[0, 0].item() < -0.5
-        assert dirn[1, 2].item() > 0.5
+        assert dirn[0, 0].item() < -0.2
+        assert dirn[1, 2].item() > 0.2
 
 
 def test_sign_convention_transpose_flips_directionality():
