@@ -49,6 +49,7 @@ __all__ = [
     "corpus_config_from_dict",
     "load_corpus_config",
     "prepare_corpus",
+    "corpus_status",
     "load_corpus",
     "wiki_offline_path",
     "add_arguments_prepare_corpus",
@@ -93,13 +94,15 @@ class CorpusError(UserError):
 @dataclass(frozen=True)
 class TokenizerConfig:
     """kind "wordpiece": trained with `tokenizers` on the train split (vocab_size, lowercase,
-    min_frequency); kind "pretrained": loaded from `name` (a hub id at `revision`, or a local folder with a
+    min_frequency, limit_alphabet: at most this many single characters in the vocabulary, None: all);
+    kind "pretrained": loaded from `name` (a hub id at `revision`, or a local folder or file holding a
     tokenizer.json)."""
 
     kind: str = "wordpiece"
     vocab_size: int = 2048
     lowercase: bool = True
     min_frequency: int = 2
+    limit_alphabet: int | None = None
     name: str | None = None
     revision: str | None = None
 
@@ -220,8 +223,8 @@ def corpus_config_from_dict(raw: Any, where: str = "corpus config") -> CorpusCon
     tok = _build(
         TokenizerConfig,
         raw.get("tokenizer"),
-        {"kind": "str", "vocab_size": "int", "lowercase": "bool", "min_frequency": "int", "name": "opt_str",
-         "revision": "opt_str"},
+        {"kind": "str", "vocab_size": "int", "lowercase": "bool", "min_frequency": "int",
+         "limit_alphabet": "opt_int", "name": "opt_str", "revision": "opt_str"},
         "tokenizer.",
         where,
     )
@@ -506,3 +509,392 @@ def load_corpus(path: str | os.PathLike) -> Corpus:
     tokenizer = Tokenizer.from_file(str(tok_file))
     return Corpus(path=p, train=arrays["train"], heldout=arrays["heldout"], manifest=manifest,
                   tokenizer=tokenizer)
+
+
+# ----------------------------------------------------------------------------------------------- preparing
+
+
+class _Documents:
+    """The cleaned documents of one prepare, in source order, cached in one UTF-8 file with offsets (so the
+    hub is read once and the tokenizer can be trained and applied in separate passes)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offsets = np.zeros(1, dtype=np.int64)
+        self.sha256 = ""
+        self._mm: np.ndarray | None = None
+
+    def collect(self, texts: Iterable[Any], cfg: CorpusConfig) -> None:
+        from tqdm.auto import tqdm
+
+        h = hashlib.sha256()
+        offsets = [0]
+        total = 0
+        with open(self.path, "wb") as f:
+            for text in tqdm(texts, desc="reading documents", unit="doc", mininterval=1.0):
+                doc = _clean(text)
+                if not doc:
+                    continue
+                b = doc.encode("utf-8")
+                if cfg.max_bytes is not None and total + len(b) > cfg.max_bytes:
+                    break
+                f.write(b)
+                h.update(b + b"\0")
+                total += len(b)
+                offsets.append(total)
+                if cfg.max_documents is not None and len(offsets) - 1 >= cfg.max_documents:
+                    break
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.sha256 = h.hexdigest()
+        self._mm = np.memmap(self.path, dtype=np.uint8, mode="r") if total else np.zeros(0, np.uint8)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def n_bytes(self) -> int:
+        return int(self.offsets[-1])
+
+    def __getitem__(self, i: int) -> str:
+        a, b = self.offsets[i], self.offsets[i + 1]
+        return bytes(self._mm[a:b]).decode("utf-8")
+
+    def close(self) -> None:
+        self._mm = None
+
+
+def _train_wordpiece(docs: _Documents, idx: np.ndarray, tc: TokenizerConfig):
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tqdm.auto import tqdm
+
+    tok = Tokenizer(models.WordPiece(unk_token=SPECIAL_TOKENS["unk"], continuing_subword_prefix="##"))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=tc.lowercase
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    kwargs: dict[str, Any] = {}
+    if tc.limit_alphabet is not None:
+        kwargs["limit_alphabet"] = tc.limit_alphabet
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=tc.vocab_size,
+        min_frequency=tc.min_frequency,
+        special_tokens=list(SPECIAL_TOKENS.values()),
+        continuing_subword_prefix="##",
+        show_progress=False,
+        **kwargs,
+    )
+    it = (docs[int(i)] for i in tqdm(idx, desc="training tokenizer", unit="doc", mininterval=1.0))
+    tok.train_from_iterator(it, trainer=trainer, length=len(idx))
+    cls, sep = tok.token_to_id(SPECIAL_TOKENS["cls"]), tok.token_to_id(SPECIAL_TOKENS["sep"])
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return tok
+
+
+def _load_pretrained(tc: TokenizerConfig) -> tuple[Any, dict[str, Any]]:
+    from tokenizers import Tokenizer
+
+    local = Path(tc.name).expanduser()
+    if local.is_dir():
+        local = local / "tokenizer.json"
+    if local.is_file():
+        try:
+            tok = Tokenizer.from_file(str(local))
+        except Exception as exc:
+            raise CorpusError(f"`tokenizer.name` {tc.name!r}: cannot read {local} ({exc})") from None
+        info = {"path": str(local), "sha256": _sha256_file(local)}
+    elif Path(tc.name).is_absolute() or tc.name.startswith((".", "~")):
+        raise CorpusError(f"`tokenizer.name` {tc.name!r}: no tokenizer.json there")
+    else:
+        if tc.revision is None:
+            log.warning("pretrained tokenizer %s without a pinned `tokenizer.revision`", tc.name)
+        try:
+            tok = Tokenizer.from_pretrained(tc.name, revision=tc.revision or "main")
+        except Exception as exc:
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CorpusError(f"`tokenizer.name` {tc.name!r} (revision {tc.revision!r}): cannot load: {msg}") from None
+        info = {"hub_id": tc.name, "revision": tc.revision}
+    tok.no_truncation()
+    tok.no_padding()
+    return tok, info
+
+
+def _special_ids(tok, where: str) -> dict[str, int]:
+    ids = {}
+    for role, token in SPECIAL_TOKENS.items():
+        i = tok.token_to_id(token)
+        if i is None:
+            raise CorpusError(f"{where}: the tokenizer has no {token} token")
+        ids[role] = int(i)
+    return ids
+
+
+def _encode(tok, docs: _Documents, idx: np.ndarray, desc: str, chunk: int = 256) -> Iterator[list[int]]:
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(idx), desc=desc, unit="doc", mininterval=1.0) as bar:
+        for start in range(0, len(idx), chunk):
+            part = [docs[int(i)] for i in idx[start:start + chunk]]
+            for enc in tok.encode_batch(part, add_special_tokens=False):
+                yield enc.ids
+            bar.update(len(part))
+
+
+class _BlockWriter:
+    """Concatenates documents (separated by [SEP]) and writes [CLS] + body + [SEP] blocks as raw rows;
+    the last partial block is dropped."""
+
+    def __init__(self, path: Path, block_len: int, cls: int, sep: int, dtype: np.dtype) -> None:
+        self.f = open(path, "wb")
+        self.block_len, self.body, self.cls, self.sep, self.dtype = block_len, block_len - 2, cls, sep, dtype
+        self.buf: list[np.ndarray] = []
+        self.n_buf = 0
+        self.n_blocks = 0
+        self.n_tokens = 0
+        self.n_documents = 0
+
+    def add(self, ids: list[int]) -> None:
+        if self.n_documents:
+            self.buf.append(np.array([self.sep], dtype=self.dtype))
+            self.n_buf += 1
+        self.buf.append(np.asarray(ids, dtype=self.dtype))
+        self.n_buf += len(ids)
+        self.n_tokens += len(ids)
+        self.n_documents += 1
+        if self.n_buf >= self.body * 4096:
+            self._flush()
+
+    def _flush(self) -> None:
+        stream = np.concatenate(self.buf) if self.buf else np.zeros(0, self.dtype)
+        m = len(stream) // self.body
+        if m:
+            blocks = np.empty((m, self.block_len), dtype=self.dtype)
+            blocks[:, 0] = self.cls
+            blocks[:, -1] = self.sep
+            blocks[:, 1:-1] = stream[: m * self.body].reshape(m, self.body)
+            self.f.write(blocks.tobytes())
+            self.n_blocks += m
+        rest = stream[m * self.body:]
+        self.buf, self.n_buf = [rest], len(rest)
+
+    def close(self) -> int:
+        self._flush()
+        self.f.close()
+        return self.n_blocks
+
+
+def _raw_to_npy(raw: Path, npy: Path, n_rows: int, n_cols: int, dtype: np.dtype) -> None:
+    """A .npy file (the header np.save writes) followed by the raw rows."""
+    with open(npy, "wb") as out:
+        np.lib.format.write_array_header_1_0(
+            out, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n_rows, n_cols)}
+        )
+        with open(raw, "rb") as f:
+            shutil.copyfileobj(f, out, 1 << 24)
+    raw.unlink()
+
+
+def _count_blocks(tok, docs: _Documents, idx: np.ndarray, block_len: int) -> int:
+    n = sum(len(ids) for ids in _encode(tok, docs, idx, "counting held-out")) + max(len(idx) - 1, 0)
+    return n // (block_len - 2)
+
+
+def _versions(extra: Iterable[str]) -> dict[str, str]:
+    from importlib import metadata
+
+    from . import __version__
+
+    out = {"python": sys.version.split()[0], "attention_geometry": __version__}
+    for pkg in ("numpy", "tokenizers", *extra):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale_tmp(out: Path) -> None:
+    for p in out.parent.glob(out.name + ".tmp-*"):
+        pid = p.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)) and p.is_dir():
+            log.info("removing %s (left by an interrupted prepare)", p)
+            shutil.rmtree(p)
+
+
+def corpus_status(cfg: CorpusConfig, out: str | os.PathLike) -> str:
+    """"missing" (no OUT), "current" (OUT's manifest has this config), "different" (another config or not a
+    corpus)."""
+    p = Path(out)
+    if not p.exists():
+        return "missing"
+    mf = p / "manifest.json"
+    try:
+        manifest = json.loads(mf.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return "different"
+    return "current" if manifest.get("config") == json.loads(json.dumps(cfg.to_dict())) else "different"
+
+
+def prepare_corpus(cfg: CorpusConfig, out: str | os.PathLike, force: bool = False) -> Path:
+    """Read, clean, split (by document), tokenize and write the corpus to OUT (see docs/data.md). Nothing is
+    done when OUT already holds this config; another corpus at OUT is an error unless force."""
+    out = Path(out)
+    status = corpus_status(cfg, out)
+    if status == "current":
+        log.info("%s already holds this corpus config: nothing to do", out)
+        return out
+    if status == "different" and not force:
+        raise CorpusError(f"{out} exists and holds another corpus config (or no manifest): "
+                          "use --force to replace it, or another --out")
+    t0 = time.perf_counter()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(out)
+    tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        manifest = _prepare_into(cfg, tmp)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        if out.exists():
+            old = out.parent / f"{out.name}.old-{os.getpid()}"
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+        else:
+            tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info(
+        "corpus %s (%s) -> %s: %d documents, %d tokens, %d train + %d held-out blocks of %d, vocab %d (%.1f s)",
+        cfg.name, cfg.dataset, out, manifest["n_documents"], manifest["n_tokens"], manifest["n_train_blocks"],
+        manifest["n_heldout_blocks"], cfg.block_len, manifest["vocab_size"], time.perf_counter() - t0,
+    )
+    return out
+
+
+def _prepare_into(cfg: CorpusConfig, tmp: Path) -> dict[str, Any]:
+    sources: list[dict[str, Any]] = []
+    docs = _Documents(tmp / "documents.bin")
+    docs.collect(READERS[cfg.dataset](cfg, sources), cfg)
+    n = len(docs)
+    where = f"corpus {cfg.name!r} (dataset {cfg.dataset})"
+    if n == 0:
+        raise CorpusError(f"{where} has no text after cleaning (sources: "
+                          f"{[s.get('path') or s.get('hub_id') for s in sources]})")
+    log.info("%s: %d documents, %d bytes of text", where, n, docs.n_bytes)
+
+    perm = np.random.default_rng(cfg.seed).permutation(n)
+    k = math.ceil(cfg.heldout_fraction * n) if cfg.heldout_fraction > 0 else 0
+    if cfg.min_heldout_blocks > 0:
+        k = max(k, 1)
+    pretrained_info: dict[str, Any] = {}
+    tok = None
+    if cfg.tokenizer.kind == "pretrained":
+        tok, pretrained_info = _load_pretrained(cfg.tokenizer)
+    while True:
+        if k >= n:
+            raise CorpusError(f"{where}: {n} documents are too few for heldout_fraction {cfg.heldout_fraction} "
+                              f"and min_heldout_blocks {cfg.min_heldout_blocks} (no training document left)")
+        if cfg.tokenizer.kind == "wordpiece":
+            tok = _train_wordpiece(docs, perm[k:], cfg.tokenizer)
+        if cfg.min_heldout_blocks == 0:
+            break
+        have = _count_blocks(tok, docs, perm[:k], cfg.block_len)
+        if have >= cfg.min_heldout_blocks:
+            break
+        # grow the held-out documents in proportion to the shortfall (+10 %), retrain on the rest
+        per_doc = max(have, 0.5) / k
+        k = max(k + 1, math.ceil(1.1 * cfg.min_heldout_blocks / per_doc))
+        log.info("held-out split short of %d blocks (%d): growing it to %d documents",
+                 cfg.min_heldout_blocks, have, k)
+
+    special = _special_ids(tok, where)
+    vocab_size = int(tok.get_vocab_size(with_added_tokens=True))
+    dtype = np.dtype("<u2") if vocab_size <= 65536 else np.dtype("<i4")
+    tok.save(str(tmp / "tokenizer.json"))
+
+    stats: dict[str, dict[str, int]] = {}
+    for split, idx in (("train", perm[k:]), ("heldout", perm[:k])):
+        raw = tmp / f"{split}.raw"
+        w = _BlockWriter(raw, cfg.block_len, special["cls"], special["sep"], dtype)
+        for ids in _encode(tok, docs, idx, f"tokenizing {split}"):
+            w.add(ids)
+        n_blocks = w.close()
+        _raw_to_npy(raw, tmp / f"{split}.npy", n_blocks, cfg.block_len, dtype)
+        stats[split] = {"blocks": n_blocks, "tokens": w.n_tokens, "documents": w.n_documents}
+        log.info("%s: %d documents, %d tokens -> %d blocks", split, w.n_documents, w.n_tokens, n_blocks)
+    if stats["train"]["blocks"] == 0:
+        raise CorpusError(f"{where}: the train split has fewer than block_len - 2 = {cfg.block_len - 2} tokens")
+    if cfg.heldout_fraction > 0 and stats["heldout"]["blocks"] == 0:
+        raise CorpusError(f"{where}: the held-out split ({k} documents) has fewer than {cfg.block_len - 2} tokens; "
+                          "raise heldout_fraction or set min_heldout_blocks")
+    n_bytes = docs.n_bytes
+    docs.close()
+    docs.path.unlink()
+
+    tok_info: dict[str, Any] = dataclasses.asdict(cfg.tokenizer)
+    if cfg.tokenizer.kind == "wordpiece":
+        tok_info["trained_on"] = "train split"
+    else:
+        tok_info.update(pretrained_info)
+    extra = ["datasets"] if cfg.dataset in ("wikipedia", "red_pajama") else []
+    return {
+        "format_version": FORMAT_VERSION,
+        "dataset": cfg.dataset,
+        "name": cfg.name,
+        "block_len": cfg.block_len,
+        "vocab_size": vocab_size,
+        "dtype": dtype.name,
+        "special_tokens": special,
+        "n_train_blocks": stats["train"]["blocks"],
+        "n_heldout_blocks": stats["heldout"]["blocks"],
+        "n_documents": n,
+        "n_train_documents": stats["train"]["documents"],
+        "n_heldout_documents": stats["heldout"]["documents"],
+        "n_tokens": stats["train"]["tokens"] + stats["heldout"]["tokens"],
+        "n_train_tokens": stats["train"]["tokens"],
+        "n_heldout_tokens": stats["heldout"]["tokens"],
+        "n_bytes": n_bytes,
+        "documents_sha256": docs.sha256,
+        "sources": sources,
+        "tokenizer": tok_info,
+        "config": cfg.to_dict(),
+        "versions": _versions(extra),
+    }
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+
+
+def add_arguments_prepare_corpus(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, metavar="CORPUS.yaml", help="corpus config (docs/data.md)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (written atomically)")
+    parser.add_argument("--force", action="store_true", help="replace DIR if it holds another corpus config")
+
+
+def run_prepare_corpus(args: argparse.Namespace) -> int:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = load_corpus_config(args.config)
+    if corpus_status(cfg, args.out) == "current":
+        print(f"{args.out} already holds this corpus config: nothing to do")
+        return 0
+    out = prepare_corpus(cfg, args.out, force=args.force)
+    m = _read_manifest(out)
+    print(f"{out}: {m['n_documents']} documents, {m['n_tokens']} tokens, {m['n_train_blocks']} train + "
+          f"{m['n_heldout_blocks']} held-out blocks of {m['block_len']}, vocab {m['vocab_size']}")
+    return 0
