@@ -1,0 +1,322 @@
+"""attention_geometry.analysis against hand computations and scipy."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from attention_geometry import analysis as A
+from attention_geometry.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = ROOT / "resources" / "paper"
+
+
+# ------------------------------------------------------------------------------------------ speed-up
+def test_first_reaching_step_piecewise_linear_by_hand():
+    steps = [0, 100, 200, 300, 400]
+    loss = [10.0, 6.0, 4.0, 3.0, 2.5]
+    # 3.5 lies halfway between 4.0 (step 200) and 3.0 (step 300)
+    assert A.first_reaching_step(steps, loss, 3.5) == pytest.approx(250.0)
+    # 5.0 lies between 6.0 (100) and 4.0 (200): a quarter... (6-5)/(6-4) = 0.5 -> 150
+    assert A.first_reaching_step(steps, loss, 5.0) == pytest.approx(150.0)
+    # 2.75: between 3.0 (300) and 2.5 (400): (3-2.75)/(0.5) = 0.5 -> 350
+    assert A.first_reaching_step(steps, loss, 2.75) == pytest.approx(350.0)
+    # an evaluation point exactly on the target is the step itself
+    assert A.first_reaching_step(steps, loss, 4.0) == pytest.approx(200.0)
+    # never reached
+    assert math.isnan(A.first_reaching_step(steps, loss, 2.0))
+    # first crossing, not a later one: the curve goes back up and down again
+    assert A.first_reaching_step([0, 10, 20, 30], [5.0, 3.0, 6.0, 1.0], 4.0) == pytest.approx(5.0)
+
+
+def test_speedup_by_hand_and_not_reached():
+    steps = [0, 100, 200, 300, 400]
+    loss = [10.0, 6.0, 4.0, 3.0, 2.5]
+    assert A.speedup(steps, loss, 3.5, 400) == pytest.approx(1 - 250 / 400)
+    assert A.speedup(steps, loss, 3.5, 1000) == pytest.approx(0.75)
+    assert math.isnan(A.speedup(steps, loss, 1.0, 400))  # "not reached", never 100 %
+
+
+def test_speedup_bad_input():
+    with pytest.raises(UserError, match="increase"):
+        A.first_reaching_step([0, 100, 100], [3, 2, 1], 1.5)
+    with pytest.raises(UserError, match="equal"):
+        A.first_reaching_step([0, 100], [3, 2, 1], 1.5)
+    with pytest.raises(UserError, match="positive"):
+        A.speedup([0, 1], [2, 1], 1.5, 0)
+
+
+def _loss_table(curves: dict[tuple[str, str, int], list[tuple[int, float]]]) -> pd.DataFrame:
+    rows = []
+    for (objective, init, seed), pts in curves.items():
+        run = f"tiny-wiki-{objective}-{init}-s{seed}"
+        for step, ev in pts:
+            rows.append(dict(run=run, size="tiny", dataset="wiki", objective=objective, init=init, seed=seed,
+                             step=step, train_loss=ev + 0.1, eval_loss=ev, learning_rate=1e-3))
+            # a train-only row in between (eval_loss empty) must be ignored
+            rows.append(dict(run=run, size="tiny", dataset="wiki", objective=objective, init=init, seed=seed,
+                             step=step + 5, train_loss=ev, eval_loss=np.nan, learning_rate=1e-3))
+    return pd.DataFrame(rows)
+
+
+def test_per_run_speedups_and_init_table_by_hand():
+    steps = [0, 100, 200, 300, 400]
+    curves = {
+        ("encoder", "standard", 0): list(zip(steps, [8.0, 6.0, 5.0, 4.5, 4.0])),
+        ("encoder", "standard", 1): list(zip(steps, [8.0, 6.2, 5.2, 4.6, 4.2])),
+        # seed 0 reaches 4.0 between 200 (4.5) and 300 (3.5): s* = 250 -> 0.375; final 3.2, gain 0.8
+        ("encoder", "symmetric-fresh", 0): list(zip(steps, [8.0, 5.5, 4.5, 3.5, 3.2])),
+        # seed 1 reaches 4.2 between 100 (5.0) and 200 (4.0): (5-4.2)/1 = 0.8 -> 180 -> 0.55; final 3.6, gain 0.6
+        ("encoder", "symmetric-fresh", 1): list(zip(steps, [8.0, 5.0, 4.0, 3.8, 3.6])),
+        # never reaches 4.0 / 4.2
+        ("encoder", "fresh", 0): list(zip(steps, [8.0, 6.5, 5.5, 4.9, 4.4])),
+        ("encoder", "fresh", 1): list(zip(steps, [8.0, 6.5, 5.5, 4.9, 4.5])),
+    }
+    per = A.per_run_speedups(_loss_table(curves), "standard").set_index(["init", "seed"])
+    assert per.loc[("symmetric-fresh", 0), "s_star"] == pytest.approx(250)
+    assert per.loc[("symmetric-fresh", 0), "speedup"] == pytest.approx(0.375)
+    assert per.loc[("symmetric-fresh", 1), "s_star"] == pytest.approx(180)
+    assert per.loc[("symmetric-fresh", 1), "speedup"] == pytest.approx(0.55)
+    assert per.loc[("symmetric-fresh", 0), "loss_gain"] == pytest.approx(0.8)
+    assert per.loc[("symmetric-fresh", 1), "loss_gain"] == pytest.approx(0.6)
+    assert not per.loc[("fresh", 0), "reached"] and math.isnan(per.loc[("fresh", 0), "speedup"])
+    assert per.loc[("fresh", 1), "baseline_run"] == "tiny-wiki-encoder-standard-s1"
+
+    tab = A.init_table(_loss_table(curves), "standard", 0.95).set_index("init")
+    row = tab.loc["symmetric-fresh"]
+    assert row["n_seeds"] == 2 and row["n_reached"] == 2
+    assert row["speedup_mean"] == pytest.approx((0.375 + 0.55) / 2)
+    # t-interval with n = 2 by hand: mean +- t_{0.975, 1} * sd / sqrt(2)
+    sd = np.std([0.375, 0.55], ddof=1)
+    half = 12.706204736174707 * sd / math.sqrt(2)
+    assert row["speedup_low"] == pytest.approx(0.4625 - half)
+    assert row["speedup_high"] == pytest.approx(0.4625 + half)
+    assert row["final_loss_mean"] == pytest.approx(3.4)
+    assert row["loss_gain_mean"] == pytest.approx(0.7)
+    assert row["speedup_text"].startswith("46.2 %")
+    assert tab.loc["fresh", "speedup_text"] == "not reached (0 of 2 seeds)"
+    assert tab.loc["standard", "speedup_text"] == "baseline"
+    assert tab.loc["standard", "final_loss_mean"] == pytest.approx(4.1)
+
+
+def test_per_run_speedups_refuses_ambiguous_baseline():
+    steps = [0, 100]
+    t = _loss_table({("encoder", "standard", 0): list(zip(steps, [2.0, 1.0])),
+                     ("encoder", "symmetric", 0): list(zip(steps, [2.0, 0.5]))})
+    dup = t[t["init"] == "standard"].assign(run="other-standard-run")
+    with pytest.raises(UserError, match="several"):
+        A.per_run_speedups(pd.concat([t, dup]), "standard")
+
+
+# ------------------------------------------------------------------------------------------ intervals
+@pytest.mark.parametrize("level", [0.9, 0.95, 0.99])
+def test_t_interval_matches_scipy(level):
+    x = np.random.default_rng(3).normal(1.0, 2.0, size=7)
+    iv = A.t_interval(x, level)
+    lo, hi = stats.t.interval(level, len(x) - 1, loc=x.mean(), scale=stats.sem(x))
+    assert (iv.estimate, iv.low, iv.high, iv.n) == pytest.approx((x.mean(), lo, hi, 7))
+
+
+def test_t_interval_small_n():
+    iv = A.t_interval([2.5], 0.95)
+    assert iv.estimate == 2.5 and math.isnan(iv.low) and iv.n == 1
+    assert A.t_interval([np.nan, 1.0, 3.0]).n == 2
+    with pytest.raises(UserError, match="level"):
+        A.t_interval([1, 2], 1.5)
+
+
+def test_welch_interval_matches_scipy():
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(1.0, 1.0, 9), rng.normal(0.2, 3.0, 6)
+    iv = A.welch_interval(a, b, 0.95)
+    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert (iv.estimate, iv.low, iv.high) == pytest.approx((a.mean() - b.mean(), ci.low, ci.high))
+    assert iv.n == 15
+
+
+def test_decide():
+    assert A.decide(A.Interval(0.3, 0.1, 0.5, 5), +1)
+    assert not A.decide(A.Interval(0.3, -0.1, 0.5, 5), +1)
+    assert not A.decide(A.Interval(0.3, 0.1, 0.5, 5), -1)
+    assert A.decide(A.Interval(-0.3, -0.5, -0.1, 5), -1)
+    assert not A.decide(A.Interval(0.3, math.nan, math.nan, 1), +1)
+
+
+# ------------------------------------------------------------------------------------------ Spearman
+def test_spearman_matches_scipy_with_ties():
+    x = [1, 2, 2, 3, 5, 4, 7, 7]
+    y = [2, 1, 4, 3, 6, 6, 5, 9]
+    assert A.spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic)
+    assert math.isnan(A.spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_spearman_bootstrap_against_explicit_loop():
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=12)
+    y = x + rng.normal(scale=1.0, size=12)
+    iv = A.spearman_bootstrap(x, y, n_resamples=300, seed=4, level=0.9)
+    # independent computation: same resampling contract, scipy's spearmanr, explicit loop
+    idx = np.random.default_rng(4).integers(0, 12, size=(300, 12))
+    boot = []
+    for i in idx:
+        if np.ptp(x[i]) == 0 or np.ptp(y[i]) == 0:
+            continue
+        boot.append(stats.spearmanr(x[i], y[i]).statistic)
+    assert iv.estimate == pytest.approx(stats.spearmanr(x, y).statistic)
+    assert (iv.low, iv.high) == pytest.approx(tuple(np.percentile(boot, [5, 95])))
+    assert iv.low <= iv.estimate <= iv.high
+    # monotone data: every resample has rho = 1
+    mono = A.spearman_bootstrap(np.arange(6.0), np.arange(6.0) ** 3, n_resamples=50, seed=0)
+    assert (mono.estimate, mono.low, mono.high) == pytest.approx((1.0, 1.0, 1.0))
+    # too few pairs: no interval
+    assert math.isnan(A.spearman_bootstrap([1, 2], [2, 1], 10, 0).low)
+
+
+# ------------------------------------------------------------------------------------------ summaries
+def test_summarize_over_layers_by_hand():
+    df = pd.DataFrame({"model": ["a"] * 4 + ["b"] * 3, "symmetry": [0.1, 0.4, 0.2, 0.3, 1.0, -1.0, 0.0],
+                       "directionality": [0, 0, 0, 1, 0.5, 0.5, 0.5]})
+    out = A.summarize_over_layers(df, ["model"]).set_index("model")
+    # a: sorted 0.1 0.2 0.3 0.4 -> median 0.25, q1 at position 0.75 -> 0.175, q3 at 2.25 -> 0.325
+    assert out.loc["a", ["symmetry_median", "symmetry_q1", "symmetry_q3"]].tolist() == pytest.approx([0.25, 0.175, 0.325])
+    assert out.loc["a", "n_layers"] == 4
+    assert out.loc["b", ["symmetry_median", "symmetry_q1", "symmetry_q3"]].tolist() == pytest.approx([0.0, -0.5, 0.5])
+    assert out.loc["a", "directionality_q3"] == pytest.approx(0.25)
+    with pytest.raises(UserError, match="missing column"):
+        A.summarize_over_layers(df.drop(columns="symmetry"), ["model"])
+
+
+def test_paper_distinct_models_and_caveats_from_resources():
+    paper = pd.read_csv(PAPER / "paper_pretrained_scores.csv")
+    caveats = pd.read_csv(PAPER / "paper_caveats.csv")
+    pairs = paper[["family_file", "model"]].drop_duplicates()
+    assert len(pairs) == 223
+    distinct = A.distinct_paper_models(paper)
+    assert len(distinct[["family_file", "model"]].drop_duplicates()) == 203
+    flagged = A.flag_caveats(distinct, caveats)
+    fl = flagged.drop_duplicates(["family_file", "model"]).set_index("model")["caveat"]
+    assert fl["mistralai/Mistral-7B-v0.1"] == "gqa-expansion"
+    assert fl["meta-llama/Llama-2-70b-hf"] == "gqa-expansion"
+    assert fl["meta-llama/Llama-2-7b-hf"] == ""  # full multi-head attention: comparable
+    assert fl["EleutherAI/pythia-70m"] == "pythia-qkv-split"
+    assert fl["bert-base"] == ""
+
+
+def test_model_table_sides_and_head_filter():
+    ours = pd.DataFrame({
+        "model": ["m"] * 4, "modality": "text", "architecture": "encoder-only", "component": "encoder",
+        "n_params": 10, "layer": [0, 0, 1, 1], "head": ["all", "0", "all", "0"],
+        "symmetry": [0.2, 9.0, 0.4, 9.0], "directionality": [0.0, 9.0, -0.2, 9.0]})
+    paper = pd.DataFrame({
+        "modality": "language", "family_file": "F", "model": ["p", "p", "q", "q"], "architecture": "decoder-only",
+        "component": "decoder", "n_params": 5, "layer": [0, 1, 0, 1], "symmetry": [0.0, 0.1, 0.5, 0.5],
+        "directionality": [-0.5, -0.3, 0, 0], "same_as": [np.nan, np.nan, "p", "p"]})
+    t = A.model_table(ours, paper, None).set_index("source")
+    assert t.loc["ours", "symmetry_median"] == pytest.approx(0.3)  # per-head rows (9.0) left out
+    assert t.loc["ours", "n_layers"] == 2
+    assert t.loc["paper", "model"] == "p"  # the same_as duplicate q left out
+    assert t.loc["paper", "directionality_median"] == pytest.approx(-0.4)
+
+
+# ------------------------------------------------------------------------------------- run symmetry
+def _training_scores(spec: dict[str, tuple[str, str, int, dict[int, list[float]]]]) -> pd.DataFrame:
+    rows = []
+    for run, (objective, init, seed, by_step) in spec.items():
+        for step, syms in by_step.items():
+            for layer, s in enumerate(syms):
+                for head in ("all", "0"):
+                    rows.append(dict(model=run, run=run, size="tiny", dataset="wiki", objective=objective,
+                                     init=init, seed=seed, step=step, layer=layer, head=head,
+                                     symmetry=s if head == "all" else -5.0,
+                                     directionality=-0.5 + 0.05 * layer if head == "all" else 5.0))
+    return pd.DataFrame(rows)
+
+
+def test_run_symmetry_and_symmetry_vs_gain():
+    steps = [0, 100, 200]
+    scores = _training_scores({
+        "tiny-wiki-encoder-standard-s0": ("encoder", "standard", 0, {0: [0.0, 0.1], 200: [0.2, 0.4]}),
+        "tiny-wiki-encoder-symmetric-fresh-s0": ("encoder", "symmetric-fresh", 0, {0: [1.0, 1.0], 200: [0.7, 0.9]}),
+    })
+    rs = A.run_symmetry(scores).set_index("init")
+    assert rs.loc["standard", "symmetry_final"] == pytest.approx(0.3)
+    assert rs.loc["symmetric-fresh", "symmetry_change"] == pytest.approx(0.8 - 1.0)
+    assert rs.loc["standard", "directionality_final"] == pytest.approx(-0.475)
+    loss = _loss_table({("encoder", "standard", 0): list(zip(steps, [5.0, 4.0, 3.0])),
+                        ("encoder", "symmetric-fresh", 0): list(zip(steps, [5.0, 3.0, 2.5]))})
+    j = A.symmetry_vs_gain(scores, loss, "standard")
+    assert list(j["init"]) == ["symmetric-fresh"]
+    assert j["loss_gain"].iloc[0] == pytest.approx(0.5)
+    assert j["speedup"].iloc[0] == pytest.approx(0.5)  # reaches 3.0 exactly at step 100 of 200
+
+
+def test_correlation_table_shapes():
+    t = pd.DataFrame({"a": [1, 2, 3, 4, 5.0], "b": [2, 1, 4, 3, 5.0], "c": [5, 4, 3, 2, 1.0]})
+    out = A.correlation_table(t, ["a"], ["b", "c"], n_resamples=20, seed=0).set_index("y")
+    assert out.loc["b", "spearman"] == pytest.approx(stats.spearmanr(t["a"], t["b"]).statistic)
+    assert out.loc["c", "spearman"] == pytest.approx(-1.0)
+
+
+# ------------------------------------------------------------------------------------------- claims
+def test_claims_on_synthetic_tables():
+    scores = _training_scores({
+        "enc": ("encoder", "standard", 0, {0: [0.0, 0.0, 0.0], 100: [0.5, 0.6, 0.55]}),
+        "dec": ("decoder", "standard", 0, {0: [0.0, 0.0, 0.0], 100: [0.05, 0.1, 0.0]}),
+        "decsym": ("decoder", "symmetric-fresh", 0, {0: [1.0, 1.0, 1.0], 100: [0.2, 0.3, 0.25]}),
+    })
+    c = A.claim_encoder_above_decoder(scores, ["enc"], ["dec"], None, 0.95)
+    assert c["holds"] and c["estimate"] == pytest.approx(0.55 - 0.05)
+    c = A.claim_encoder_above_decoder(scores, ["dec"], ["enc"], None, 0.95)
+    assert not c["holds"]
+    c = A.claim_decoder_column_dominance(scores, ["dec"], None, 0.95)
+    assert c["holds"] and c["estimate"] == pytest.approx(-0.45)
+    c = A.claim_decoder_loses_symmetry(scores, ["decsym"], 0.95)
+    assert c["holds"] and c["estimate"] == pytest.approx(-0.75)
+    assert set(c) == set(A.CLAIM_COLUMNS)
+    with pytest.raises(UserError, match="no training scores"):
+        A.claim_decoder_column_dominance(scores, ["nope"], None, 0.95)
+
+
+def test_claim_symmetric_init_requires_every_seed_to_reach():
+    steps = [0, 100, 200]
+    curves = {("encoder", "standard", s): list(zip(steps, [5.0, 4.0, 3.0 + 0.1 * s])) for s in range(3)}
+    curves.update({("encoder", "symmetric-fresh", 0): list(zip(steps, [5.0, 3.0, 2.5])),
+                   ("encoder", "symmetric-fresh", 1): list(zip(steps, [5.0, 3.1, 2.6])),
+                   ("encoder", "symmetric-fresh", 2): list(zip(steps, [5.0, 3.3, 3.25]))})
+    loss = _loss_table(curves)
+    gain, sp = A.claim_symmetric_init(loss, "encoder", "symmetric-fresh", "standard", None, 0.95)
+    # gains 0.5, 0.5, -0.05: mean 0.3167, interval includes 0
+    assert gain["estimate"] == pytest.approx((0.5 + 0.5 - 0.05) / 3)
+    assert not gain["holds"]
+    assert not sp["holds"] and "2 of 3" in sp["ours"]
+
+
+def test_claim_updates_and_pretrained():
+    rng = np.random.default_rng(0)
+    upd = pd.DataFrame({"objective": ["encoder"] * 8 + ["decoder"] * 8, "kind": "gradient",
+                        "step": list(range(8)) * 2, "layer": 0,
+                        "symmetry": np.r_[0.5 + 0.01 * rng.normal(size=8), 0.05 + 0.01 * rng.normal(size=8)],
+                        "directionality": np.r_[np.zeros(8) + 0.01 * rng.normal(size=8), -0.6 + 0.01 * rng.normal(size=8)]})
+    a, b = A.claim_updates(upd, 0.95)
+    assert a["holds"] and b["holds"]
+    flipped = upd.assign(directionality=-upd["directionality"])
+    assert not A.claim_updates(flipped, 0.95)[1]["holds"]
+    pre = pd.DataFrame({"model": ["e"] * 3 + ["d"] * 3, "modality": "text",
+                        "architecture": ["encoder-only"] * 3 + ["decoder-only"] * 3, "head": "all",
+                        "symmetry": [0.5, 0.6, 0.4, 0.1, 0.0, 0.05]})
+    c = A.claim_pretrained_encoders_above(pre, None, None, 0.95)
+    assert c["holds"] and c["estimate"] == pytest.approx(0.5 - 0.05)
+
+
+def test_tables_render():
+    df = pd.DataFrame({"model": ["bert_x"], "s": [0.12345], "d": [np.nan]})
+    md = A.markdown_table(df)
+    assert "0.123" in md and "bert_x" in md and "nan" not in md
+    tex = A.latex_table(df)
+    assert r"bert\_x" in tex and "0.123" in tex and r"\toprule" in tex
