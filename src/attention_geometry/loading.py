@@ -1,0 +1,447 @@
+"""Weight sources for scoring: a config plus tensors fetched one by one, by name.
+
+`open_source(...)` turns what a user passes (a local directory, a GGUF file, a hub id, a loaded transformers
+model) into a `TensorSource`: `config` (a transformers PretrainedConfig), `name`, `model_type`, `n_params`,
+`keys()` and `get(key) -> torch.Tensor`. Extraction (extract.iter_layer_qk) only asks for the q/k tensors,
+so what a source reads is what the scores need.
+
+Loading paths and their memory (docs/cli.md):
+- a directory with config.json and model.safetensors, or sharded safetensors with
+  model.safetensors.index.json: `SafetensorsSource`, a plain reader that parses each file's header itself
+  and reads only the requested tensor's bytes (seek + readinto into a fresh tensor). The model is never
+  built and no file is mapped, so the process holds one layer's q/k tensors at a time.
+- a directory with only pytorch_model.bin (or a sharded .bin index): `torch.load(weights_only=True,
+  mmap=True)`; never plain unpickling.
+- a GGUF file: through transformers' GGUF support (needs `gguf`), which dequantizes the whole model into
+  memory; wrapped as a state dict.
+- a hub id: only config.json and the safetensors (else .bin) files are downloaded with
+  huggingface_hub.snapshot_download at the given revision, then read as a local directory.
+- an in-memory transformers model: its state dict and config.
+
+n_params: for files, the sum of numel over every floating-point tensor stored in the checkpoint (from the
+safetensors headers or the .bin state dict; integer buffers such as position_ids are left out; a tied
+weight stored once counts once); for a loaded model, model.num_parameters().
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import torch
+
+from .errors import UserError
+
+__all__ = [
+    "TensorSource",
+    "SafetensorsSource",
+    "StateDictSource",
+    "LoadError",
+    "open_source",
+    "read_safetensors_header",
+    "SAFETENSORS_DTYPES",
+]
+
+
+class LoadError(UserError):
+    """A weights source that cannot be read: missing, truncated or malformed files, an unreachable hub id."""
+
+
+# safetensors dtype codes -> torch dtypes (little-endian on disk)
+SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+for _code, _name in (("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2"), ("U16", "uint16"),
+                     ("U32", "uint32"), ("U64", "uint64")):
+    if hasattr(torch, _name):
+        SAFETENSORS_DTYPES[_code] = getattr(torch, _name)
+
+# The largest header the safetensors format allows (100 MB); a longer one is a corrupt file.
+_MAX_HEADER = 100_000_000
+
+
+class TensorSource:
+    """A model's config and its tensors by name. Subclasses implement keys() and get()."""
+
+    config: Any
+    name: str
+    n_params: int
+
+    @property
+    def model_type(self) -> str:
+        return str(getattr(self.config, "model_type", "") or "")
+
+    def keys(self) -> list[str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def get(self, key: str) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, model_type={self.model_type!r}, n_params={self.n_params})"
+
+
+# ---------------------------------------------------------------------------------------- safetensors
+
+
+def read_safetensors_header(path: str | os.PathLike) -> tuple[dict[str, dict], int]:
+    """(tensor entries, byte offset where data starts) of one safetensors file, validated against its size.
+
+    Each entry is {"dtype", "shape", "data_offsets": [begin, end]} relative to the data start.
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) < 8:
+                raise LoadError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
+            (n,) = struct.unpack("<Q", raw)
+            if n > _MAX_HEADER or 8 + n > size:
+                raise LoadError(f"{path}: malformed or truncated safetensors file (header of {n} bytes, file of {size})")
+            header_bytes = f.read(n)
+    except OSError as exc:
+        raise LoadError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        header = json.loads(header_bytes.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LoadError(f"{path}: malformed safetensors header ({exc})") from None
+    if not isinstance(header, dict):
+        raise LoadError(f"{path}: malformed safetensors header (not a JSON object)")
+    header.pop("__metadata__", None)
+    start = 8 + n
+    available = size - start
+    for key, entry in header.items():
+        try:
+            dtype = SAFETENSORS_DTYPES[entry["dtype"]]
+            shape = [int(s) for s in entry["shape"]]
+            begin, end = (int(o) for o in entry["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise LoadError(f"{path}: malformed safetensors header entry for {key!r}: {entry!r}") from None
+        numel = 1
+        for s in shape:
+            numel *= s
+        if min(shape, default=0) < 0 or begin < 0 or end - begin != numel * dtype.itemsize:
+            raise LoadError(f"{path}: malformed safetensors header entry for {key!r} (shape {shape}, "
+                            f"{entry['dtype']}, offsets {begin}..{end})")
+        if end > available:
+            raise LoadError(f"{path}: truncated: tensor {key!r} ends at byte {start + end}, file has {size} bytes")
+    return header, start
+
+
+class SafetensorsSource(TensorSource):
+    """Streaming reader of a directory of safetensors files: headers parsed once, tensors read on request.
+
+    get(key) seeks to the tensor's bytes and reads them into a new tensor (no mmap of the file, no model).
+    """
+
+    def __init__(self, directory: str | os.PathLike, config: Any, name: str | None = None):
+        self.directory = Path(directory)
+        self.config = config
+        self.name = name or self.directory.name
+        index = self.directory / "model.safetensors.index.json"
+        single = self.directory / "model.safetensors"
+        if index.is_file():
+            files = _index_files(index, ".safetensors")
+        elif single.is_file():
+            files = {single.name: None}
+        else:
+            raise LoadError(f"{self.directory}: no model.safetensors or model.safetensors.index.json")
+        self._entries: dict[str, tuple[Path, int, dict]] = {}
+        n_params = 0
+        for fname, expected in files.items():
+            path = self.directory / fname
+            if not path.is_file():
+                raise LoadError(f"{path}: missing (listed in {index.name})")
+            header, start = read_safetensors_header(path)
+            if expected is not None:
+                missing = sorted(set(expected) - set(header))
+                if missing:
+                    raise LoadError(f"{path}: lacks tensor {missing[0]!r} that {index.name} places there")
+            for key, entry in header.items():
+                if key in self._entries:
+                    raise LoadError(f"{path}: tensor {key!r} is also stored in {self._entries[key][0].name}")
+                self._entries[key] = (path, start, entry)
+                if SAFETENSORS_DTYPES[entry["dtype"]].is_floating_point:
+                    n_params += _numel(entry["shape"])
+        self.n_params = n_params
+        if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
+            raise LoadError("the streaming safetensors reader needs a little-endian machine")
+
+    def keys(self) -> list[str]:
+        return list(self._entries)
+
+    def get(self, key: str) -> torch.Tensor:
+        try:
+            path, start, entry = self._entries[key]
+        except KeyError:
+            raise LoadError(f"{self.directory}: no tensor named {key!r}") from None
+        begin, end = entry["data_offsets"]
+        dtype = SAFETENSORS_DTYPES[entry["dtype"]]
+        buf = torch.empty(end - begin, dtype=torch.uint8)
+        try:
+            with open(path, "rb", buffering=0) as f:
+                f.seek(start + begin)
+                view = memoryview(buf.numpy())
+                got = 0
+                while got < len(view):
+                    n = f.readinto(view[got:])
+                    if not n:
+                        break
+                    got += n
+        except OSError as exc:
+            raise LoadError(f"{path}: cannot read tensor {key!r} ({exc.strerror or exc})") from None
+        if got != end - begin:
+            raise LoadError(f"{path}: truncated: tensor {key!r} has {got} of {end - begin} bytes")
+        return buf.view(dtype).reshape(entry["shape"])
+
+
+def _numel(shape: Iterable[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def _index_files(index: Path, suffix: str) -> dict[str, list[str]]:
+    """file name -> tensor names, from a transformers *.index.json weight map."""
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise TypeError
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+        raise LoadError(f"{index}: malformed index (needs a non-empty JSON object 'weight_map')") from None
+    files: dict[str, list[str]] = {}
+    for key, fname in weight_map.items():
+        if not isinstance(fname, str) or not fname.endswith(suffix) or "/" in fname or "\\" in fname:
+            raise LoadError(f"{index}: weight_map entry {key!r} -> {fname!r} is not a {suffix} file in this folder")
+        files.setdefault(fname, []).append(key)
+    return files
+
+
+# --------------------------------------------------------------------------------------- state dicts
+
+
+class StateDictSource(TensorSource):
+    """Tensors held in a mapping: a loaded model's state dict, or a .bin state dict loaded with mmap."""
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor], config: Any, name: str, n_params: int | None = None,
+                 model: Any = None):
+        self.tensors = tensors
+        self.config = config
+        self.name = name
+        self.model = model  # the loaded transformers model, when there is one (GGUF, in-memory)
+        if n_params is None:
+            n_params = sum(t.numel() for t in tensors.values() if t.is_floating_point())
+        self.n_params = int(n_params)
+
+    def keys(self) -> list[str]:
+        return list(self.tensors)
+
+    def get(self, key: str) -> torch.Tensor:
+        try:
+            return self.tensors[key].detach()
+        except KeyError:
+            raise LoadError(f"{self.name}: no tensor named {key!r}") from None
+
+
+def _from_model(model: Any, name: str | None = None) -> StateDictSource:
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(model, "state_dict"):
+        raise UserError(f"{type(model).__name__} is not a transformers model (no .config / .state_dict)")
+    label = name or getattr(config, "name_or_path", "") or type(model).__name__
+    label = Path(str(label)).name or str(label)
+    n_params = model.num_parameters() if hasattr(model, "num_parameters") else None
+    return StateDictSource(model.state_dict(), config, label, n_params, model=model)
+
+
+def _load_bin(directory: Path, config: Any, name: str | None) -> StateDictSource:
+    index = directory / "pytorch_model.bin.index.json"
+    files = list(_index_files(index, ".bin")) if index.is_file() else ["pytorch_model.bin"]
+    tensors: dict[str, torch.Tensor] = {}
+    for fname in files:
+        path = directory / fname
+        if not path.is_file():
+            raise LoadError(f"{path}: missing" + (f" (listed in {index.name})" if index.is_file() else ""))
+        tensors.update(_torch_load(path))
+    return StateDictSource(tensors, config, name or directory.name)
+
+
+def _torch_load(path: Path) -> dict[str, torch.Tensor]:
+    import pickle
+    import zipfile
+
+    try:
+        try:
+            sd = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc):  # legacy (non-zip) format cannot be mapped: read it, still weights-only
+                raise
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LoadError(f"{path}: refused to unpickle (only plain tensors are loaded, weights_only=True): {first}") from None
+    except (RuntimeError, OSError, EOFError, zipfile.BadZipFile, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LoadError(f"{path}: cannot read ({first})") from None
+    if isinstance(sd, Mapping) and "state_dict" in sd and isinstance(sd["state_dict"], Mapping):
+        sd = sd["state_dict"]
+    if not isinstance(sd, Mapping) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise LoadError(f"{path}: not a state dict of tensors")
+    return dict(sd)
+
+
+# ----------------------------------------------------------------------------------------------- config
+
+
+def _check_model_type(config_json: Path) -> str:
+    """Refuse an unsupported or missing model_type before transformers tries to interpret the config."""
+    from .extract import get_family
+
+    try:
+        raw = json.loads(config_json.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LoadError(f"{config_json}: malformed config ({exc})") from None
+    model_type = raw.get("model_type") if isinstance(raw, dict) else None
+    if not model_type:
+        raise LoadError(f"{config_json}: no model_type")
+    get_family(model_type)  # UnsupportedArchitecture names it and lists the supported ones
+    return model_type
+
+
+def _load_config(directory: Path, trust_remote_code: bool) -> Any:
+    config_json = directory / "config.json"
+    if not config_json.is_file():
+        raise LoadError(f"{directory}: no config.json")
+    _check_model_type(config_json)
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(directory), local_files_only=True, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LoadError(f"{config_json}: transformers cannot read this config ({first})") from None
+
+
+# -------------------------------------------------------------------------------------------- dispatch
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+HUB_CONFIG_PATTERNS = ["config.json"]
+HUB_SAFETENSORS_PATTERNS = ["model.safetensors", "model-*.safetensors", "model.safetensors.index.json"]
+HUB_BIN_PATTERNS = ["pytorch_model.bin", "pytorch_model-*.bin", "pytorch_model.bin.index.json"]
+
+
+def looks_like_hub_id(text: str) -> bool:
+    """'org/name' or 'name' made of the characters the hub allows (no path separators beyond one '/')."""
+    return bool(_HUB_ID.match(text)) and ".." not in text and not text.endswith((".json", ".safetensors", ".bin", ".gguf"))
+
+
+def open_source(
+    source: Any,
+    *,
+    gguf_file: str | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    name: str | None = None,
+) -> TensorSource:
+    """A TensorSource for a TensorSource, a transformers model, a local directory, a .gguf path or a hub id.
+
+    gguf_file: a GGUF file name inside the directory / hub repo (or a full path when `source` is None).
+    revision: hub revision (branch, tag or commit), default "main"; ignored for local paths.
+    """
+    if isinstance(source, TensorSource):
+        if name:
+            source.name = name
+        return source
+    if source is None and gguf_file:
+        source, gguf_file = str(Path(gguf_file).parent), Path(gguf_file).name
+    if not isinstance(source, (str, os.PathLike)):
+        return _from_model(source, name)
+    text = os.fspath(source)
+    path = Path(text).expanduser()
+    if path.is_file() and path.suffix == ".gguf" and not gguf_file:
+        return _open_gguf(str(path.parent), path.name, None, trust_remote_code, name or path.stem)
+    if gguf_file:
+        if path.is_dir():
+            if not (path / gguf_file).is_file():
+                raise LoadError(f"{path / gguf_file}: GGUF file does not exist")
+            return _open_gguf(str(path), gguf_file, None, trust_remote_code, name or Path(gguf_file).stem)
+        if path.exists() or not looks_like_hub_id(text):
+            raise LoadError(f"{text}: not a directory (a GGUF file needs the directory or hub id that holds it)")
+        return _open_gguf(text, gguf_file, revision or "main", trust_remote_code, name or Path(gguf_file).stem)
+    if path.is_dir():
+        return _open_dir(path, trust_remote_code, name)
+    if path.exists():
+        raise LoadError(f"{text}: not a model directory (pass the folder with config.json, or a .gguf file)")
+    if not looks_like_hub_id(text):
+        raise LoadError(f"{text}: no such file or directory")
+    return _open_hub(text, revision or "main", trust_remote_code, name)
+
+
+def _open_dir(path: Path, trust_remote_code: bool, name: str | None) -> TensorSource:
+    config = _load_config(path, trust_remote_code)
+    if (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file():
+        return SafetensorsSource(path, config, name)
+    if (path / "pytorch_model.bin").is_file() or (path / "pytorch_model.bin.index.json").is_file():
+        return _load_bin(path, config, name)
+    ggufs = sorted(p.name for p in path.glob("*.gguf"))
+    hint = f" (found {', '.join(ggufs)}: pass --gguf-file)" if ggufs else ""
+    raise LoadError(f"{path}: no weights (model.safetensors, model.safetensors.index.json or pytorch_model.bin){hint}")
+
+
+def _open_hub(repo_id: str, revision: str, trust_remote_code: bool, name: str | None) -> TensorSource:
+    from huggingface_hub import snapshot_download
+
+    extra = ["*.py"] if trust_remote_code else []
+    try:
+        local = snapshot_download(repo_id, revision=revision,
+                                  allow_patterns=HUB_CONFIG_PATTERNS + HUB_SAFETENSORS_PATTERNS + extra)
+        path = Path(local)
+        if not any(path.glob("*.safetensors")):
+            local = snapshot_download(repo_id, revision=revision, allow_patterns=HUB_CONFIG_PATTERNS + HUB_BIN_PATTERNS + extra)
+            path = Path(local)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LoadError(f"{repo_id}@{revision}: not a local path, and the hub download failed ({type(exc).__name__}: {first})") from None
+    return _open_dir(path, trust_remote_code, name or repo_id)
+
+
+def _open_gguf(where: str, gguf_file: str, revision: str | None, trust_remote_code: bool, name: str) -> TensorSource:
+    try:
+        import gguf  # noqa: F401  (transformers' GGUF support needs it)
+    except ImportError:
+        raise LoadError("reading GGUF files needs the `gguf` package (pip install gguf)") from None
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {"gguf_file": gguf_file, "trust_remote_code": trust_remote_code}
+    if revision:
+        kwargs["revision"] = revision
+    try:
+        config = AutoConfig.from_pretrained(where, **kwargs)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LoadError(f"{where}/{gguf_file}: cannot read GGUF config ({first})") from None
+    from .extract import get_family
+
+    get_family(config.model_type)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(where, **kwargs)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LoadError(f"{where}/{gguf_file}: cannot load GGUF weights ({first})") from None
+    return _from_model(model, name)
