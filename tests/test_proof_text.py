@@ -1,0 +1,362 @@
+"""Proof that extraction returns the W_qk each text family really uses (issue 2, item 4).
+
+For every model_type: a small random model built from a config (no download), float64, eager attention,
+q/k biases zeroed, position effects outside W_qk neutralized (position ids all zero so rotary embeddings are
+the identity, relative-position terms off, q/k norms replaced by the identity), run with output_attentions.
+The model's own log-probability differences must equal c_h x_i^T M_h (x_j - x_k) for every layer and head
+(tests/proof.py), with M_h from extract.iter_layer_qk + wqk(per_head=True). The test only uses the matrices
+extraction returns; which module ran at which position, the masks and the deliberately wrong matrices are
+worked out here, independently of extract.py's head and layout logic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pytest
+import torch
+import transformers as tf
+
+from attention_geometry.extract import (
+    UnsupportedArchitecture,
+    get_family,
+    iter_layer_qk,
+    supported_model_types,
+    wqk,
+)
+from proof import assert_bilinear, bilinear_error, capture_inputs
+
+torch.set_num_threads(1)
+
+VOCAB = 60
+BATCH, SEQ = 2, 9
+WRONG = 1e-2  # a wrong matrix must miss by far more than the 1e-4 tolerance
+
+
+@dataclass
+class Case:
+    model_type: str
+    make: Callable[[], Any]  # -> config
+    attention: str  # class name of the module whose input is x and whose output are the probabilities
+    model_cls: Any = tf.AutoModel
+    causal: bool = False
+    rotary: bool = False  # pass position_ids = 0 so that rotary embeddings are the identity
+    prepare: Callable[[torch.nn.Module], None] | None = None
+    raw_layout: str | None = None  # fused layouts: "per_head" | "contiguous" | "conv1d", for the wrong reading
+    extra: dict = field(default_factory=dict)
+
+
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+GQA = dict(SMALL, num_key_value_heads=2)
+EAGER = dict(attn_implementation="eager", vocab_size=VOCAB)
+
+
+def _identity_qk_norms(model: torch.nn.Module) -> None:
+    for mod in model.modules():
+        if type(mod).__name__ == "Gemma3Attention":
+            mod.q_norm = torch.nn.Identity()
+            mod.k_norm = torch.nn.Identity()
+
+
+CASES = [
+    Case("bert", lambda: tf.BertConfig(**SMALL, **EAGER), "BertSelfAttention", tf.BertForMaskedLM),
+    Case("roberta", lambda: tf.RobertaConfig(**SMALL, **EAGER), "RobertaSelfAttention"),
+    Case("xlm-roberta", lambda: tf.XLMRobertaConfig(**SMALL, **EAGER), "XLMRobertaSelfAttention"),
+    Case("albert", lambda: tf.AlbertConfig(embedding_size=16, num_hidden_groups=2, inner_group_num=2,
+                                           **dict(SMALL, num_hidden_layers=3), **EAGER),
+         "AlbertAttention", tf.AlbertForMaskedLM),
+    Case("distilbert", lambda: tf.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=64, **EAGER),
+         "DistilBertSelfAttention"),
+    Case("electra", lambda: tf.ElectraConfig(embedding_size=16, **SMALL, **EAGER), "ElectraSelfAttention"),
+    Case("deberta", lambda: tf.DebertaConfig(**SMALL, relative_attention=False, **EAGER),
+         "DisentangledSelfAttention", raw_layout="per_head"),
+    Case("deberta-v2", lambda: tf.DebertaV2Config(**SMALL, relative_attention=False, **EAGER),
+         "DisentangledSelfAttention"),
+    Case("modernbert", lambda: tf.ModernBertConfig(**dict(SMALL, num_hidden_layers=3), pad_token_id=0,
+                                                   bos_token_id=1, eos_token_id=2, cls_token_id=1,
+                                                   sep_token_id=2, global_attn_every_n_layers=2, local_attention=4,
+                                                   **EAGER),
+         "ModernBertAttention", rotary=True, raw_layout="contiguous"),
+    Case("openai-gpt", lambda: tf.OpenAIGPTConfig(n_embd=32, n_layer=2, n_head=4, **EAGER), "Attention",
+         causal=True, raw_layout="conv1d"),
+    Case("gpt2", lambda: tf.GPT2Config(n_embd=32, n_layer=2, n_head=4, **EAGER), "GPT2Attention",
+         tf.GPT2LMHeadModel, causal=True, raw_layout="conv1d"),
+    Case("imagegpt", lambda: tf.ImageGPTConfig(n_embd=32, n_layer=2, n_head=4, **EAGER), "ImageGPTAttention",
+         causal=True, raw_layout="conv1d"),
+    Case("gpt_neo", lambda: tf.GPTNeoConfig(hidden_size=32, num_layers=2, num_heads=4, window_size=4,
+                                            attention_types=[[["global", "local"], 1]], **EAGER),
+         "GPTNeoSelfAttention", causal=True),
+    Case("gptj", lambda: tf.GPTJConfig(n_embd=32, n_layer=2, n_head=4, rotary_dim=4, **EAGER), "GPTJAttention",
+         causal=True, rotary=True),
+    Case("gpt_neox", lambda: tf.GPTNeoXConfig(**SMALL, **EAGER), "GPTNeoXAttention", causal=True, rotary=True,
+         raw_layout="per_head"),
+    Case("llama", lambda: tf.LlamaConfig(**GQA, **EAGER), "LlamaAttention", tf.LlamaForCausalLM,
+         causal=True, rotary=True),
+    Case("mistral", lambda: tf.MistralConfig(**GQA, sliding_window=4, **EAGER), "MistralAttention",
+         causal=True, rotary=True),
+    Case("mixtral", lambda: tf.MixtralConfig(**GQA, num_local_experts=2, num_experts_per_tok=1,
+                                                 experts_implementation="eager", **EAGER),
+         "MixtralAttention", causal=True, rotary=True),
+    Case("qwen2", lambda: tf.Qwen2Config(**GQA, **EAGER), "Qwen2Attention", causal=True, rotary=True),
+    Case("phi", lambda: tf.PhiConfig(**GQA, **EAGER), "PhiAttention", causal=True, rotary=True),
+    Case("phi3", lambda: tf.Phi3Config(**GQA, pad_token_id=0, bos_token_id=1, eos_token_id=2, **EAGER),
+         "Phi3Attention", causal=True, rotary=True, raw_layout="contiguous"),
+    # gemma: multi-query (one key/value head), as in gemma-2b
+    Case("gemma", lambda: tf.GemmaConfig(**dict(SMALL, num_key_value_heads=1), head_dim=8, **EAGER),
+         "GemmaAttention", causal=True, rotary=True),
+    Case("gemma3_text", lambda: tf.Gemma3TextConfig(**GQA, head_dim=8, query_pre_attn_scalar=8, sliding_window=4,
+                                                    **EAGER),
+         "Gemma3Attention", causal=True, rotary=True, prepare=_identity_qk_norms),
+]
+BY_TYPE = {c.model_type: c for c in CASES}
+
+
+# --------------------------------------------------------------------------------------------- harness
+
+
+def _expected_applied(config) -> int:
+    """Applied self-attention layers, from the config alone (ALBERT: every step runs its group's layers)."""
+    if config.model_type == "albert":
+        return config.num_hidden_layers * config.inner_group_num
+    return config.num_hidden_layers
+
+
+def _build(cls, config) -> torch.nn.Module:
+    model = cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
+    return model.double().eval()
+
+
+def run_case(case: Case, prepare: bool = True):
+    """Build the model, run it; return (config, model, [(module name, x)], attention probabilities)."""
+    torch.manual_seed(0)
+    config = case.make()
+    assert config.model_type == case.model_type
+    model = _build(case.model_cls, config)
+    if prepare and case.prepare:
+        case.prepare(model)
+    named = [(n, m) for n, m in model.named_modules() if type(m).__name__ == case.attention]
+    assert named, f"no {case.attention} in {type(model).__name__}"
+    with torch.no_grad():
+        for _, mod in named:  # zero every bias inside attention: q/k biases are not part of W_qk
+            for pname, p in mod.named_parameters():
+                if "bias" in pname.split(".")[-1]:
+                    p.zero_()
+        calls: list[str] = []
+        hooks = [m.register_forward_pre_hook(lambda mod, args, name=n: calls.append(name)) for n, m in named]
+        ids = torch.randint(4, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+        kwargs: dict[str, Any] = dict(attention_mask=torch.ones(BATCH, SEQ, dtype=torch.long),
+                                      output_attentions=True)
+        if case.rotary:
+            kwargs["position_ids"] = torch.zeros(BATCH, SEQ, dtype=torch.long)
+        if case.causal:
+            kwargs["use_cache"] = False
+        try:
+            with capture_inputs([m for _, m in named]) as xs:
+                out = model(ids, **kwargs)
+        finally:
+            for h in hooks:
+                h.remove()
+    assert len(calls) == len(xs) == len(out.attentions)
+    return config, model, list(zip(calls, xs)), out.attentions
+
+
+def _extract(case: Case, config, model):
+    sd = model.state_dict()
+    return sd, list(iter_layer_qk(get_family(case.model_type), config, sd.keys(), sd.__getitem__))
+
+
+def _check_mask(case: Case, probs: torch.Tensor) -> None:
+    """Each query sees itself and no later key (decoder) or every key (encoder; ModernBERT's local layers a
+    window of them), and at least two keys from the second position on, so every row has differences to
+    check. Sliding windows of the test configs are shorter than the sequence: a mask only removes keys."""
+    valid = probs > 1e-30
+    assert bool(valid.diagonal(dim1=-2, dim2=-1).all())
+    assert bool((valid[..., 1:, :].sum(-1) >= 2).all())
+    if case.causal:
+        assert not valid.triu(1).any(), "a decoder attends to a later position"
+    elif case.model_type != "modernbert":
+        assert bool(valid.all())
+
+
+def _wrong_layouts(case: Case, sd, layer, n_heads: int, n_kv: int) -> dict[str, torch.Tensor]:
+    """Per-head matrices from readings of the checkpoint that a buggy extraction could make."""
+    wq, wk = layer.wq.double(), layer.wk.double()
+    group = n_heads // n_kv
+    out = {"transposed": torch.einsum("hed,hef->hfd", wq, wk.repeat_interleave(group, 0))}
+    if group > 1 and n_kv > 1:  # query head h paired with key head h % H_kv instead of h // group
+        out["heads paired wrong"] = torch.einsum("hed,hef->hdf", wq, wk.repeat(group, 1, 1))
+    if case.raw_layout:
+        w = sd[layer.keys[0]].double()
+        if case.raw_layout == "conv1d":
+            w = w.t()
+        dh = w.shape[0] // (n_heads + 2 * n_kv)
+        if case.raw_layout == "contiguous" and n_kv == n_heads:  # read as per-head interleaved instead
+            w4 = w.reshape(n_heads, 3, dh, -1)
+            q, k = w4[:, 0], w4[:, 1]
+        elif case.raw_layout == "contiguous":  # grouped split read as if every query head had its own key
+            q, k = w[: n_heads * dh].reshape(n_heads, dh, -1), w[n_heads * dh: 2 * n_heads * dh].reshape(n_heads, dh, -1)
+        else:  # per-head interleaved (or Conv1D q|k|v) read the other way round
+            if case.raw_layout == "per_head":
+                q, k = w[: n_heads * dh], w[n_heads * dh: 2 * n_heads * dh]
+                q, k = q.reshape(n_heads, dh, -1), k.reshape(n_heads, dh, -1)
+            else:
+                w4 = w.reshape(n_heads, 3, dh, -1)
+                q, k = w4[:, 0], w4[:, 1]
+        out["fused layout read the other way"] = torch.einsum("hed,hef->hdf", q, k)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- proofs
+
+
+REQUIRED = {"bert", "roberta", "xlm-roberta", "albert", "distilbert", "electra", "deberta", "deberta-v2",
+            "modernbert", "openai-gpt", "gpt2", "gpt_neo", "gptj", "gpt_neox", "llama", "mistral", "mixtral",
+            "qwen2", "phi", "phi3", "gemma", "gemma3_text", "imagegpt"}
+
+
+def test_every_text_family_is_registered_and_proven():
+    assert set(BY_TYPE) == REQUIRED
+    assert REQUIRED <= set(supported_model_types())
+    assert get_family("imagegpt").modality == "vision"
+    for t in REQUIRED - {"imagegpt"}:
+        assert get_family(t).modality == "text"
+
+
+@pytest.mark.parametrize("model_type", [c.model_type for c in CASES])
+def test_proof(model_type):
+    case = BY_TYPE[model_type]
+    config, model, inputs, attentions = run_case(case)
+    sd, layers = _extract(case, config, model)
+    family = get_family(model_type)
+    component = "decoder" if family.architecture == "decoder-only" else "encoder"
+
+    # exactly the applied self-attention layers, in the order the model applies them
+    assert len(layers) == len(inputs) == _expected_applied(config)
+    assert [L.layer for L in layers] == list(range(len(layers)))
+    assert {L.component for L in layers} == {component}
+    for L, (module_name, _) in zip(layers, inputs):
+        assert all(k.startswith(module_name + ".") for k in L.keys), (L.keys, module_name)
+
+    n_heads = attentions[0].shape[1]
+    kv_expected = getattr(config, "num_key_value_heads", None) or n_heads
+    for L, (name, x), p in zip(layers, inputs, attentions):
+        _check_mask(case, p)
+        assert (L.n_heads, L.n_kv_heads) == (n_heads, kv_expected)
+        M = wqk(L, per_head=True)
+        assert_bilinear(p, x, M, what=f"{model_type} layer {L.layer} ({name})")
+        # the summed M is the sum of the per-head ones
+        torch.testing.assert_close(wqk(L), M.sum(0))
+        for what, W in _wrong_layouts(case, sd, L, n_heads, L.n_kv_heads).items():
+            err, _ = bilinear_error(p, x, W)
+            assert err.max() > WRONG, f"{model_type}: {what} passes the check ({err.tolist()})"
+            if what == "transposed":
+                assert bool((err > WRONG).all()), f"{model_type}: transposed passes for some head {err.tolist()}"
+
+
+def test_wrong_readings_are_exercised():
+    """The fused and grouped families really get a layout / pairing mistake to fail on."""
+    assert {c.model_type for c in CASES if c.raw_layout} >= {"gpt2", "openai-gpt", "imagegpt", "gpt_neox",
+                                                            "deberta", "modernbert", "phi3"}
+    grouped = [t for t in BY_TYPE if get_family(t).stacks[0].n_kv_heads is not None]
+    assert set(grouped) == {"llama", "mistral", "mixtral", "qwen2", "phi", "phi3", "gemma", "gemma3_text"}
+
+
+# ------------------------------------------------------------------------- what the proof switches off
+
+
+@pytest.mark.parametrize("model_type,make,prepare", [
+    ("deberta-v2", lambda: tf.DebertaV2Config(**SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"],
+                                              max_relative_positions=8, **EAGER), None),
+    ("deberta", lambda: tf.DebertaConfig(**SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"],
+                                         max_relative_positions=8, **EAGER), None),
+    ("gemma3_text", BY_TYPE["gemma3_text"].make, "keep norms"),
+])
+def test_switched_off_terms_do_enter_the_logits(model_type, make, prepare):
+    """What docs/architectures/text.md lists beyond x^T W_qk x is real: left on, the bilinear check fails."""
+    base = BY_TYPE[model_type]
+    case = Case(model_type, make, base.attention, base.model_cls, base.causal, base.rotary)
+    config, model, inputs, attentions = run_case(case, prepare=False)
+    _, layers = _extract(case, config, model)
+    errs = [bilinear_error(p, x, wqk(L, per_head=True))[0].max().item()
+            for L, (_, x), p in zip(layers, inputs, attentions)]
+    assert max(errs) > WRONG, errs
+
+
+def test_rotary_is_not_identity_at_real_positions():
+    """The proof's position_ids = 0 matter: at positions 0..T-1 rotary breaks the bilinear form."""
+    case = BY_TYPE["llama"]
+    torch.manual_seed(0)
+    config = case.make()
+    model = _build(case.model_cls, config)
+    attn = [m for m in model.modules() if type(m).__name__ == case.attention]
+    ids = torch.randint(4, VOCAB, (BATCH, SEQ))
+    with torch.no_grad(), capture_inputs(attn) as xs:
+        out = model(ids, output_attentions=True, use_cache=False)
+    _, layers = _extract(case, config, model)
+    err, _ = bilinear_error(out.attentions[0], xs[0], wqk(layers[0], per_head=True))
+    assert err.max() > WRONG
+
+
+def test_bert_as_decoder():
+    """A BERT run with is_decoder=True is causal; its rows are component `decoder` (docs/contracts.md)."""
+    case = Case("bert", lambda: tf.BertConfig(**SMALL, is_decoder=True, **EAGER), "BertSelfAttention",
+                tf.BertLMHeadModel, causal=True)
+    config, model, inputs, attentions = run_case(case)
+    _, layers = _extract(case, config, model)
+    assert [L.component for L in layers] == ["decoder"] * config.num_hidden_layers
+    for L, (_, x), p in zip(layers, inputs, attentions):
+        _check_mask(case, p)
+        assert_bilinear(p, x, wqk(L, per_head=True), what=f"bert decoder layer {L.layer}")
+
+
+# ---------------------------------------------------------------------------------------------- ALBERT
+
+
+@pytest.mark.parametrize("layers,groups,inner", [(3, 2, 2), (4, 2, 1), (2, 1, 3), (6, 3, 2)])
+def test_albert_positions(layers, groups, inner):
+    """One row per applied position; the tensors of each row belong to the group/inner layer that ran."""
+    case = Case("albert", lambda: tf.AlbertConfig(embedding_size=16, hidden_size=16, num_attention_heads=2,
+                                                  intermediate_size=32, num_hidden_layers=layers,
+                                                  num_hidden_groups=groups, inner_group_num=inner, **EAGER),
+                "AlbertAttention")
+    config, model, inputs, attentions = run_case(case)
+    sd, rows = _extract(case, config, model)
+    assert len(rows) == layers * inner == len(inputs)
+    for L, (module_name, x), p in zip(rows, inputs, attentions):
+        assert L.keys == (module_name + ".query.weight", module_name + ".key.weight")
+        assert_bilinear(p, x, wqk(L, per_head=True), what=f"albert position {L.layer}")
+    # a shared layer gives identical matrices at every position that applies it
+    by_module: dict[str, torch.Tensor] = {}
+    for L, (module_name, _) in zip(rows, inputs):
+        M = wqk(L)
+        if module_name in by_module:
+            torch.testing.assert_close(M, by_module[module_name])
+        by_module[module_name] = M
+    assert len(by_module) == groups * inner
+
+
+# ----------------------------------------------------------------------------------------------- errors
+
+
+def test_unknown_model_type_names_it_and_lists_supported():
+    with pytest.raises(UnsupportedArchitecture) as e:
+        get_family("nonexistent")
+    msg = str(e.value)
+    assert "'nonexistent'" in msg and "\n" not in msg
+    for t in ("bert", "gpt2", "llama", "albert", "gemma3_text"):
+        assert t in msg
+
+
+def test_raw_config_dict_without_kv_heads_means_one_per_query_head():
+    """A config.json that leaves out num_key_value_heads (older Llama) or uses GPT-2's own names."""
+    from attention_geometry.extract import stack_info
+
+    llama = {"model_type": "llama", "num_hidden_layers": 3, "num_attention_heads": 4, "hidden_size": 32}
+    info = stack_info(get_family("llama").stacks[0], llama)
+    assert (info.n_layers, info.n_heads, info.n_kv_heads, info.d_model) == (3, 4, 4, 32)
+    info = stack_info(get_family("llama").stacks[0], dict(llama, num_key_value_heads=1))
+    assert info.n_kv_heads == 1
+    gpt2 = {"model_type": "gpt2", "n_layer": 5, "n_head": 2, "n_embd": 16}
+    info = stack_info(get_family("gpt2").stacks[0], gpt2)
+    assert (info.n_layers, info.n_heads, info.d_model) == (5, 2, 16)
