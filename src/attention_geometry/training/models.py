@@ -1,0 +1,365 @@
+"""Model sizes, initializations and the training forward pass of BERT encoders and decoders.
+
+The weights live in the stock transformers modules (BertForMaskedLM for `encoder`, BertLMHeadModel with
+is_decoder=True for `decoder`), so snapshots are ordinary Hugging Face checkpoints. For training speed the
+loss is computed by `lm_loss`, a lean forward over the same modules (fused scaled-dot-product attention,
+masked-LM logits only at masked positions, no mask-building or output bookkeeping); `tests/test_training.py`
+checks it against the stock forward.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import UserError
+
+__all__ = [
+    "SIZES",
+    "OBJECTIVES",
+    "INITS",
+    "Hyper",
+    "resolve_hyper",
+    "build_model",
+    "apply_init",
+    "self_attentions",
+    "lm_loss",
+    "symmetry_penalty",
+]
+
+OBJECTIVES = ("encoder", "decoder")
+INITS = ("standard", "symmetric", "symmetric-fresh", "fresh")
+
+
+@dataclass
+class Hyper:
+    """Every model and optimization hyperparameter of a run (a named size's defaults, then RUN.yaml
+    `overrides` field by field). `vocab_size` / `seq_len` None: taken from the corpus manifest."""
+
+    num_layers: int = 2
+    hidden_size: int = 128
+    num_heads: int = 2
+    intermediate_size: int = 512
+    vocab_size: int | None = None
+    seq_len: int | None = None
+    max_position_embeddings: int = 512
+    hidden_act: str = "gelu"
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    batch_size: int = 32  # global batch (all processes, all accumulation micro-steps together)
+    grad_accum: int = 1
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-8
+    weight_decay: float = 0.01  # on parameters with >= 2 dims only (matrices, embeddings)
+    grad_clip: float = 1.0  # max global L2 norm; 0 = off
+    warmup_steps: int = 100
+    schedule: str = "linear"  # linear warmup to lr, then linear decay towards 0 at max_steps
+    max_steps: int = 5000
+    mlm_probability: float = 0.15
+    mask_token_fraction: float = 0.8  # of the selected positions: [MASK]
+    random_token_fraction: float = 0.1  # of the selected positions: a uniform random token (rest unchanged)
+    precision: str = "auto"  # auto (bf16 autocast on a GPU with bf16, else fp16 there; fp32 on CPU) | fp32 | bf16 | fp16
+    compile: bool = False  # torch.compile the training forward
+    fused_optimizer: str = "auto"  # auto | fused | foreach | none
+
+
+_PAPER = dict(
+    lr=5e-5,
+    betas=(0.9, 0.999),
+    warmup_steps=200,
+    weight_decay=0.01,
+    max_steps=200_000,
+    seq_len=512,
+    hidden_dropout=0.1,
+    attention_dropout=0.1,
+    batch_size=32,
+)
+
+SIZES: dict[str, dict] = {
+    # as measured in ../shared/notes/tiny-scale-findings.md
+    "tiny": dict(num_layers=2, hidden_size=128, num_heads=2, intermediate_size=512),
+    # the paper's (Saponati et al. 2025) sizes and optimization
+    "bert-mini": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024, **_PAPER),
+    "bert-base": dict(num_layers=12, hidden_size=768, num_heads=12, intermediate_size=3072, **_PAPER),
+    "bert-large": dict(num_layers=24, hidden_size=1024, num_heads=16, intermediate_size=4096, **_PAPER),
+}
+
+
+def resolve_hyper(size: str, overrides: dict | None = None, where: str = "overrides") -> Hyper:
+    """The size's defaults with `overrides` applied field by field (UserError naming an unknown field or a
+    value of the wrong type)."""
+    if size not in SIZES:
+        raise UserError(f"size: unknown size {size!r} (known: {', '.join(SIZES)})")
+    h = Hyper(**SIZES[size])
+    fields = {f.name: f for f in dataclasses.fields(Hyper)}
+    for key, value in (overrides or {}).items():
+        if key not in fields:
+            raise UserError(f"{where}.{key}: unknown hyperparameter (known: {', '.join(fields)})")
+        default = getattr(Hyper(), key)
+        if key == "betas":
+            if not (isinstance(value, (list, tuple)) and len(value) == 2):
+                raise UserError(f"{where}.betas: expected two numbers, got {value!r}")
+            value = (float(value[0]), float(value[1]))
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise UserError(f"{where}.{key}: expected true/false, got {value!r}")
+        elif isinstance(default, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise UserError(f"{where}.{key}: expected a number, got {value!r}")
+            value = float(value)
+        elif isinstance(default, int) or key in ("vocab_size", "seq_len"):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise UserError(f"{where}.{key}: expected an integer, got {value!r}")
+        elif isinstance(default, str) and not isinstance(value, str):
+            raise UserError(f"{where}.{key}: expected a string, got {value!r}")
+        setattr(h, key, value)
+    _check_hyper(h, where)
+    return h
+
+
+def _check_hyper(h: Hyper, where: str) -> None:
+    def bad(key, msg):
+        raise UserError(f"{where}.{key}: {msg}")
+
+    for key in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "batch_size", "grad_accum",
+                "max_position_embeddings", "max_steps"):
+        if getattr(h, key) < 1:
+            bad(key, f"must be >= 1, got {getattr(h, key)}")
+    if h.hidden_size % h.num_heads:
+        bad("num_heads", f"hidden_size {h.hidden_size} is not a multiple of num_heads {h.num_heads}")
+    if h.batch_size % h.grad_accum:
+        bad("grad_accum", f"batch_size {h.batch_size} is not a multiple of grad_accum {h.grad_accum}")
+    if h.warmup_steps < 0:
+        bad("warmup_steps", "must be >= 0")
+    if h.schedule not in ("linear", "constant"):
+        bad("schedule", f"unknown schedule {h.schedule!r} (known: linear, constant)")
+    if h.precision not in ("auto", "fp32", "bf16", "fp16"):
+        bad("precision", f"unknown precision {h.precision!r} (known: auto, fp32, bf16, fp16)")
+    if h.fused_optimizer not in ("auto", "fused", "foreach", "none"):
+        bad("fused_optimizer", f"unknown value {h.fused_optimizer!r} (known: auto, fused, foreach, none)")
+    if not 0 < h.mlm_probability < 1:
+        bad("mlm_probability", f"must be in (0, 1), got {h.mlm_probability}")
+    if h.mask_token_fraction < 0 or h.random_token_fraction < 0 or (
+        h.mask_token_fraction + h.random_token_fraction > 1
+    ):
+        bad("mask_token_fraction", "mask_token_fraction and random_token_fraction must be >= 0 and sum to <= 1")
+    if h.hidden_act not in ("gelu", "relu", "gelu_new", "silu"):
+        bad("hidden_act", f"unsupported activation {h.hidden_act!r}")
+
+
+def bert_config(h: Hyper, objective: str, special_tokens: dict | None = None):
+    from transformers import BertConfig
+
+    if objective not in OBJECTIVES:
+        raise UserError(f"objective: unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
+    if h.vocab_size is None:
+        raise UserError("vocab_size: not set (give a corpus or overrides.vocab_size)")
+    special_tokens = special_tokens or {}
+    cfg = BertConfig(
+        vocab_size=h.vocab_size,
+        hidden_size=h.hidden_size,
+        num_hidden_layers=h.num_layers,
+        num_attention_heads=h.num_heads,
+        intermediate_size=h.intermediate_size,
+        hidden_act=h.hidden_act,
+        hidden_dropout_prob=h.hidden_dropout,
+        attention_probs_dropout_prob=h.attention_dropout,
+        max_position_embeddings=h.max_position_embeddings,
+        type_vocab_size=2,
+        initializer_range=h.initializer_range,
+        layer_norm_eps=h.layer_norm_eps,
+        is_decoder=objective == "decoder",
+        pad_token_id=special_tokens.get("pad", 0),
+        attn_implementation="sdpa",
+    )
+    if objective == "decoder":
+        cfg.use_cache = False
+    return cfg
+
+
+def self_attentions(model) -> list:
+    """The BertSelfAttention module of every layer, in order."""
+    return [layer.attention.self for layer in model.bert.encoder.layer]
+
+
+def apply_init(model, init: str) -> None:
+    """Apply `init` to every self-attention layer of a freshly built model, drawing from the global torch
+    RNG (seed it first):
+    - standard: unchanged (the model's own init: normal(0, 0.02) weights, zero biases).
+    - symmetric: W_q := W_k (a copy; the biases stay separate parameters).
+    - fresh: query, key, value replaced by new nn.Linear layers (PyTorch's default init: weights and biases
+      U(-1/sqrt(fan_in), 1/sqrt(fan_in))), created in the order query, key, value.
+    - symmetric-fresh: the same fresh layers (same draws as `fresh`), then W_q := W_k: the authors'
+      released variant."""
+    if init not in INITS:
+        raise UserError(f"init: unknown init {init!r} (known: {', '.join(INITS)})")
+    for att in self_attentions(model):
+        if init in ("fresh", "symmetric-fresh"):
+            d_in, d_out = att.query.in_features, att.query.out_features
+            dev, dt = att.query.weight.device, att.query.weight.dtype
+            att.query = nn.Linear(d_in, d_out, device=dev, dtype=dt)
+            att.key = nn.Linear(d_in, d_out, device=dev, dtype=dt)
+            att.value = nn.Linear(d_in, d_out, device=dev, dtype=dt)
+        if init in ("symmetric", "symmetric-fresh"):
+            with torch.no_grad():
+                att.query.weight.copy_(att.key.weight)
+
+
+def build_model(size: str = "tiny", objective: str = "encoder", init: str = "standard", seed: int = 0,
+                special_tokens: dict | None = None, **overrides):
+    """The initialized transformers model of a run: BertForMaskedLM (`encoder`) or BertLMHeadModel with
+    is_decoder=True (`decoder`), of the named size with `overrides` (Hyper fields, e.g. vocab_size=2048),
+    initialized under `seed` with `init`. Deterministic for a given (size, objective, init, seed,
+    overrides); the global torch RNG is restored afterwards."""
+    if objective not in OBJECTIVES:
+        raise UserError(f"objective: unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
+    if init not in INITS:
+        raise UserError(f"init: unknown init {init!r} (known: {', '.join(INITS)})")
+    h = overrides.pop("_hyper", None) or resolve_hyper(size, overrides)
+    if h.vocab_size is None:
+        h.vocab_size = 2048
+    from transformers import BertForMaskedLM, BertLMHeadModel
+    from transformers.utils import logging as hf_logging
+
+    cfg = bert_config(h, objective, special_tokens)
+    cls = BertForMaskedLM if objective == "encoder" else BertLMHeadModel
+    rng_state = torch.get_rng_state()
+    verbosity = hf_logging.get_verbosity()
+    try:
+        hf_logging.set_verbosity_error()
+        torch.manual_seed(seed)
+        model = cls(cfg)
+        apply_init(model, init)
+    finally:
+        torch.set_rng_state(rng_state)
+        hf_logging.set_verbosity(verbosity)
+    return model
+
+
+# ---------------------------------------------------------------------------------------------- forward
+
+
+def _act(name: str):
+    if name == "gelu":
+        return F.gelu
+    if name == "gelu_new":
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "relu":
+        return F.relu
+    return F.silu
+
+
+def _hidden(model, input_ids: torch.Tensor, key_padding: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    """Last hidden states [B, L, D] of model.bert for token type 0 and positions 0..L-1: the same
+    computation as the stock BertModel forward (tested), without its mask and output bookkeeping."""
+    bert = model.bert
+    cfg = model.config
+    act = _act(cfg.hidden_act)
+    B, L = input_ids.shape
+    emb = bert.embeddings
+    x = emb.word_embeddings(input_ids) + emb.token_type_embeddings.weight[0] + emb.position_embeddings.weight[:L]
+    x = emb.dropout(emb.LayerNorm(x))
+    H = cfg.num_attention_heads
+    dh = cfg.hidden_size // H
+    attn_mask = None
+    if key_padding is not None:  # True where the key is a real token
+        attn_mask = key_padding[:, None, None, :]
+        if causal:
+            attn_mask = attn_mask & torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
+            causal = False
+    p_drop = cfg.attention_probs_dropout_prob if model.training else 0.0
+    for layer in bert.encoder.layer:
+        sa = layer.attention.self
+        q = sa.query(x).view(B, L, H, dh).transpose(1, 2)
+        k = sa.key(x).view(B, L, H, dh).transpose(1, 2)
+        v = sa.value(x).view(B, L, H, dh).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p_drop, is_causal=causal)
+        a = a.transpose(1, 2).reshape(B, L, H * dh)
+        so = layer.attention.output
+        x = so.LayerNorm(so.dropout(so.dense(a)) + x)
+        hmid = act(layer.intermediate.dense(x))
+        out = layer.output
+        x = out.LayerNorm(out.dropout(out.dense(hmid)) + x)
+    return x
+
+
+def _head(model, h: torch.Tensor) -> torch.Tensor:
+    pred = model.cls.predictions
+    t = pred.transform
+    h = t.LayerNorm(_act(model.config.hidden_act)(t.dense(h)))
+    return F.linear(h, pred.decoder.weight, pred.bias)
+
+
+def lm_loss(model, input_ids: torch.Tensor, labels: torch.Tensor, objective: str, pad_id: int | None = None,
+            reduction: str = "sum") -> torch.Tensor:
+    """Summed (or mean) token cross-entropy of a batch.
+
+    encoder: `input_ids` are the corrupted inputs, `labels` the original ids at masked positions and -100
+    elsewhere; logits are computed only at masked positions. decoder: `labels` are the token ids (usually
+    `input_ids` itself, -100 where ignored); position i predicts labels[i + 1] under a causal mask."""
+    key_padding = None
+    if pad_id is not None:
+        real = input_ids != pad_id
+        if not bool(real.all()):
+            key_padding = real
+    causal = objective == "decoder"
+    h = _hidden(model, input_ids, key_padding, causal)
+    if causal:
+        h = h[:, :-1]
+        labels = labels[:, 1:]
+    sel = labels != -100
+    logits = _head(model, h[sel])
+    target = labels[sel]
+    if logits.is_cuda:  # the fused kernel is fast there and does not keep the [N, V] softmax
+        loss = F.cross_entropy(logits.float(), target, reduction="sum")
+    else:
+        loss = _SumCrossEntropy.apply(logits.float(), target)
+    return loss if reduction == "sum" else loss / max(int(target.numel()), 1)
+
+
+class _SumCrossEntropy(torch.autograd.Function):
+    """sum_i (logsumexp(logits_i) - logits_i[label_i]), with the softmax kept for the backward pass: the
+    same value and gradient as F.cross_entropy(..., reduction="sum") (tested), ~5x faster on one CPU thread
+    at [2016, 2048] because it skips log_softmax's slow backward kernel."""
+
+    @staticmethod
+    def forward(ctx, logits, labels):
+        m = logits.amax(-1, keepdim=True)
+        p = torch.exp(logits - m)
+        s = p.sum(-1, keepdim=True)
+        lse = (m + s.log()).squeeze(-1)
+        loss = (lse - logits.gather(-1, labels[:, None]).squeeze(-1)).sum()
+        p.div_(s)
+        ctx.save_for_backward(p, labels)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad):
+        p, labels = ctx.saved_tensors
+        g = p * grad
+        g[torch.arange(labels.numel(), device=labels.device), labels] -= grad
+        return g, None
+
+
+def symmetry_penalty(model) -> torch.Tensor:
+    """sum over layers of ||W_qk|| / ||sym(W_qk)|| (Frobenius), W_qk = W_q^T W_k = sum_h W_q,h^T W_k,h:
+    1 per layer for a symmetric W_qk, larger otherwise (the rebuttal's symmetry regularizer)."""
+    total = None
+    for sa in self_attentions(model):
+        M = sa.query.weight.float().t() @ sa.key.weight.float()
+        r = torch.linalg.matrix_norm(M) / torch.linalg.matrix_norm(0.5 * (M + M.t()))
+        total = r if total is None else total + r
+    return total
+
+
+def fresh_linear_std(fan_in: int) -> float:
+    """Standard deviation of PyTorch's default nn.Linear weight init, U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    return 1.0 / math.sqrt(3.0 * fan_in)
