@@ -1,0 +1,297 @@
+"""score_model / layer_matrices against an independent per-head computation, and the `score` and
+`score-checkpoints` commands: output tables, atomic writes, one-line errors."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from transformers import BertConfig, BertForMaskedLM, BertModel
+
+from attention_geometry import api
+from attention_geometry.api import SCORE_COLUMNS, TRAINING_COLUMNS, layer_matrices, score_model
+from attention_geometry.cli import main
+from attention_geometry.errors import UserError
+
+torch.set_num_threads(1)
+
+N_LAYERS, N_HEADS, WIDTH = 3, 4, 16
+
+
+def tiny_bert(seed=0, cls=BertModel, **kw):
+    torch.manual_seed(seed)
+    cfg = BertConfig(vocab_size=40, hidden_size=WIDTH, num_hidden_layers=N_LAYERS, num_attention_heads=N_HEADS,
+                     intermediate_size=32, max_position_embeddings=24, **kw)
+    m = cls(cfg, add_pooling_layer=False) if cls is BertModel else cls(cfg)
+    return m.eval()
+
+
+def reference(model, num_std=2.0):
+    """Per layer: (M summed, [M_h]) by an explicit loop over the model's attention modules, and numpy scores."""
+    bert = model.bert if hasattr(model, "bert") else model
+    out = []
+    for layer in bert.encoder.layer:
+        a = layer.attention.self
+        Wq = a.query.weight.detach().double().numpy()
+        Wk = a.key.weight.detach().double().numpy()
+        dh = Wq.shape[0] // N_HEADS
+        heads = [Wq[h * dh:(h + 1) * dh].T @ Wk[h * dh:(h + 1) * dh] for h in range(N_HEADS)]
+        out.append((sum(heads), heads))
+    return out
+
+
+def np_scores(M, num_std=2.0):
+    Ms, Mn = (M + M.T) / 2, (M - M.T) / 2
+    s = ((Ms ** 2).sum() - (Mn ** 2).sum()) / (M ** 2).sum()
+    r, c = np.linalg.norm(M, axis=1), np.linalg.norm(M, axis=0)
+    R = np.clip(r - (r.mean() + num_std * r.std(ddof=1)), 0, None).sum()
+    C = np.clip(c - (c.mean() + num_std * c.std(ddof=1)), 0, None).sum()
+    return s, (0.0 if R + C == 0 else (R - C) / (R + C))
+
+
+def test_score_model_against_reference():
+    m = tiny_bert()
+    df = score_model(m, per_head=True, num_std=1.0, progress=False, name="tiny")
+    assert list(df.columns) == SCORE_COLUMNS
+    assert len(df) == N_LAYERS * (1 + N_HEADS)
+    assert set(df.model) == {"tiny"} and set(df.model_type) == {"bert"}
+    assert set(df.architecture) == {"encoder-only"} and set(df.component) == {"encoder"} and set(df.modality) == {"text"}
+    assert (df.n_params == m.num_parameters()).all()
+    assert (df.d_model == WIDTH).all() and (df.n_heads == N_HEADS).all() and (df.n_kv_heads == N_HEADS).all()
+    ref = reference(m)
+    for layer, (M, heads) in enumerate(ref):
+        rows = df[df.layer == layer]
+        assert list(rows["head"]) == ["all"] + [str(h) for h in range(N_HEADS)]
+        for head, mat in zip(rows["head"], [M] + heads):
+            s, d = np_scores(mat, num_std=1.0)
+            row = rows[rows["head"] == head].iloc[0]
+            assert row.symmetry == pytest.approx(s, abs=1e-12)
+            assert row.directionality == pytest.approx(d, abs=1e-12)
+    # num_std changes directionality, not symmetry
+    df2 = score_model(m, num_std=3.0, progress=False)
+    assert np.allclose(df2.symmetry, df[df["head"] == "all"].symmetry)
+    assert df2.directionality.tolist() == pytest.approx([np_scores(M, 3.0)[1] for M, _ in ref], abs=1e-12)
+
+
+def test_layer_matrices_and_head_chunks(monkeypatch):
+    m = tiny_bert(seed=1)
+    ref = reference(m)
+    recs = list(layer_matrices(m, per_head=True))
+    assert [(r.layer, r.head) for r in recs] == [(i, h) for i in range(N_LAYERS) for h in ["all", 0, 1, 2, 3]]
+    for r in recs:
+        M, heads = ref[r.layer]
+        want = M if r.head == "all" else heads[r.head]
+        assert r.M.dtype == torch.float64 and r.M.shape == (WIDTH, WIDTH)
+        np.testing.assert_allclose(r.M.numpy(), want, rtol=1e-12, atol=1e-14)
+        assert (r.component, r.n_heads, r.n_kv_heads, r.d_model) == ("encoder", N_HEADS, N_HEADS, WIDTH)
+    # per-head matrices built one head at a time give the same rows
+    whole = score_model(m, per_head=True, progress=False)
+    monkeypatch.setattr(api, "HEAD_CHUNK_BYTES", 1)
+    chunked = score_model(m, per_head=True, progress=False)
+    pd.testing.assert_frame_equal(whole, chunked)
+
+
+def test_path_and_model_agree(tmp_path):
+    m = tiny_bert(seed=2)
+    m.save_pretrained(tmp_path / "tiny")
+    a = score_model(m, per_head=True, progress=False, name="x")
+    b = score_model(tmp_path / "tiny", per_head=True, progress=False, name="x")
+    pd.testing.assert_frame_equal(a, b)
+    assert score_model(tmp_path / "tiny", progress=False).model.iloc[0] == "tiny"
+
+
+def run_cli(argv, capsys):
+    capsys.readouterr()  # drop what preparing the input printed (save_pretrained's bars)
+    code = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_cli_score_writes_table(tmp_path, capsys, suffix):
+    m = tiny_bert(seed=3)
+    m.save_pretrained(tmp_path / "tiny")
+    out = tmp_path / "res" / f"scores{suffix}"
+    code, _, err = run_cli(["score", tmp_path / "tiny", "--out", out, "--per-head", "--num-std", "1.5", "--name", "T"], capsys)
+    assert code == 0, err
+    df = pd.read_csv(out, dtype={"head": str}) if suffix == ".csv" else pd.read_parquet(out)
+    assert list(df.columns) == SCORE_COLUMNS
+    want = score_model(m, per_head=True, num_std=1.5, progress=False, name="T")
+    pd.testing.assert_frame_equal(df, want, check_dtype=False)
+    assert sorted(p.name for p in out.parent.iterdir()) == [out.name]  # no temporary file left
+
+
+def bad_inputs(tmp_path):
+    """(name, argv builder) of every bad input the score command must refuse."""
+    good = tmp_path / "good"
+    tiny_bert().save_pretrained(good)
+
+    def unknown_type():
+        d = tmp_path / "unknown"
+        tiny_bert().save_pretrained(d)
+        cfg = json.loads((d / "config.json").read_text())
+        cfg["model_type"] = "made-up-family"
+        (d / "config.json").write_text(json.dumps(cfg))
+        return d, r"unsupported model_type 'made-up-family'; supported: .*bert"
+
+    def missing_weights():
+        d = tmp_path / "noweights"
+        tiny_bert().config.save_pretrained(d)
+        return d, r"noweights: no weights"
+
+    def truncated():
+        d = tmp_path / "trunc"
+        tiny_bert().save_pretrained(d)
+        f = d / "model.safetensors"
+        f.write_bytes(f.read_bytes()[:-64])
+        return d, r"trunc/model.safetensors: truncated"
+
+    def nan_weights():
+        m = tiny_bert()
+        with torch.no_grad():
+            m.encoder.layer[1].attention.self.key.weight[2, 3] = float("nan")
+        d = tmp_path / "nan"
+        m.save_pretrained(d)
+        return d, r"nan: encoder layer 1 key weights .*layer\.1\.attention\.self\.key\.weight.* contain NaN or Inf"
+
+    def inf_weights():
+        m = tiny_bert()
+        with torch.no_grad():
+            m.encoder.layer[0].attention.self.query.weight[0, 0] = float("inf")
+        d = tmp_path / "inf"
+        m.save_pretrained(d)
+        return d, r"inf: encoder layer 0 query weights .* contain NaN or Inf"
+
+    def zero_qk():
+        m = tiny_bert()
+        with torch.no_grad():
+            m.encoder.layer[2].attention.self.query.weight.zero_()
+        d = tmp_path / "zero"
+        m.save_pretrained(d)
+        return d, r"zero encoder layer 2: matrix is all zeros"
+
+    return {
+        "unknown model_type": unknown_type,
+        "missing weights": missing_weights,
+        "truncated weights": truncated,
+        "NaN weights": nan_weights,
+        "Inf weights": inf_weights,
+        "zero W_qk": zero_qk,
+        "nonexistent path": lambda: (tmp_path / "absent", r"absent: no such file or directory"),
+    }
+
+
+@pytest.mark.parametrize("case", ["unknown model_type", "missing weights", "truncated weights", "NaN weights",
+                                  "Inf weights", "zero W_qk", "nonexistent path"])
+@pytest.mark.parametrize("quiet", [True, False])
+def test_cli_bad_input_one_line_no_output(tmp_path, capsys, case, quiet):
+    src, pattern = bad_inputs(tmp_path)[case]()
+    out = tmp_path / "out" / "scores.csv"
+    out.parent.mkdir()
+    code, stdout, err = run_cli(["score", src, "--out", out] + (["--quiet"] if quiet else []), capsys)
+    assert code != 0
+    assert err.count("\n") == 1 and "Traceback" not in err
+    line = err.strip().split("\r")[-1]  # a progress bar, if one started, is cleared with carriage returns
+    assert line.startswith("error: ")
+    if quiet:
+        assert err == line + "\n"
+    import re
+    assert re.search(pattern, line), line
+    assert list(out.parent.iterdir()) == []
+
+
+def test_cli_bad_output_suffix(tmp_path, capsys):
+    tiny_bert().save_pretrained(tmp_path / "m")
+    code, _, err = run_cli(["score", tmp_path / "m", "--out", tmp_path / "scores.xlsx"], capsys)
+    assert code == 2 and err == f"error: {tmp_path / 'scores.xlsx'}: unknown output suffix '.xlsx'; use .csv or .parquet\n"
+    assert not (tmp_path / "scores.xlsx").exists()
+
+
+def test_failed_write_leaves_old_output(tmp_path, monkeypatch):
+    """A failure while writing removes the temporary file and leaves an existing output untouched."""
+    out = tmp_path / "scores.csv"
+    out.write_text("old\n")
+    df = score_model(tiny_bert(), progress=False)
+
+    def boom(self, path, **kw):
+        open(path, "w").write("partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", boom)
+    with pytest.raises(OSError):
+        api.write_table(df, out)
+    assert out.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["scores.csv"]
+
+
+def test_cuda_refused_without_gpu(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA; the refusal only applies without it")
+    with pytest.raises(UserError, match="CUDA is not available"):
+        score_model(tiny_bert(), device="cuda", progress=False)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu():
+    m = tiny_bert(seed=7)
+    a = score_model(m, per_head=True, progress=False)
+    b = score_model(m, per_head=True, progress=False, device="cuda")
+    np.testing.assert_allclose(a.symmetry, b.symmetry, rtol=1e-10)
+    np.testing.assert_allclose(a.directionality, b.directionality, rtol=1e-9, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------------- score-checkpoints
+
+RUN_META = dict(size="tiny", dataset="toy", objective="decoder", init="standard", seed=3)
+
+
+def fake_run(tmp_path, steps=(100, 0, 20)):
+    run = tmp_path / "tiny-toy-decoder-standard-s3"
+    models = {}
+    for i, step in enumerate(steps):
+        m = tiny_bert(seed=10 + i, cls=BertForMaskedLM, is_decoder=True)
+        m.save_pretrained(run / "checkpoints" / f"step-{step:07d}")
+        models[step] = m
+    # a snapshot still being written (temporary name) is not a snapshot
+    (run / "checkpoints" / "step-0000200.tmp").mkdir()
+    (run / "run.yaml").write_text(yaml.safe_dump(dict(RUN_META, lr=1e-3, steps=100)))
+    return run, models
+
+
+def test_score_checkpoints_cli(tmp_path, capsys):
+    run, models = fake_run(tmp_path)
+    out = tmp_path / "training_scores.parquet"
+    code, _, err = run_cli(["score-checkpoints", run, "--out", out, "--per-head"], capsys)
+    assert code == 0, err
+    df = pd.read_parquet(out)
+    assert list(df.columns) == TRAINING_COLUMNS
+    assert df.step.tolist() == sorted(df.step.tolist()) and sorted(set(df.step)) == [0, 20, 100]
+    assert len(df) == 3 * N_LAYERS * (1 + N_HEADS)
+    assert set(df.run) == {run.name} and set(df.model) == {run.name}
+    for k, v in RUN_META.items():
+        assert set(df[k]) == {v}, k
+    # a BERT trained with is_decoder=True is a decoder
+    assert set(df.component) == {"decoder"} and set(df.architecture) == {"decoder-only"}
+    for step, m in models.items():
+        for layer, (M, heads) in enumerate(reference(m)):
+            rows = df[(df.step == step) & (df.layer == layer)]
+            for head, mat in zip(["all", "0", "1", "2", "3"], [M] + heads):
+                s, d = np_scores(mat)
+                row = rows[rows["head"] == head].iloc[0]
+                assert (row.symmetry, row.directionality) == (pytest.approx(s, abs=1e-12), pytest.approx(d, abs=1e-12))
+
+
+def test_score_checkpoints_bad_runs(tmp_path, capsys):
+    run, _ = fake_run(tmp_path, steps=(0,))
+    (run / "run.yaml").write_text(yaml.safe_dump({"size": "tiny", "dataset": "toy"}))
+    out = tmp_path / "t.csv"
+    code, _, err = run_cli(["score-checkpoints", run, "--out", out, "--quiet"], capsys)
+    assert code == 2 and err.startswith("error: ") and "run.yaml: missing key(s) objective, init, seed" in err
+    assert err.count("\n") == 1 and not out.exists()
+    empty = tmp_path / "empty-run"
+    (empty / "checkpoints").mkdir(parents=True)
+    (empty / "run.yaml").write_text(yaml.safe_dump(RUN_META))
+    code, _, err = run_cli(["score-checkpoints", empty, "--out", out], capsys)
+    assert code == 2 and "no step-XXXXXXX snapshot folders" in err and not out.exists()
