@@ -1,0 +1,24 @@
+# The workflow: corpus -> training runs -> scores -> tidy tables -> one papermill notebook per figure/table.
+# Everything configurable lives in config/ (validated against config/schema.yaml); helpers in rules/common.smk.
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "config/schema.yaml")
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/train.smk"
+include: "rules/score.smk"
+include: "rules/figures.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        all_targets(),

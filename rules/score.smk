@@ -1,0 +1,140 @@
+# Scores: pretrained models, every snapshot of every run, the W_qk updates of the update group's runs;
+# then the tidy tables of the data contracts (attention-geometry concat-tables).
+
+
+rule score_pretrained:
+    input:
+        lambda w: PRETRAINED[w.model]["inputs"],
+    output:
+        res("pretrained", "{model}.csv"),
+    params:
+        source=lambda w: PRETRAINED[w.model]["source"],
+        args=lambda w: " ".join(shlex_quote(a) for a in PRETRAINED[w.model]["args"]),
+    threads: config["scoring"]["threads"]
+    resources:
+        mem_mb=config["scoring"]["mem_mb"],
+        runtime=config["scoring"]["runtime"],
+    log:
+        res("logs", "score_pretrained", "{model}.log"),
+    benchmark:
+        res("benchmarks", "score_pretrained", "{model}.tsv")
+    conda:
+        "../envs/score.yaml"
+    shell:
+        "attention-geometry score {params.source:q} --out {output} {params.args} > {log} 2>&1"
+
+
+rule list_pretrained_models:
+    output:
+        res("tables", "pretrained_models.csv"),
+    params:
+        models=[
+            {k: PRETRAINED[key][k] for k in ("name", "source", "revision", "pinned")} | {"key": key}
+            for key in PRETRAINED
+        ],
+    log:
+        res("logs", "list_pretrained_models.log"),
+    run:
+        write_csv(output[0], params.models, ["key", "name", "source", "revision", "pinned"], log[0])
+
+
+rule score_checkpoints:
+    input:
+        done=train_done("{run}"),
+    output:
+        res("runs", "{run}", "scores.csv"),
+    params:
+        run_dir=lambda w, input: os.path.dirname(input.done),
+    threads: config["scoring"]["threads"]
+    resources:
+        mem_mb=config["scoring"]["mem_mb"],
+        runtime=config["scoring"]["runtime"],
+    log:
+        res("logs", "score_checkpoints", "{run}.log"),
+    benchmark:
+        res("benchmarks", "score_checkpoints", "{run}.tsv")
+    conda:
+        "../envs/score.yaml"
+    shell:
+        "attention-geometry score-checkpoints {params.run_dir} --out {output} > {log} 2>&1"
+
+
+rule score_updates:
+    input:
+        done=train_done("{run}"),
+        corpus=lambda w: corpus_dir(RUNS[w.run]["spec"]["corpus"]),
+    output:
+        res("runs", "{run}", "update_scores.csv"),
+    params:
+        run_dir=lambda w, input: os.path.dirname(input.done),
+        steps=" ".join(str(s) for s in config["updates"]["steps"]),
+        batches=config["updates"]["batches"],
+    threads: config["scoring"]["threads"]
+    resources:
+        mem_mb=config["scoring"]["mem_mb"],
+        runtime=config["scoring"]["runtime"],
+    log:
+        res("logs", "score_updates", "{run}.log"),
+    benchmark:
+        res("benchmarks", "score_updates", "{run}.tsv")
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "attention-geometry score-updates {params.run_dir} --corpus {input.corpus} --out {output}"
+        " --steps {params.steps} --batches {params.batches} > {log} 2>&1"
+
+
+rule concat_pretrained_scores:
+    input:
+        expand(res("pretrained", "{model}.csv"), model=list(PRETRAINED)),
+    output:
+        TABLES["pretrained_scores"],
+    log:
+        res("logs", "tables", "pretrained_scores.log"),
+    conda:
+        "../envs/score.yaml"
+    shell:
+        "attention-geometry concat-tables {input} --kind pretrained_scores --out {output} > {log} 2>&1"
+
+
+rule concat_training_scores:
+    input:
+        expand(res("runs", "{run}", "scores.csv"), run=list(RUNS)),
+    output:
+        TABLES["training_scores"],
+    log:
+        res("logs", "tables", "training_scores.log"),
+    conda:
+        "../envs/score.yaml"
+    shell:
+        "attention-geometry concat-tables {input} --kind training_scores --out {output} > {log} 2>&1"
+
+
+# loss.csv grows while a run trains (and must survive a kill for resume), so it is not a declared output;
+# the train.done markers are the inputs and the finished logs are read next to them.
+rule concat_training_loss:
+    input:
+        [train_done(run) for run in RUNS],
+    output:
+        TABLES["training_loss"],
+    params:
+        files=lambda w, input: [os.path.join(os.path.dirname(d), "loss.csv") for d in input],
+    log:
+        res("logs", "tables", "training_loss.log"),
+    conda:
+        "../envs/score.yaml"
+    shell:
+        "attention-geometry concat-tables {params.files:q} --kind training_loss --out {output} > {log} 2>&1"
+
+
+rule concat_update_scores:
+    input:
+        expand(res("runs", "{run}", "update_scores.csv"), run=UPDATE_RUNS),
+    output:
+        TABLES["update_scores"],
+    log:
+        res("logs", "tables", "update_scores.log"),
+    conda:
+        "../envs/score.yaml"
+    shell:
+        "attention-geometry concat-tables {input} --kind update_scores --out {output} > {log} 2>&1"

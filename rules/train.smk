@@ -1,0 +1,47 @@
+# Training runs: config -> RUN.yaml -> results/runs/{run}/ (attention-geometry train).
+#
+# Resume: the only declared output is the `train.done` marker, touched after the trainer exits 0. The
+# trainer's checkpoints/, loss.csv and state/ are not outputs, so Snakemake never deletes them: a killed
+# workflow started again with the same command re-runs this job, and the trainer resumes from its newest
+# complete state (or does nothing when the run already finished).
+
+
+rule write_run_config:
+    input:
+        corpus=lambda w: corpus_dir(RUNS[w.run]["spec"]["corpus"]),
+    output:
+        res("configs", "runs", "{run}.yaml"),
+    params:
+        run=lambda w: run_config(w.run),
+    log:
+        res("logs", "configs", "run-{run}.log"),
+    run:
+        write_yaml(output[0], {"corpus": input.corpus, **params.run}, log[0])
+
+
+rule train_model:
+    input:
+        config=res("configs", "runs", "{run}.yaml"),
+        corpus=lambda w: corpus_dir(RUNS[w.run]["spec"]["corpus"]),
+    output:
+        done=touch(res("runs", "{run}", "train.done")),
+    params:
+        out=lambda w, output: os.path.dirname(output.done),
+        final=lambda w: final_snapshot(w.run),
+        device=config["training"]["device"],
+    threads: config["training"]["threads"]
+    resources:
+        gpu=config["training"]["gpus"],
+        mem_mb=config["training"]["mem_mb"],
+        runtime=config["training"]["runtime"],
+    log:
+        res("logs", "train", "{run}.log"),
+    benchmark:
+        res("benchmarks", "train", "{run}.tsv")
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "attention-geometry train --config {input.config} --out {params.out} --threads {threads}"
+        " --device {params.device} >> {log} 2>&1;"
+        " test -d {params.final:q} || {{ echo 'error: training of {wildcards.run} ended without its final"
+        " snapshot {params.final}' >> {log}; exit 1; }}"
