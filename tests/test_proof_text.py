@@ -11,7 +11,7 @@ worked out here, independently of extract.py's head and layout logic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pytest
@@ -44,7 +44,6 @@ class Case:
     rotary: bool = False  # pass position_ids = 0 so that rotary embeddings are the identity
     prepare: Callable[[torch.nn.Module], None] | None = None
     raw_layout: str | None = None  # fused layouts: "per_head" | "contiguous" | "conv1d", for the wrong reading
-    extra: dict = field(default_factory=dict)
 
 
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
@@ -265,14 +264,15 @@ def test_wrong_readings_are_exercised():
 # ------------------------------------------------------------------------- what the proof switches off
 
 
-@pytest.mark.parametrize("model_type,make,prepare", [
+@pytest.mark.parametrize("model_type,make", [
     ("deberta-v2", lambda: tf.DebertaV2Config(**SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"],
-                                              max_relative_positions=8, **EAGER), None),
+                                              max_relative_positions=8, **EAGER)),
     ("deberta", lambda: tf.DebertaConfig(**SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"],
-                                         max_relative_positions=8, **EAGER), None),
-    ("gemma3_text", BY_TYPE["gemma3_text"].make, "keep norms"),
+                                         max_relative_positions=8, **EAGER)),
+    ("gemma3_text", BY_TYPE["gemma3_text"].make),  # q_norm / k_norm left in place
+    ("phi", lambda: tf.PhiConfig(**GQA, qk_layernorm=True, **EAGER)),
 ])
-def test_switched_off_terms_do_enter_the_logits(model_type, make, prepare):
+def test_switched_off_terms_do_enter_the_logits(model_type, make):
     """What docs/architectures/text.md lists beyond x^T W_qk x is real: left on, the bilinear check fails."""
     base = BY_TYPE[model_type]
     case = Case(model_type, make, base.attention, base.model_cls, base.causal, base.rotary)
