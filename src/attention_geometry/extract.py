@@ -81,7 +81,7 @@ class Family:
     architecture: str  # encoder-only | decoder-only | encoder-decoder
     modality: str  # text | vision | audio
     stacks: tuple[Stack, ...]
-    note: str = ""  # what the logits hold beyond x^T W_qk x (docs/architectures.md), if anything
+    note: str = ""  # what the logits hold beyond x^T W_qk x (docs/architectures/), if anything
 
 
 @dataclass
