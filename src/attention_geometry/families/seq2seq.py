@@ -44,15 +44,14 @@ def t5_stacks(sub_config: str | None = None, prefix: str = "", decoder: bool = T
 
 
 def bart_stacks(attn: str = "self_attn", d_model: str = "d_model", encoder_attn: str | None = None,
-                prefix: str = "") -> tuple[Stack, ...]:
-    """BART-style stacks: `{encoder,decoder}.layers.{i}.<attn>.{q,k}_proj`, sized by encoder_/decoder_ config
-    fields (BART, mBART, Whisper, Speech2Text, SpeechT5, DETR)."""
+                encoder: str = "encoder.layers", decoder: str = "decoder.layers") -> tuple[Stack, ...]:
+    """BART-style stacks: `<encoder>.{i}.<attn>.{q,k}_proj` and `<decoder>.{i}.<attn>.{q,k}_proj`, sized by the
+    encoder_* / decoder_* config fields (BART, mBART, Whisper, Speech2Text, SpeechT5, DETR)."""
+    ea = encoder_attn or attn
     return (
-        Stack("encoder", prefix + "encoder.layers.{i}." + (encoder_attn or attn) + ".q_proj.weight",
-              prefix + "encoder.layers.{i}." + (encoder_attn or attn) + ".k_proj.weight",
+        Stack("encoder", f"{encoder}.{{i}}.{ea}.q_proj.weight", f"{encoder}.{{i}}.{ea}.k_proj.weight",
               n_layers="encoder_layers", n_heads="encoder_attention_heads", d_model=d_model),
-        Stack("decoder", prefix + "decoder.layers.{i}." + attn + ".q_proj.weight",
-              prefix + "decoder.layers.{i}." + attn + ".k_proj.weight",
+        Stack("decoder", f"{decoder}.{{i}}.{attn}.q_proj.weight", f"{decoder}.{{i}}.{attn}.k_proj.weight",
               n_layers="decoder_layers", n_heads="decoder_attention_heads", d_model=d_model),
     )
 
