@@ -49,6 +49,9 @@ def prove_stacks(model_type: str, model: torch.nn.Module, config, observed: dict
     must pass the bilinear check; the transposed matrix must fail it (the check can tell M from M^T)."""
     sd = checkpoint_state_dict(model) if state_dict is None else state_dict
     layers = list(iter_layer_qk(get_family(model_type), config, sd.keys(), sd.__getitem__))
+    # the same extraction from the plain config.json mapping (how a checkpoint directory is read)
+    from_json = list(iter_layer_qk(get_family(model_type), config.to_dict(), sd.keys(), sd.__getitem__))
+    assert [(L.component, L.layer, L.keys) for L in from_json] == [(L.component, L.layer, L.keys) for L in layers]
     got: dict[str, list] = {}
     for L in layers:
         got.setdefault(L.component, []).append(L)

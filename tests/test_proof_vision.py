@@ -142,3 +142,27 @@ def test_vision_proof(model_type):
         xs_comp = [x_of[id(a)] + pos_embeddings[id(a)][0] if id(a) in pos_embeddings else x_of[id(a)] for a in mods]
         observed[comp] = (xs_comp, probs_of(out))
     prove_stacks(model_type, m, cfg, observed)
+
+
+def test_templates_name_checkpoint_tensors(tmp_path):
+    """Templates are written for the names a checkpoint has on disk (save_pretrained reverts transformers'
+    in-memory renamings, hub files carry them too); ViT's in-memory names differ and must not match."""
+    from safetensors import safe_open
+    from transformers import ViTConfig, ViTModel
+
+    from attention_geometry.extract import ExtractionError, get_family, iter_layer_qk
+
+    torch.manual_seed(0)
+    cfg = ViTConfig(**VIT)
+    m = ViTModel(cfg)
+    m.save_pretrained(tmp_path)
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        layers = list(iter_layer_qk(get_family("vit"), cfg, list(f.keys()), f.get_tensor))
+    attn = [layer.attention for layer in vit_layers(m)]
+    assert len(layers) == len(attn) == 2
+    for L, a in zip(layers, attn):
+        assert torch.equal(L.wq.reshape(-1, 32), a.q_proj.weight.detach())
+        assert torch.equal(L.wk.reshape(-1, 32), a.k_proj.weight.detach())
+    sd = m.state_dict()
+    with pytest.raises(ExtractionError, match="no tensor named"):
+        list(iter_layer_qk(get_family("vit"), cfg, sd.keys(), sd.__getitem__))
