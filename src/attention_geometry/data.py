@@ -632,9 +632,12 @@ def learn_wordpiece_vocab(
         changed: set[tuple[int, int]] = set()
         for wi in where.pop((x, y), ()):
             syms, cw = words[wi], counts[wi]
+            # only pairs next to x, y or z change: take out the old ones with x or y, put back the new ones
+            # with x, y or z (the pairs without them are the same before and after)
             for p in zip(syms, syms[1:]):
-                pair_counts[p] -= cw
-                changed.add(p)
+                if x in p or y in p:
+                    pair_counts[p] -= cw
+                    changed.add(p)
             merged, i = [], 0
             while i < len(syms):
                 if i + 1 < len(syms) and syms[i] == x and syms[i + 1] == y:
@@ -645,9 +648,13 @@ def learn_wordpiece_vocab(
                     i += 1
             words[wi] = merged
             for p in zip(merged, merged[1:]):
-                pair_counts[p] = pair_counts.get(p, 0) + cw
-                where.setdefault(p, set()).add(wi)
-                changed.add(p)
+                if z in p:
+                    pair_counts[p] = pair_counts.get(p, 0) + cw
+                    where.setdefault(p, set()).add(wi)
+                    changed.add(p)
+                elif x in p or y in p:
+                    pair_counts[p] += cw
+                    changed.add(p)
         for p in changed:
             cp = pair_counts.get(p, 0)
             if cp > 0:
