@@ -80,7 +80,7 @@ def _git():
     cfg = GitConfig(vision_config=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
                                        image_size=32, patch_size=16),
                     vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                    max_position_embeddings=32, attn_implementation="eager")
+                    max_position_embeddings=32, bos_token_id=1, eos_token_id=2, attn_implementation="eager")
     m = GitModel(cfg).double().eval()
     attn = [layer.attention.self for layer in m.encoder.layer]
     return cfg, m, {"encoder": (attn, lambda out: out.attentions)}, lambda: m(
