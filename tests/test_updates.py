@@ -235,6 +235,21 @@ def test_too_few_blocks_is_a_user_error():
         U.MaskingConfig(mlm_probability=1.5)
 
 
+def test_masking_comes_from_the_run():
+    run = {"hyper": {"mlm_probability": 0.3, "mask_token_fraction": 0.5, "random_token_fraction": 0.25}}
+    assert U.MaskingConfig.from_run(run) == U.MaskingConfig(0.3, 0.5, 0.25)
+    assert U.MaskingConfig.from_run({}) == U.MaskingConfig(0.15, 0.8, 0.1)
+    heldout = np.random.default_rng(4).integers(1, VOCAB, size=(200, 32))  # [UNK] (1) is maskable, as in training
+    (batch,) = U.make_batches(corpus_obj(heldout), "encoder",
+                              U.UpdateConfig(batches=1, batch_size=200, masking=U.MaskingConfig.from_run(run)))
+    chosen = batch["labels"] != -100
+    maskable = ~torch.isin(torch.from_numpy(heldout), torch.tensor([2, 3, 4]))
+    assert not bool((chosen & ~maskable).any())
+    assert abs(int(chosen.sum()) / int(maskable.sum()) - 0.3) < 0.02
+    assert bool(chosen[torch.from_numpy(heldout) == SPECIAL["unk"]].any())
+    assert abs(int((batch["input_ids"][chosen] == SPECIAL["mask"]).sum()) / int(chosen.sum()) - 0.5) < 0.03
+
+
 # ------------------------------------------------------------------------------ applied updates and CLI
 
 
@@ -333,7 +348,7 @@ def test_notebook_runs_and_is_byte_stable(tmp_path):
     nb_path = ROOT / "notebooks" / "fig_theory_updates.ipynb"
     first = {"pdf": str(tmp_path / "a.pdf"), "png": str(tmp_path / "a.png")}
     papermill.execute_notebook(str(nb_path), str(tmp_path / "executed.ipynb"), kernel_name="python3",
-                               parameters={"inputs": {"updates": str(csv)}, "outputs": first}, progress_bar=False)
+                               parameters={"inputs": {"updates": str(csv)}, "outputs": first, "params": {}}, progress_bar=False)
     # a rerun (here: the same cells in this process) writes the same bytes
     import nbformat
 
@@ -346,7 +361,7 @@ def test_notebook_runs_and_is_byte_stable(tmp_path):
         if cell.cell_type == "code":
             exec(cell.source, scope)
             if "parameters" in cell.metadata.get("tags", []):
-                scope.update(inputs={"updates": str(csv)}, outputs=second)
+                scope.update(inputs={"updates": str(csv)}, outputs=second, params={})
     for fmt, magic in (("pdf", b"%PDF"), ("png", b"\x89PNG")):
         data = Path(first[fmt]).read_bytes()
         assert data.startswith(magic)

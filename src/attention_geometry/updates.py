@@ -13,8 +13,8 @@ them so that torch.autograd.grad returns dL/da. Rows are the query side, columns
 docs/contracts.md, so G is scored with the same functions as the weights (attention_geometry.scores).
 
 Held-out batches follow the run's own objective: masked LM (a seeded mask: `mlm_probability` of the
-non-special tokens; of those, `mask_replace_prob` become [MASK], `random_replace_prob` a uniformly drawn
-token, the rest stay; loss only at the chosen positions) or causal LM (next-token loss). The same blocks and
+tokens other than [CLS], [SEP], [PAD], [MASK]; of those, `mask_token_fraction` become [MASK],
+`random_token_fraction` a uniformly drawn token, the rest stay; loss only at the chosen positions) or causal LM (next-token loss). The same blocks and
 the same mask serve every snapshot of a run, so gradients at different steps see the same data.
 
 The applied update at snapshot step s is M(s') - M(s), s' the next snapshot of the run, per layer.
@@ -67,6 +67,8 @@ ROW_COLUMNS = ("run", "size", "dataset", "objective", "init", "seed", "step", "l
 RUN_KEYS = ("run", "size", "dataset", "objective", "init", "seed")
 OBJECTIVES = ("encoder", "decoder")  # encoder: masked LM (BertForMaskedLM); decoder: causal LM (is_decoder=True)
 SPECIAL_KEYS = ("pad", "unk", "cls", "sep", "mask")
+NEVER_MASKED = ("cls", "sep", "pad", "mask")  # as in training: [UNK] can be selected
+MASKING_KEYS = ("mlm_probability", "mask_token_fraction", "random_token_fraction")
 SNAPSHOT = re.compile(r"^step-(\d{7})$")
 IGNORE_INDEX = -100  # label of positions without loss (transformers' convention)
 _ATTN_NAME = "attention_geometry_logits"
@@ -77,29 +79,39 @@ _ATTN_NAME = "attention_geometry_logits"
 
 @dataclass(frozen=True)
 class MaskingConfig:
-    """Masked-LM corruption of the held-out batches (the training objective's, BERT's 15 % / 80-10-10)."""
+    """Masked-LM corruption of the held-out batches: the training objective's (BERT's 15 % / 80-10-10;
+    the names and meaning of attention_geometry.training's Hyper fields)."""
 
     mlm_probability: float = 0.15
-    mask_replace_prob: float = 0.8
-    random_replace_prob: float = 0.1
+    mask_token_fraction: float = 0.8  # of the selected positions: [MASK]
+    random_token_fraction: float = 0.1  # of the selected positions: a uniform random token (rest unchanged)
 
     def __post_init__(self) -> None:
-        for name in ("mlm_probability", "mask_replace_prob", "random_replace_prob"):
+        for name in MASKING_KEYS:
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise UserError(f"masking: {name} = {v} is not in [0, 1]")
         if self.mlm_probability == 0.0:
             raise UserError("masking: mlm_probability = 0 leaves no position with a loss")
-        if self.mask_replace_prob + self.random_replace_prob > 1.0:
+        if self.mask_token_fraction + self.random_token_fraction > 1.0:
             raise UserError(
-                f"masking: mask_replace_prob + random_replace_prob = "
-                f"{self.mask_replace_prob + self.random_replace_prob} exceeds 1"
+                f"masking: mask_token_fraction + random_token_fraction = "
+                f"{self.mask_token_fraction + self.random_token_fraction} exceeds 1"
             )
 
     @classmethod
     def from_run(cls, run: Mapping[str, Any]) -> "MaskingConfig":
-        """The run's own masking where run.yaml states it (same key names, top level), else the defaults."""
-        kw = {k: float(run[k]) for k in ("mlm_probability", "mask_replace_prob", "random_replace_prob") if run.get(k) is not None}
+        """The run's own masking as run.yaml states it (under `hyper`, as training writes it, or at top
+        level), else the defaults."""
+        hyper = run.get("hyper") if isinstance(run.get("hyper"), Mapping) else {}
+        kw = {}
+        for k in MASKING_KEYS:
+            v = hyper.get(k, run.get(k))
+            if v is not None:
+                try:
+                    kw[k] = float(v)
+                except (TypeError, ValueError):
+                    raise UserError(f"run.yaml: {k} = {v!r} is not a number") from None
         return cls(**kw)
 
 
@@ -211,8 +223,10 @@ def mask_tokens(
     masking: MaskingConfig,
     generator: torch.Generator,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(corrupted ids, labels) for masked LM: labels are the original ids at the chosen positions, else -100.
-    Special tokens are never chosen. Draws from `generator` only, so a seed gives one mask."""
+    """(corrupted ids, labels) for masked LM: each position not in `special_ids` is chosen with probability
+    mlm_probability; a chosen one becomes [MASK] with probability mask_token_fraction, a uniform random id in
+    [0, vocab_size) with probability random_token_fraction, else stays. Labels: the original ids at the chosen
+    positions, -100 elsewhere. Draws from `generator` only, so a seed gives one mask."""
     ids = input_ids.clone()
     labels = input_ids.clone()
     prob = torch.full(ids.shape, masking.mlm_probability, dtype=torch.float64)
@@ -220,11 +234,10 @@ def mask_tokens(
     prob.masked_fill_(special, 0.0)
     chosen = torch.bernoulli(prob, generator=generator).bool()
     labels[~chosen] = IGNORE_INDEX
-    to_mask = torch.bernoulli(torch.full(ids.shape, masking.mask_replace_prob, dtype=torch.float64), generator=generator).bool() & chosen
+    w = torch.rand(ids.shape, generator=generator, dtype=torch.float64)
+    to_mask = chosen & (w < masking.mask_token_fraction)
+    to_random = chosen & (w >= masking.mask_token_fraction) & (w < masking.mask_token_fraction + masking.random_token_fraction)
     ids[to_mask] = mask_id
-    rest = 1.0 - masking.mask_replace_prob
-    p_random = masking.random_replace_prob / rest if rest > 0 else 0.0
-    to_random = torch.bernoulli(torch.full(ids.shape, p_random, dtype=torch.float64), generator=generator).bool() & chosen & ~to_mask
     random_ids = torch.randint(vocab_size, ids.shape, generator=generator, dtype=ids.dtype)
     ids[to_random] = random_ids[to_random]
     return ids, labels
@@ -254,7 +267,7 @@ def make_batches(corpus: Corpus, objective: str, config: UpdateConfig) -> list[d
         if objective == "encoder":
             inputs, labels = mask_tokens(
                 ids,
-                special_ids=[st[k] for k in SPECIAL_KEYS],
+                special_ids=[st[k] for k in NEVER_MASKED],
                 mask_id=st["mask"],
                 vocab_size=corpus.vocab_size,
                 masking=config.masking,
@@ -555,7 +568,7 @@ def run_score_updates(args: argparse.Namespace) -> int:
     run = read_run(args.run_dir)
     masking = MaskingConfig.from_run(run)
     if args.mlm_probability is not None:
-        masking = MaskingConfig(args.mlm_probability, masking.mask_replace_prob, masking.random_replace_prob)
+        masking = MaskingConfig(args.mlm_probability, masking.mask_token_fraction, masking.random_token_fraction)
     config = UpdateConfig(args.batches, args.batch_size, args.seed, args.num_std, masking)
     try:
         device = torch.device(args.device)
