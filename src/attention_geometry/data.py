@@ -531,8 +531,8 @@ class _Documents:
         h = hashlib.sha256()
         offsets = [0]
         total = 0
-        with open(self.path, "wb") as f:
-            for text in tqdm(texts, desc="reading documents", unit="doc", mininterval=1.0):
+        with open(self.path, "wb") as f, tqdm(desc="reading documents", unit="doc", mininterval=1.0) as bar:
+            for text in texts:
                 doc = _clean(text)
                 if not doc:
                     continue
@@ -543,6 +543,7 @@ class _Documents:
                 h.update(b + b"\0")
                 total += len(b)
                 offsets.append(total)
+                bar.update(1)
                 if cfg.max_documents is not None and len(offsets) - 1 >= cfg.max_documents:
                     break
         self.offsets = np.asarray(offsets, dtype=np.int64)
