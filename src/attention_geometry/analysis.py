@@ -586,3 +586,108 @@ def latex_table(df: pd.DataFrame, float_digits: int = 3) -> str:
     sty = df.style.hide(axis="index").format(precision=float_digits, na_rep="", escape="latex")
     sty = sty.format_index(escape="latex", axis=1)
     return sty.to_latex(hrules=True)
+
+
+# ------------------------------------------------------------------------------------ notebook I/O
+def require_keys(mapping: dict, keys: Iterable[str], where: str) -> None:
+    """Raise a UserError naming the keys missing from a notebook's `params` / `inputs` / `outputs`."""
+    missing = [k for k in keys if k not in mapping or mapping[k] in (None, "")]
+    if missing:
+        raise UserError(f"{where}: missing {', '.join(missing)} (have: {', '.join(sorted(map(str, mapping)))})")
+
+
+def read_table(path: str, what: str, columns: Iterable[str] = ()) -> pd.DataFrame:
+    """A CSV table, with one clear error when it is missing, empty or lacks `columns`."""
+    import os
+
+    if not path or not os.path.isfile(path):
+        raise UserError(f"{what}: no such file {path!r}")
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise UserError(f"{what}: {path} is empty") from None
+    if df.empty:
+        raise UserError(f"{what}: {path} has no rows")
+    require_columns(df, columns, f"{what} ({path})")
+    return df
+
+
+def write_tables(df: pd.DataFrame, csv: str | None = None, tex: str | None = None, md: str | None = None,
+                 shown: pd.DataFrame | None = None, title: str = "") -> None:
+    """Write `df` as CSV (full precision) and `shown` (default `df`) as LaTeX and Markdown."""
+    import os
+
+    shown = df if shown is None else shown
+    for path in (csv, tex, md):
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if csv:
+        df.to_csv(csv, index=False, lineterminator="\n")
+    if tex:
+        with open(tex, "w") as fh:
+            fh.write(latex_table(shown))
+    if md:
+        with open(md, "w") as fh:
+            fh.write((f"{title}\n\n" if title else "") + markdown_table(shown) + "\n")
+
+
+def as_list(value) -> list:
+    """A run name or a list of run names as a list."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def fmt_median_iqr(median: float, q1: float, q3: float, digits: int = 3) -> str:
+    return f"{median:.{digits}f} [{q1:.{digits}f}, {q3:.{digits}f}]"
+
+
+# --------------------------------------------------------------------------------- the claims table
+# Inits that tie W_q := W_k at step 0 (attention_geometry.training), and the one that matches the paper's
+# "symmetric" (its released code: fresh nn.Linear q, k, v, then W_q := W_k; resources/paper/README.md).
+TIED_INITS = ("symmetric", "symmetric-fresh")
+PAPER_SYMMETRIC_INIT = "symmetric-fresh"
+
+
+def _untested(claim: str, reason: str) -> dict:
+    return {"claim": claim, "paper": "", "ours": f"not tested: {reason}", "test": "", "estimate": math.nan,
+            "low": math.nan, "high": math.nan, "n": 0, "holds": "not tested"}
+
+
+def reproduction_claims(*, pretrained: pd.DataFrame, training: pd.DataFrame, loss: pd.DataFrame,
+                        updates: pd.DataFrame, paper_pretrained: pd.DataFrame | None,
+                        paper_training: pd.DataFrame | None, paper_table1: pd.DataFrame | None,
+                        caveats: pd.DataFrame | None, encoder_runs: Sequence[str], decoder_runs: Sequence[str],
+                        baseline_init: str = "standard", level: float = 0.95) -> pd.DataFrame:
+    """Every claim of the report as one row (CLAIM_COLUMNS; `holds` = "holds" | "does not hold" |
+    "not tested"). A claim whose data are missing is listed as "not tested" with the reason, never dropped."""
+    rows: list[dict] = []
+
+    def attempt(name: str, fn) -> None:
+        try:
+            out = fn()
+        except UserError as exc:
+            rows.append(_untested(name, str(exc)))
+            return
+        rows.extend(out if isinstance(out, list) else [out])
+
+    tied_decoders = []
+    if {"objective", "init", "run"} <= set(training.columns):
+        t = training[(training["objective"] == "decoder") & training["init"].isin(TIED_INITS)]
+        tied_decoders = sorted(t["run"].unique())
+    sym = PAPER_SYMMETRIC_INIT
+    attempt("encoder symmetry above decoder (trained from scratch, standard init)",
+            lambda: claim_encoder_above_decoder(training, encoder_runs, decoder_runs, paper_training, level))
+    attempt("decoder directionality is negative (column dominance)",
+            lambda: claim_decoder_column_dominance(training, decoder_runs, paper_training, level))
+    attempt(f"{sym} init lowers the final held-out loss / speeds up training (encoder)",
+            lambda: claim_symmetric_init(loss, "encoder", sym, baseline_init, paper_table1, level))
+    attempt("decoders lose a symmetric initialization",
+            lambda: claim_decoder_loses_symmetry(training, tied_decoders, level))
+    attempt("pretrained encoders are more symmetric than decoders",
+            lambda: claim_pretrained_encoders_above(pretrained, paper_pretrained, caveats, level))
+    for kind in ("gradient", "applied"):
+        attempt(f"update claims ({kind})", lambda kind=kind: claim_updates(updates, level, kind))
+    out = pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+    out["holds"] = [h if isinstance(h, str) else ("holds" if h else "does not hold") for h in out["holds"]]
+    return out
