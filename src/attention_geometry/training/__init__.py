@@ -9,11 +9,21 @@ from __future__ import annotations
 
 from .config import RunConfig, load_run_config, read_corpus, resolve_run, run_config_from_dict
 from .loop import LOSS_COLUMNS, lr_at, mask_tokens, train
-from .models import INITS, OBJECTIVES, SIZES, Hyper, apply_init, build_model, lm_loss, symmetry_penalty
+from .models import (
+    INITS,
+    OBJECTIVES,
+    SIZES,
+    Hyper,
+    apply_init,
+    build_model,
+    lm_loss,
+    resolve_hyper,
+    symmetry_penalty,
+)
 
 __all__ = [
     "build_model", "apply_init", "lm_loss", "symmetry_penalty", "train", "lr_at", "mask_tokens",
-    "RunConfig", "Hyper", "load_run_config", "run_config_from_dict", "read_corpus", "resolve_run",
+    "RunConfig", "Hyper", "resolve_hyper", "load_run_config", "run_config_from_dict", "read_corpus", "resolve_run",
     "SIZES", "OBJECTIVES", "INITS", "LOSS_COLUMNS", "add_arguments_train", "run_train",
 ]
 

@@ -1,0 +1,257 @@
+"""End-to-end tests of `attention-geometry train` on tiny random corpora: run dir contents, determinism,
+bitwise resume after SIGKILL, 2-process DDP vs 1 process, and bad input rejected before training."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from attention_geometry.errors import UserError
+from attention_geometry.training import build_model, load_run_config, train
+
+torch.set_num_threads(1)
+
+TINY = {"num_layers": 2, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "batch_size": 8,
+        "warmup_steps": 5}
+SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
+
+
+def write_corpus(d: Path, n_train=64, n_heldout=16, block_len=16, vocab=50, seed=0) -> Path:
+    """A prepared-corpus dir in the prepare-corpus format, with random token ids."""
+    d.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for name, n in (("train", n_train), ("heldout", n_heldout)):
+        a = rng.integers(5, vocab, size=(n, block_len)).astype(np.int32)
+        if n:
+            a[:, 0], a[:, -1] = SPECIAL["cls"], SPECIAL["sep"]
+        np.save(d / f"{name}.npy", a)
+    (d / "manifest.json").write_text(json.dumps({
+        "dataset": "random", "name": "random", "block_len": block_len, "vocab_size": vocab,
+        "n_train_blocks": n_train, "n_heldout_blocks": n_heldout, "special_tokens": SPECIAL}))
+    return d
+
+
+def write_run(path: Path, corpus: Path, **kw) -> Path:
+    cfg = {"corpus": str(corpus), "size": "tiny", "objective": "encoder", "init": "standard", "seed": 0,
+           "max_steps": 12, "snapshot_every": 6, "eval_every": 4, "eval_blocks": 8, "state_every": 3,
+           "threads": 1, "overrides": dict(TINY)}
+    overrides = kw.pop("overrides", {})
+    for kind in ("snapshot", "eval"):
+        if f"{kind}_steps" in kw:
+            cfg.pop(f"{kind}_every")
+    cfg.update(kw)
+    cfg["overrides"].update(overrides)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _rows(out: Path) -> list[dict]:
+    with open(out / "loss.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _cli(*args, env=None, **kw):
+    return subprocess.run([sys.executable, "-m", "attention_geometry.cli", *args], capture_output=True,
+                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, **kw)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "c")
+
+
+# ----------------------------------------------------------------------------------------- contents
+
+
+@pytest.mark.parametrize("objective, init", [("encoder", "symmetric-fresh"), ("decoder", "symmetric")])
+def test_run_dir_contents(tmp_path, corpus, objective, init):
+    cfg = load_run_config(write_run(tmp_path / "run.yaml", corpus, objective=objective, init=init, seed=4))
+    out = tmp_path / "out"
+    s = train(cfg, out, progress=False)
+    assert s["status"] == "trained" and s["step"] == 12
+    resolved = yaml.safe_load((out / "run.yaml").read_text())
+    name = f"tiny-random-{objective}-{init}-s4"
+    assert resolved["run"] == name and resolved["dataset"] == "random"
+    assert resolved["hyper"]["hidden_size"] == 32 and resolved["hyper"]["lr"] == 1e-3
+    assert resolved["hyper"]["vocab_size"] == 50 and resolved["hyper"]["seq_len"] == 16
+    snaps = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert snaps == ["step-0000000", "step-0000006", "step-0000012"]
+    for snap in snaps:
+        assert {p.name for p in (out / "checkpoints" / snap).iterdir()} >= {"model.safetensors", "config.json",
+                                                                             "run.yaml"}
+    # step 0 is build_model's init, and a snapshot loads back as a stock transformers model
+    from transformers import AutoModelForMaskedLM, BertLMHeadModel
+
+    loader = AutoModelForMaskedLM if objective == "encoder" else BertLMHeadModel
+    m0 = loader.from_pretrained(out / "checkpoints" / "step-0000000")
+    ref = build_model("tiny", objective, init, 4, **{**TINY, "vocab_size": 50})
+    for k, v in ref.state_dict().items():
+        assert torch.equal(v, m0.state_dict()[k]), k
+    assert m0.config.is_decoder == (objective == "decoder")
+    sa = m0.bert.encoder.layer[0].attention.self
+    assert torch.equal(sa.query.weight, sa.key.weight)
+    m12 = loader.from_pretrained(out / "checkpoints" / "step-0000012")
+    assert not torch.equal(m12.bert.encoder.layer[0].attention.self.query.weight, sa.query.weight)
+    rows = _rows(out)
+    assert [int(r["step"]) for r in rows] == list(range(13))
+    assert list(rows[0]) == ["run", "size", "dataset", "objective", "init", "seed", "step", "train_loss",
+                             "eval_loss", "learning_rate"]
+    assert all(r["run"] == name and r["objective"] == objective and r["seed"] == "4" for r in rows)
+    assert [int(r["step"]) for r in rows if r["eval_loss"]] == [0, 4, 8, 12]
+    assert rows[0]["train_loss"] == "" and all(float(r["train_loss"]) > 0 for r in rows[1:])
+    # near log(vocab) at init, and learning_rate is the warmup schedule
+    assert abs(float(rows[0]["eval_loss"]) - np.log(50)) < 0.5
+    assert float(rows[1]["learning_rate"]) == pytest.approx(1e-3 / 5)
+    state = json.loads((out / "state" / "state.json").read_text())
+    assert state["step"] == 12
+    assert (out / "train.log").read_text().count("eval_loss") == 4
+    # the same command again does nothing
+    again = train(cfg, out, progress=False)
+    assert again["status"] == "finished"
+    assert _rows(out) == rows
+
+
+def test_log_every_rows_are_window_means(tmp_path, corpus):
+    out1, out5 = tmp_path / "o1", tmp_path / "o5"
+    train(load_run_config(write_run(tmp_path / "a.yaml", corpus, max_steps=10, eval_steps=[], snapshot_steps=[],
+                                    state_every=None)), out1, progress=False)
+    train(load_run_config(write_run(tmp_path / "b.yaml", corpus, max_steps=10, eval_steps=[], snapshot_steps=[],
+                                    state_every=None, log_every=5)), out5, progress=False)
+    r1 = {int(r["step"]): r for r in _rows(out1)}
+    r5 = _rows(out5)
+    assert [int(r["step"]) for r in r5] == [0, 5, 10]
+    for r in r5[1:]:
+        s = int(r["step"])
+        assert float(r["train_loss"]) == pytest.approx(np.mean([float(r1[t]["train_loss"]) for t in range(s - 4, s + 1)]))
+
+
+def test_regularizer_run_pulls_wqk_towards_symmetry(tmp_path, corpus):
+    from attention_geometry.scores import symmetry
+
+    def final_sym(out):
+        from safetensors.torch import load_file
+
+        sd = load_file(str(out / "checkpoints" / "step-0000012" / "model.safetensors"))
+        q = sd["bert.encoder.layer.0.attention.self.query.weight"]
+        k = sd["bert.encoder.layer.0.attention.self.key.weight"]
+        return float(symmetry(q.T @ k))
+
+    base = {"init": "standard", "eval_steps": [], "overrides": {"lr": 1e-2, "warmup_steps": 1}}
+    train(load_run_config(write_run(tmp_path / "a.yaml", corpus, **base)), tmp_path / "a", progress=False)
+    train(load_run_config(write_run(tmp_path / "b.yaml", corpus, regularizer={"lambda": 1.0}, **base)),
+          tmp_path / "b", progress=False)
+    assert final_sym(tmp_path / "b") > final_sym(tmp_path / "a") + 0.1
+
+
+# -------------------------------------------------------------------------------- determinism, resume
+
+
+def test_same_config_and_seed_give_identical_loss_log(tmp_path, corpus):
+    run = load_run_config(write_run(tmp_path / "run.yaml", corpus, objective="decoder", init="fresh"))
+    train(run, tmp_path / "a", progress=False)
+    train(run, tmp_path / "b", progress=False)
+    assert (tmp_path / "a" / "loss.csv").read_bytes() == (tmp_path / "b" / "loss.csv").read_bytes()
+    other = load_run_config(write_run(tmp_path / "r2.yaml", corpus, objective="decoder", init="fresh", seed=1))
+    train(other, tmp_path / "c", progress=False)
+    assert [r["train_loss"] for r in _rows(tmp_path / "a")] != [r["train_loss"] for r in _rows(tmp_path / "c")]
+
+
+def test_resume_after_sigkill_is_bitwise_equal(tmp_path, corpus):
+    overrides = {"num_layers": 1, "hidden_size": 16, "num_heads": 2, "intermediate_size": 32}
+    cfg = write_run(tmp_path / "run.yaml", corpus, max_steps=150, snapshot_every=50, eval_every=25,
+                    state_every=5, overrides=overrides)
+    ref = tmp_path / "ref"
+    train(load_run_config(cfg), ref, progress=False)
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "attention_geometry.cli", "train", "--config", str(cfg),
+                             "--out", str(out), "--no-progress"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 120
+    while not (out / "state" / "state.json").is_file():
+        assert proc.poll() is None and time.time() < deadline, "training ended before a state was written"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    killed_at = json.loads((out / "state" / "state.json").read_text())["step"]
+    assert killed_at < 150
+    # a half-written state or snapshot from the crash is never taken as complete
+    (out / ".tmp-state-999").mkdir()
+    (out / ".tmp-state-999" / "state.json").write_text('{"step": 145}')
+    # the same command again (in-process here, to save a second interpreter start-up)
+    assert train(load_run_config(cfg), out, progress=False)["status"] == "resumed"
+    assert f"resuming run tiny-random-encoder-standard-s0 from {out / 'state'} at step {killed_at}" in (
+        out / "train.log").read_text()
+    assert (out / "loss.csv").read_bytes() == (ref / "loss.csv").read_bytes()
+    for snap in ("step-0000000", "step-0000050", "step-0000150"):
+        a = (out / "checkpoints" / snap / "model.safetensors").read_bytes()
+        assert a == (ref / "checkpoints" / snap / "model.safetensors").read_bytes(), snap
+    assert (out / "state" / "training.pt").is_file()
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "step-0000000", "step-0000050", "step-0000100", "step-0000150"]
+
+
+# --------------------------------------------------------------------------------------------- DDP
+
+
+def test_two_process_ddp_matches_one_process(tmp_path, corpus):
+    cfg = write_run(tmp_path / "run.yaml", corpus, max_steps=8, snapshot_steps=[], eval_every=4,
+                    state_every=None, overrides={"batch_size": 8, "grad_accum": 2})
+    one = tmp_path / "one"
+    train(load_run_config(cfg), one, progress=False)
+    two = tmp_path / "two"
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          "-m", "attention_geometry.cli", "train", "--config", str(cfg), "--out", str(two),
+                          "--no-progress", "--device", "cpu"], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    r1, r2 = _rows(one), _rows(two)
+    assert [r["step"] for r in r1] == [r["step"] for r in r2]
+    for a, b in zip(r1, r2):
+        for col in ("train_loss", "eval_loss"):
+            if a[col]:
+                assert float(b[col]) == pytest.approx(float(a[col]), rel=1e-4), (a["step"], col)
+    assert yaml.safe_load((two / "run.yaml").read_text())["runtime"]["world_size"] == 2
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+
+def test_cli_bad_inputs_fail_before_training(tmp_path, corpus):
+    empty = write_corpus(tmp_path / "empty", n_train=0)
+    long_blocks = write_corpus(tmp_path / "long", block_len=600, n_train=2, n_heldout=1)
+    cases = [
+        (write_run(tmp_path / "a.yaml", corpus, size="huge"), "size"),
+        (write_run(tmp_path / "b.yaml", tmp_path / "nope"), "corpus"),
+        (write_run(tmp_path / "c.yaml", empty), "no blocks"),
+        (write_run(tmp_path / "d.yaml", long_blocks), "max_position_embeddings"),
+        (write_run(tmp_path / "e.yaml", corpus, overrides={"seq_len": 32}), "overrides.seq_len"),
+        (write_run(tmp_path / "f.yaml", corpus, overrides={"vocab_size": 10}), "overrides.vocab_size"),
+    ]
+    for cfg, key in cases:
+        out = tmp_path / ("out-" + cfg.stem)
+        with pytest.raises(UserError, match=key.replace(".", r"\.")):
+            train(load_run_config(cfg), out, progress=False)
+        assert not out.exists()
+    res = _cli("train", "--config", str(cases[0][0]), "--out", str(tmp_path / "x"))
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "size" in res.stderr
+
+
+def test_rerun_with_a_different_config_is_refused(tmp_path, corpus):
+    out = tmp_path / "out"
+    train(load_run_config(write_run(tmp_path / "a.yaml", corpus, max_steps=3, eval_steps=[])), out, progress=False)
+    with pytest.raises(UserError, match="init"):
+        train(load_run_config(write_run(tmp_path / "b.yaml", corpus, max_steps=3, eval_steps=[], init="fresh")),
+              out, progress=False)
