@@ -439,8 +439,8 @@ def _open_gguf(where: str, gguf_file: str, revision: str | None, trust_remote_co
     from .extract import get_family
 
     get_family(config.model_type)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(where, **kwargs)
+    try:  # the config is passed on, so the (slow) GGUF metadata is parsed once for it, once for the weights
+        model = AutoModelForCausalLM.from_pretrained(where, config=config, **kwargs)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise LoadError(f"{where}/{gguf_file}: cannot load GGUF weights ({first})") from None
