@@ -25,10 +25,12 @@ import importlib.util
 import json
 import logging
 import math
+import operator
 import os
 import shutil
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -676,10 +678,10 @@ def _train_wordpiece(docs: _Documents, idx: np.ndarray, tc: TokenizerConfig):
         clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=tc.lowercase
     )
     pre = pre_tokenizers.BertPreTokenizer()
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
+    first = operator.itemgetter(0)
     for i in tqdm(idx, desc="counting words", unit="doc", mininterval=1.0):
-        for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(docs[int(i)])):
-            counts[w] = counts.get(w, 0) + 1
+        counts.update(map(first, pre.pre_tokenize_str(normalizer.normalize_str(docs[int(i)]))))
     log.info("WordPiece: %d distinct words in %d training documents", len(counts), len(idx))
     vocab = learn_wordpiece_vocab(counts, tc.vocab_size, tc.min_frequency, tc.limit_alphabet)
     tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token=SPECIAL_TOKENS["unk"],
