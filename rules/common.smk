@@ -111,7 +111,7 @@ def final_snapshot(run):
 def run_config(run):
     """The RUN.yaml content of `run` (without the corpus path, which comes from the rule's input)."""
     spec = RUNS[run]["spec"]
-    cfg = {k: spec[k] for k in ("size", "objective", "init", "seed")}
+    cfg = {"run": run, **{k: spec[k] for k in ("size", "objective", "init", "seed")}}
     cfg.update(RUNS[run]["settings"])
     return cfg
 

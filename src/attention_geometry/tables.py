@@ -1,0 +1,104 @@
+"""`attention-geometry concat-tables`: one tidy table from per-run / per-model CSV tables.
+
+The workflow writes one CSV per model (`score`), per run (`score-checkpoints`, `score-updates`, the
+trainer's `loss.csv`) and concatenates them into the tables of the data contracts (docs/contracts.md).
+Values are copied as text, unchanged (an empty `eval_loss` stays empty, a float keeps its digits); the
+columns of every input must be the same set, and `--kind` checks that the contract's columns are there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+from pathlib import Path
+
+from .errors import UserError
+
+SCORE_COLUMNS = [
+    "model", "model_type", "architecture", "modality", "component", "layer", "head",
+    "symmetry", "directionality", "n_params", "d_model", "n_heads", "n_kv_heads",
+]
+RUN_COLUMNS = ["run", "size", "dataset", "objective", "init", "seed", "step"]
+
+# the required columns of each contract table (docs/contracts.md)
+KINDS: dict[str, list[str]] = {
+    "pretrained_scores": SCORE_COLUMNS,
+    "training_scores": SCORE_COLUMNS + RUN_COLUMNS,
+    "training_loss": RUN_COLUMNS + ["train_loss", "eval_loss", "learning_rate"],
+    "update_scores": RUN_COLUMNS + ["layer", "kind", "symmetry", "directionality"],
+}
+
+
+def read_csv_text(path: str | Path) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of a CSV file, every value as its text."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise UserError(f"{path}: empty file (no header line)") from None
+        rows = []
+        for lineno, row in enumerate(reader, start=2):
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise UserError(f"{path}:{lineno}: {len(row)} fields, the header has {len(header)}")
+            rows.append(row)
+    if len(set(header)) != len(header):
+        raise UserError(f"{path}: duplicated column names in the header {header}")
+    return header, rows
+
+
+def concat_tables(paths: list[str | Path], out: str | Path, kind: str | None = None) -> int:
+    """Concatenate CSV tables (same column set, any order) into `out` in the first file's column order;
+    returns the number of rows written. The output is written to a temporary name, then renamed."""
+    if not paths:
+        raise UserError("concat-tables: no input tables given")
+    if kind is not None and kind not in KINDS:
+        raise UserError(f"concat-tables --kind {kind!r}: unknown (one of {', '.join(KINDS)})")
+    columns: list[str] | None = None
+    all_rows: list[list[str]] = []
+    for path in paths:
+        header, rows = read_csv_text(path)
+        if columns is None:
+            columns = header
+            if kind is not None:
+                missing = [c for c in KINDS[kind] if c not in header]
+                if missing:
+                    raise UserError(f"{path}: missing column(s) {', '.join(missing)} of a {kind} table")
+        elif set(header) != set(columns):
+            extra = sorted(set(header) - set(columns))
+            lacking = sorted(set(columns) - set(header))
+            raise UserError(
+                f"{path}: columns differ from {paths[0]} (extra: {extra or 'none'}, missing: {lacking or 'none'})"
+            )
+        order = [header.index(c) for c in columns]
+        all_rows.extend([row[i] for i in order] for row in rows)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(all_rows)
+    os.replace(tmp, out)
+    return len(all_rows)
+
+
+def add_arguments_concat_tables(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("inputs", nargs="+", help="CSV tables with the same columns")
+    parser.add_argument("--out", required=True, help="the concatenated CSV table")
+    parser.add_argument(
+        "--kind", choices=sorted(KINDS), default=None,
+        help="check the contract columns of this table kind (docs/contracts.md)",
+    )
+
+
+def run_concat_tables(args: argparse.Namespace) -> int:
+    n = concat_tables(args.inputs, args.out, args.kind)
+    print(f"wrote {args.out}: {n} rows from {len(args.inputs)} tables")
+    return 0
