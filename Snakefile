@@ -5,7 +5,12 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The embedded default, unless a complete config is given with --configfile (config/paper.yaml,
+# config/smoke.yaml): configs are never merged into each other.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
 
 
 validate(config, "config/schema.yaml")

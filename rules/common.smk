@@ -188,6 +188,8 @@ for _key, _m in config["pretrained"].items():
         _args += ["--gguf-file", _m["gguf_file"]]
         if "hub_id" not in _m:
             _inputs = [_file]
+    if _m.get("trust_remote_code", False):
+        _args.append("--trust-remote-code")
     _args += ["--name", _m.get("name", _source)]
     PRETRAINED[_key] = {
         "source": _source,
