@@ -519,7 +519,8 @@ def claim_pretrained_encoders_above(pretrained: pd.DataFrame, paper: pd.DataFram
         piv = welch_interval(mt.loc[mt["architecture"] == "encoder-only", "symmetry_median"],
                              mt.loc[mt["architecture"] == "decoder-only", "symmetry_median"], level)
         paper_txt = f"{_fmt(piv)} over models (per-model medians; not-comparable points left out)"
-    models = ", ".join(sorted(o["model"].astype(str).unique()))
+    used = o[o["architecture"].isin(["encoder-only", "decoder-only"])]
+    models = ", ".join(sorted(used["model"].astype(str).unique()))
     return claim_row("pretrained encoders are more symmetric than decoders", paper_txt, f"{_fmt(iv)} ({models})",
                      f"mean symmetry encoder-only - decoder-only over layers; holds if > 0 and its {level:.0%} "
                      "Welch t-interval excludes 0", iv, +1)

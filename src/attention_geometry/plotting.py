@@ -105,7 +105,8 @@ def scores_vs_params(axes: Sequence[plt.Axes], table: pd.DataFrame, hue: str = "
         ax.axhline(0, color="0.5", lw=0.6, zorder=0)
         ax.set_ylim(-1.05, 1.05)
     h, l = axes[0].get_legend_handles_labels()
-    axes[-1].legend(h, l, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig = axes[0].figure
+    fig.legend(h, l, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2)
 
 
 def band(ax: plt.Axes, x, median, q1, q3, color, label: str, ls: str = "-") -> None:
@@ -134,3 +135,11 @@ def _short(name: str) -> str:
 def subplots(nrows: int, ncols: int, width: float = 3.2, height: float = 2.6, **kw) -> tuple[plt.Figure, np.ndarray]:
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kw)
     return fig, axes
+
+
+def step_axis(ax: plt.Axes) -> None:
+    """Training-step ticks as 50k, 100k above 10,000 (so 200k-step axes stay readable)."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1000:g}k" if abs(v) >= 10000 else f"{v:g}"))
