@@ -1,0 +1,333 @@
+"""The workflow: lint, dry runs of every config, parse-time config errors, concat-tables, and (slow) the smoke
+config end to end with its incremental behaviour (nothing to redo, one notebook touched -> one rule, a
+workflow interrupted during training resumes it instead of starting from step 0).
+
+Workflow runs happen in a copy of the workflow files under tmp_path, so they never touch results/ or the
+repository's .snakemake/ (no lock shared with a user's run)."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attention_geometry.errors import UserError
+from attention_geometry.tables import KINDS, concat_tables
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SNAKEMAKE = str(BIN / "snakemake")
+WORKFLOW_FILES = ["Snakefile", "rules", "config", "envs", "notebooks", "resources", "profiles"]
+
+
+def _env():
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+def snakemake(*args, cwd=REPO, timeout=600, check=True):
+    proc = subprocess.run(
+        [SNAKEMAKE, *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The 'Job stats' table of a dry run: rule -> number of jobs."""
+    counts, inside = {}, False
+    for line in output.splitlines():
+        if line.startswith("job ") and "count" in line:
+            inside = True
+            continue
+        if inside:
+            parts = line.split()
+            if not parts or set(parts[0]) == {"-"}:
+                continue
+            if parts[0] == "total":
+                break
+            counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def copy_workflow(dest: Path) -> Path:
+    for name in WORKFLOW_FILES:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name)
+        else:
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+# ------------------------------------------------------------------------------------------ lint, dry runs
+
+
+def test_lint_is_clean():
+    proc = snakemake("--lint")
+    assert "Lints for" not in proc.stdout + proc.stderr, proc.stdout
+    assert "Congratulations" in proc.stdout + proc.stderr
+
+
+def test_dry_run_default_config_has_every_run_and_figure():
+    proc = snakemake("-n")
+    counts = job_counts(proc.stdout)
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    # runs: product of each entry's lists, de-duplicated by name
+    names = set()
+    for group in cfg["training"]["groups"].values():
+        for e in group["runs"]:
+            lists = [e[k] if isinstance(e[k], list) else [e[k]] for k in ("size", "corpus", "objective", "init", "seed")]
+            for size, corpus, objective, init, seed in itertools.product(*lists):
+                names.add(f"{size}-{corpus}-{objective}-{init}-s{seed}")
+    assert counts["train_model"] == len(names) >= 14
+    assert counts["score_checkpoints"] == len(names)
+    assert counts["score_pretrained"] == len(cfg["pretrained"])
+    catalog = yaml.safe_load((REPO / "notebooks" / "catalog.yaml").read_text())
+    for nb in catalog:
+        assert counts.get(f"make_{nb}") == 1, nb
+    # Table 1: encoder standard/symmetric-fresh/fresh over >= 3 seeds, symmetric >= 1, decoder 2 inits
+    enc = [n for n in names if "-encoder-" in n]
+    for init in ("standard", "symmetric-fresh", "fresh"):
+        assert len([n for n in enc if f"-{init}-s" in n and "-s0" not in n]) >= 3, init
+    assert any("-encoder-symmetric-s" in n for n in names)
+
+
+def test_dry_run_paper_config():
+    proc = snakemake("-n", "--configfile", "config/paper.yaml")
+    counts = job_counts(proc.stdout)
+    assert counts["train_model"] == 3 * 3 * 2 * 2  # sizes x datasets x objectives x inits
+    assert counts["prepare_corpus"] == 3
+    assert counts["score_pretrained"] > 100
+    # the default config is not merged into the paper config
+    assert "wiki_offline" not in proc.stdout
+
+
+def test_paper_training_asks_for_gpus_and_pretrained_revisions_are_listed():
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    assert cfg["training"]["gpus"] >= 1 and cfg["training"]["device"] == "cuda"
+    hub = [m for m in cfg["pretrained"].values() if "hub_id" in m]
+    assert hub and all(m.get("revision") for m in hub)
+    # the reference's short names map to hub ids via the same_as pairs: the pairs' hub ids are all present
+    ref = REPO / "resources" / "paper" / "paper_pretrained_scores.csv"
+    with open(ref, newline="") as f:
+        pairs = {(r["model"], r["same_as"]) for r in csv.DictReader(f) if r["same_as"]}
+    ids = {m["hub_id"] for m in hub}
+    for model, short in pairs:
+        if model.startswith("google/bert_uncased") or model in ("bert-base-uncased", "distilbert-base-uncased"):
+            assert model in ids, (model, short)
+
+
+def test_smoke_config_dry_run_writes_only_under_its_results_root(tmp_path):
+    proc = snakemake("-n", "--configfile", "config/smoke.yaml", "--config", f"results={tmp_path}/r")
+    counts = job_counts(proc.stdout)
+    assert counts["train_model"] == 3 and counts["score_pretrained"] == 1
+    for line in proc.stdout.splitlines():
+        if line.strip().startswith("output:"):
+            for path in line.split(":", 1)[1].split(","):
+                assert path.strip().startswith(f"{tmp_path}/r/"), line
+
+
+def test_training_resources_follow_the_config(tmp_path):
+    cfg = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    cfg["training"].update(threads=2, gpus=3, mem_mb=1234, runtime=77)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = snakemake("-n", "-p", "--cores", "4", "--configfile", str(path), "--config", f"results={tmp_path}/r")
+    block = proc.stdout[proc.stdout.index("rule train_model:"):]
+    block = block[: block.index("\n\n")]
+    assert "threads: 2" in block
+    assert "gpu=3" in block and "mem_mb=1234" in block and "runtime=77" in block
+    assert "--threads 2" in proc.stdout
+
+
+def _bad_config(tmp_path, mutate):
+    cfg = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    mutate(cfg)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = snakemake("-n", "--configfile", str(path), check=False)
+    assert proc.returncode != 0
+    return proc.stdout + proc.stderr
+
+
+def test_bad_configs_stop_with_a_message(tmp_path):
+    def unknown_key(cfg):
+        cfg["training"]["groups"]["emergence"]["settings"]["max_stpes"] = 3
+
+    assert "max_stpes" in _bad_config(tmp_path, unknown_key)
+
+    def clash(cfg):  # the same run in two groups with different step counts
+        cfg["training"]["groups"]["init_ablation"]["settings"]["max_steps"] = 80
+
+    out = _bad_config(tmp_path, clash)
+    assert "tiny-wiki_offline-encoder-standard-s0" in out and "different settings" in out
+
+    def bad_step(cfg):
+        cfg["updates"]["steps"] = [0, 7]
+
+    assert "updates.steps" in _bad_config(tmp_path, bad_step)
+
+    def missing_package(cfg):
+        cfg["pretrained"]["minilm"]["package"] = "no_such_package_xyz"
+
+    assert "no_such_package_xyz" in _bad_config(tmp_path, missing_package)
+
+
+# ------------------------------------------------------------------------------------------ concat-tables
+
+
+def _write(path, header, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def test_concat_tables_keeps_text_reorders_columns_and_checks_contract(tmp_path):
+    cols = KINDS["training_loss"]
+    a = _write(tmp_path / "a.csv", cols, [["r1", "tiny", "w", "encoder", "standard", "1", "0", "7.5", "", "0.001"]])
+    # same columns, other order; a value with many digits must be copied unchanged
+    b_cols = list(reversed(cols))
+    b_row = ["r2", "tiny", "w", "decoder", "fresh", "2", "10", "6.123456789012345", "6.0", "1e-05"]
+    b = _write(tmp_path / "b.csv", b_cols, [list(reversed(b_row))])
+    out = tmp_path / "t" / "loss.csv"
+    assert concat_tables([a, b], out, kind="training_loss") == 2
+    with open(out, newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == cols
+    assert rows[1] == ["r1", "tiny", "w", "encoder", "standard", "1", "0", "7.5", "", "0.001"]
+    assert rows[2] == b_row
+
+    c = _write(tmp_path / "c.csv", cols[:-1], [["x"] * (len(cols) - 1)])
+    with pytest.raises(UserError, match="c.csv: columns differ"):
+        concat_tables([a, c], tmp_path / "o.csv")
+    with pytest.raises(UserError, match="missing column"):
+        concat_tables([c], tmp_path / "o.csv", kind="training_loss")
+    with pytest.raises(UserError, match="no such file"):
+        concat_tables([tmp_path / "nope.csv"], tmp_path / "o.csv")
+    ragged = tmp_path / "r.csv"
+    ragged.write_text("a,b\n1,2,3\n")
+    with pytest.raises(UserError, match=r"r.csv:2: 3 fields"):
+        concat_tables([ragged], tmp_path / "o.csv")
+
+
+def test_concat_tables_cli_one_line_error(tmp_path):
+    proc = subprocess.run(
+        [str(BIN / "attention-geometry"), "concat-tables", str(tmp_path / "missing.csv"), "--out", str(tmp_path / "o.csv")],
+        capture_output=True, text=True, env=_env(),
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "missing.csv" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------ the smoke run
+
+
+def _csv_rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.slow
+def test_smoke_workflow_end_to_end_and_incremental(tmp_path):
+    wf = copy_workflow(tmp_path / "wf")
+    results = wf / "results-smoke"
+    base = ["--configfile", "config/smoke.yaml", "--cores", "2"]
+    snakemake(*base, cwd=wf, timeout=1500)
+
+    # the tidy tables carry the contract columns, one set of rows per run / model
+    smoke = yaml.safe_load((wf / "config" / "smoke.yaml").read_text())
+    for kind, cols in KINDS.items():
+        rows = _csv_rows(results / "tables" / f"{kind}.csv")
+        assert rows and all(c in rows[0] for c in cols), kind
+    runs = {r["run"] for r in _csv_rows(results / "tables" / "training_loss.csv")}
+    assert len(runs) == 3
+    scores = _csv_rows(results / "tables" / "training_scores.csv")
+    steps = sorted({int(r["step"]) for r in scores})
+    max_steps = smoke["training"]["groups"]["emergence"]["settings"]["max_steps"]
+    assert steps[0] == 0 and steps[-1] == max_steps
+    catalog = yaml.safe_load((wf / "notebooks" / "catalog.yaml").read_text())
+    for nb, entry in catalog.items():
+        assert (results / "notebooks" / f"{nb}.ipynb").is_file(), nb
+        for out in entry["outputs"].values():
+            assert Path(wf, out.replace("{results}", "results-smoke")).stat().st_size > 0, out
+
+    # a second run has nothing to do
+    proc = snakemake(*base, "-n", cwd=wf)
+    assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-2000:]
+
+    # touching one notebook re-runs only its rule
+    nb = wf / "notebooks" / "table_scores.ipynb"
+    os.utime(nb, (time.time() + 5, time.time() + 5))
+    counts = job_counts(snakemake(*base, "-n", cwd=wf).stdout)
+    assert counts == {"make_table_scores": 1, "all": 1}, counts
+    snakemake(*base, cwd=wf)
+    assert "Nothing to be done" in snakemake(*base, "-n", cwd=wf).stdout
+
+
+@pytest.mark.slow
+def test_interrupted_workflow_resumes_training(tmp_path):
+    """Ctrl-C (SIGINT to the process group) during training, then the same command again: the run resumes
+    from its newest state, not from step 0, and its loss log has every step exactly once."""
+    wf = copy_workflow(tmp_path / "wf")
+    cfg = yaml.safe_load((wf / "config" / "smoke.yaml").read_text())
+    cfg["results"] = "results-resume"
+    cfg["training"]["groups"]["emergence"]["settings"].update(max_steps=400, snapshot_every=200, state_every=20)
+    cfg["updates"]["steps"] = [0]
+    (wf / "config" / "resume.yaml").write_text(yaml.safe_dump(cfg))
+    run = "tiny-wiki_offline-encoder-standard-s0"
+    target = f"results-resume/runs/{run}/train.done"
+    cmd = [SNAKEMAKE, "--configfile", "config/resume.yaml", "--cores", "1", target]
+    state = wf / "results-resume" / "runs" / run / "state" / "state.json"
+
+    proc = subprocess.Popen(cmd, cwd=wf, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    deadline = time.time() + 600
+    step = 0
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if state.is_file():
+                try:
+                    step = json.loads(state.read_text())["step"]
+                except (ValueError, KeyError):
+                    step = 0
+                if step >= 20:
+                    break
+            time.sleep(0.5)
+        assert proc.poll() is None, "training finished before it could be interrupted:\n" + proc.stdout.read()
+        assert step >= 20, "no training state within the time limit"
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert not (wf / target).exists()
+    interrupted_at = json.loads(state.read_text())["step"]
+    assert 0 < interrupted_at < 400
+
+    done = subprocess.run(cmd, cwd=wf, env=_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert (wf / target).exists()
+    log = (wf / "results-resume" / "logs" / "train" / f"{run}.log").read_text()
+    log += (wf / "results-resume" / "runs" / run / "train.log").read_text()
+    resumed = [int(m) for m in re.findall(r"resuming .*? at step (\d+)", log)]
+    assert resumed == [interrupted_at], log[-3000:]
+    loss_steps = [int(r["step"]) for r in _csv_rows(wf / "results-resume" / "runs" / run / "loss.csv")]
+    assert len(loss_steps) == len(set(loss_steps)) and max(loss_steps) == 400
