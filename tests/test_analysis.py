@@ -105,6 +105,20 @@ def test_per_run_speedups_and_init_table_by_hand():
     assert tab.loc["standard", "final_loss_mean"] == pytest.approx(4.1)
 
 
+def test_init_table_refuses_runs_of_different_lengths_and_select_runs():
+    t = _loss_table({("encoder", "standard", 0): list(zip([0, 100], [2.0, 1.0])),
+                     ("encoder", "standard", 1): list(zip([0, 100, 200], [2.0, 1.0, 0.9]))})
+    with pytest.raises(UserError, match="different steps"):
+        A.init_table(t, "standard")
+    one = A.select_runs(t, ["tiny-wiki-encoder-standard-s0"], "loss")
+    assert set(one["run"]) == {"tiny-wiki-encoder-standard-s0"}
+    assert A.init_table(one, "standard")["n_seeds"].tolist() == [1]
+    with pytest.raises(UserError, match="no rows for run"):
+        A.select_runs(t, ["nope"], "loss")
+    with pytest.raises(UserError, match="empty"):
+        A.select_runs(t, [], "loss")
+
+
 def test_per_run_speedups_refuses_ambiguous_baseline():
     steps = [0, 100]
     t = _loss_table({("encoder", "standard", 0): list(zip(steps, [2.0, 1.0])),

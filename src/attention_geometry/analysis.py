@@ -258,6 +258,9 @@ def init_table(loss: pd.DataFrame, baseline_init: str = "standard", level: float
     rows = []
     for key, g in runs.groupby(GROUP_KEYS + ["init"], sort=True):
         row = dict(zip(GROUP_KEYS + ["init"], key))
+        if g["final_step"].nunique() != 1:
+            raise UserError(f"training loss table: the {'/'.join(map(str, key))} runs end at different steps "
+                            f"({dict(zip(g['run'], g['final_step']))}); select the runs of one ablation")
         row["n_seeds"] = int(len(g))
         fl = t_interval(g["final_eval_loss"], level)
         row.update(final_loss_mean=fl.estimate, final_loss_low=fl.low, final_loss_high=fl.high)
@@ -630,6 +633,18 @@ def write_tables(df: pd.DataFrame, csv: str | None = None, tex: str | None = Non
     if md:
         with open(md, "w") as fh:
             fh.write((f"{title}\n\n" if title else "") + markdown_table(shown) + "\n")
+
+
+def select_runs(table: pd.DataFrame, runs: Sequence[str], what: str) -> pd.DataFrame:
+    """The rows of `table` whose run is one of `runs`; a UserError naming the runs that have no rows."""
+    runs = as_list(runs)
+    if not runs:
+        raise UserError(f"{what}: no runs selected (the run list is empty)")
+    require_columns(table, ["run"], what)
+    missing = sorted(set(runs) - set(table["run"].astype(str)))
+    if missing:
+        raise UserError(f"{what}: no rows for run(s) {', '.join(missing)}")
+    return table[table["run"].isin(runs)].copy()
 
 
 def as_list(value) -> list:

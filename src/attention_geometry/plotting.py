@@ -59,14 +59,19 @@ def save(fig: plt.Figure, pdf: str | os.PathLike | None = None, png: str | os.Pa
     return written
 
 
-def wqk_heatmap(ax: plt.Axes, M, title: str, max_dim: int | None = None) -> matplotlib.image.AxesImage:
-    """M (rows = query side, columns = key side) as a diverging heatmap centred on 0, colour limits at the
-    largest absolute entry; `max_dim` shows only the top-left max_dim x max_dim block (said in the title)."""
+def wqk_heatmap(ax: plt.Axes, M, title: str, max_dim: int | None = None,
+                clip_percentile: float = 99.0) -> matplotlib.image.AxesImage:
+    """M (rows = query side, columns = key side) as a diverging heatmap centred on 0. The colour limits are
+    +-(the `clip_percentile` percentile of |M|), so a few outlier entries do not wash the picture out (entries
+    beyond are drawn at the end colours; a display choice only: no score is computed here). `max_dim` shows only
+    the top-left max_dim x max_dim block (said in the title)."""
     A = np.asarray(M, dtype=float)
     if A.ndim != 2 or A.shape[0] != A.shape[1]:
         raise UserError(f"heatmap {title!r}: expected a square matrix, got shape {A.shape}")
     shown = A if max_dim is None or max_dim >= A.shape[0] else A[:max_dim, :max_dim]
-    lim = float(np.max(np.abs(shown))) or 1.0
+    if not 0 < clip_percentile <= 100:
+        raise UserError(f"heatmap {title!r}: clip_percentile must be in (0, 100], got {clip_percentile!r}")
+    lim = float(np.percentile(np.abs(shown), clip_percentile)) or float(np.max(np.abs(shown))) or 1.0
     im = ax.imshow(shown, cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
     if shown.shape != A.shape:
         title += f"\n(top-left {shown.shape[0]} of {A.shape[0]} dims)"
