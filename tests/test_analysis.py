@@ -295,6 +295,8 @@ def test_claims_on_synthetic_tables():
     assert set(c) == set(A.CLAIM_COLUMNS)
     with pytest.raises(UserError, match="no training scores"):
         A.claim_decoder_column_dominance(scores, ["nope"], None, 0.95)
+    with pytest.raises(UserError, match="tied initialization"):
+        A.claim_decoder_loses_symmetry(scores, [], 0.95)
 
 
 def test_claim_symmetric_init_requires_every_seed_to_reach():

@@ -485,6 +485,8 @@ def claim_symmetric_init(loss: pd.DataFrame, objective: str, init: str, baseline
 
 def claim_decoder_loses_symmetry(training: pd.DataFrame, decoder_runs: Sequence[str], level: float) -> dict:
     """Decoders lose a symmetric init: per layer (and seed), final symmetry - step-0 symmetry < 0."""
+    if not list(decoder_runs):
+        raise UserError(f"no decoder run with a tied initialization ({', '.join(TIED_INITS)}) in the training scores")
     s = summed_rows(training)
     s = s[s["run"].isin(list(decoder_runs))]
     if s.empty:
