@@ -25,7 +25,7 @@ from torch import nn
 
 from ..errors import UserError
 from .config import RUNTIME_KEYS, Corpus, RunConfig, read_corpus, resolve_run
-from .models import Hyper, build_model, lm_loss, symmetry_penalty
+from .models import Hyper, build_model, hidden_states, lm_loss, symmetry_penalty
 
 __all__ = ["train", "lr_at", "global_indices", "mask_tokens", "make_batch", "LOSS_COLUMNS"]
 
@@ -235,12 +235,15 @@ def _precision(h: Hyper, device: torch.device) -> str:
 class _LossModule(nn.Module):
     """The model's token-summed training loss as a module, so DDP (and torch.compile) wrap one forward."""
 
-    def __init__(self, model, objective: str, pad_id: int):
+    def __init__(self, model, objective: str, compile_: bool):
         super().__init__()
-        self.model, self.objective, self.pad_id = model, objective, pad_id
+        self.model, self.objective = model, objective
+        # only the transformer stack is compiled (static shapes); the masked-position gather, output layer
+        # and loss have data-dependent shapes and stay eager
+        self.hidden_fn = torch.compile(hidden_states) if compile_ else None
 
-    def forward(self, inputs, labels):
-        return lm_loss(self.model, inputs, labels, self.objective, pad_id=self.pad_id)
+    def forward(self, inputs, labels, pad_id: int | None):
+        return lm_loss(self.model, inputs, labels, self.objective, pad_id=pad_id, hidden_fn=self.hidden_fn)
 
 
 def _optimizer(model, h: Hyper, device: torch.device):
@@ -410,14 +413,12 @@ def _train(cfg, corpus: Corpus, resolved, h: Hyper, out: Path, dev, world, rank,
         ident = {k: resolved[k] for k in ("run", "size", "dataset", "objective", "init", "seed")}
         n_eval = resolved["eval_blocks"]
 
-        loss_mod = _LossModule(model, cfg.objective, special["pad"])
+        loss_mod = _LossModule(model, cfg.objective, h.compile)
         fwd = loss_mod
         if world > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             fwd = DDP(loss_mod, device_ids=[dev.index] if dev.type == "cuda" else None)
-        if h.compile:
-            fwd = torch.compile(fwd)
 
         def eval_now(step):
             if rank != 0 or n_eval == 0 or step not in evals:
@@ -486,14 +487,14 @@ def _train(cfg, corpus: Corpus, resolved, h: Hyper, out: Path, dev, world, rank,
             step_sum = torch.zeros((), device=dev)
             for a in range(A):
                 s0 = lo + a * micro
-                x = torch.from_numpy(inp[s0:s0 + micro]).to(dev, non_blocking=True)
+                xb = inp[s0:s0 + micro]
+                pad = special["pad"] if bool((xb == special["pad"]).any()) else None  # decided on the host
+                x = torch.from_numpy(xb).to(dev, non_blocking=True)
                 y = torch.from_numpy(lab[s0:s0 + micro]).to(dev, non_blocking=True)
-                sync = contextlib.nullcontext()
-                if world > 1 and a < A - 1:
-                    sync = (fwd._orig_mod if h.compile else fwd).no_sync()
+                sync = fwd.no_sync() if world > 1 and a < A - 1 else contextlib.nullcontext()
                 with sync:
                     with autocast():
-                        s = fwd(x, y)
+                        s = fwd(x, y, pad)
                         loss = s * (world / max(n_tokens, 1))
                         if lam > 0 and a == A - 1:
                             loss = loss + lam * symmetry_penalty(model)

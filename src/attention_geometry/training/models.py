@@ -257,7 +257,7 @@ def _act(name: str):
     return F.silu
 
 
-def _hidden(model, input_ids: torch.Tensor, key_padding: torch.Tensor | None, causal: bool) -> torch.Tensor:
+def hidden_states(model, input_ids: torch.Tensor, key_padding: torch.Tensor | None, causal: bool) -> torch.Tensor:
     """Last hidden states [B, L, D] of model.bert for token type 0 and positions 0..L-1: the same
     computation as the stock BertModel forward (tested), without its mask and output bookkeeping."""
     bert = model.bert
@@ -299,19 +299,21 @@ def _head(model, h: torch.Tensor) -> torch.Tensor:
 
 
 def lm_loss(model, input_ids: torch.Tensor, labels: torch.Tensor, objective: str, pad_id: int | None = None,
-            reduction: str = "sum") -> torch.Tensor:
+            reduction: str = "sum", hidden_fn=None) -> torch.Tensor:
     """Summed (or mean) token cross-entropy of a batch.
 
     encoder: `input_ids` are the corrupted inputs, `labels` the original ids at masked positions and -100
     elsewhere; logits are computed only at masked positions. decoder: `labels` are the token ids (usually
-    `input_ids` itself, -100 where ignored); position i predicts labels[i + 1] under a causal mask."""
+    `input_ids` itself, -100 where ignored); position i predicts labels[i + 1] under a causal mask.
+    `pad_id`: keys equal to it are masked out of attention (None: the batch has no padding).
+    `hidden_fn`: a drop-in for the transformer stack (e.g. torch.compile(hidden_states))."""
     key_padding = None
     if pad_id is not None:
         real = input_ids != pad_id
         if not bool(real.all()):
             key_padding = real
     causal = objective == "decoder"
-    h = _hidden(model, input_ids, key_padding, causal)
+    h = (hidden_fn or hidden_states)(model, input_ids, key_padding, causal)
     if causal:
         h = h[:, :-1]
         labels = labels[:, 1:]
