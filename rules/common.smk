@@ -239,6 +239,8 @@ def notebook_param(name, notebook):
     f = config["figures"]
     if name == "emergence_runs":
         return emergence_runs()
+    if name == "ablation_runs":
+        return list(GROUPS[f["ablation_group"]])
     if name == "config_hash":
         return CONFIG_HASH
     if name == "config_name":

@@ -65,6 +65,7 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 def copy_workflow(dest: Path) -> Path:
+    dest.mkdir(parents=True)
     for name in WORKFLOW_FILES:
         src = REPO / name
         if src.is_dir():
@@ -288,7 +289,8 @@ def test_interrupted_workflow_resumes_training(tmp_path):
     wf = copy_workflow(tmp_path / "wf")
     cfg = yaml.safe_load((wf / "config" / "smoke.yaml").read_text())
     cfg["results"] = "results-resume"
-    cfg["training"]["groups"]["emergence"]["settings"].update(max_steps=400, snapshot_every=200, state_every=20)
+    for group in cfg["training"]["groups"].values():
+        group["settings"].update(max_steps=400, snapshot_every=200, state_every=20)
     cfg["updates"]["steps"] = [0]
     (wf / "config" / "resume.yaml").write_text(yaml.safe_dump(cfg))
     run = "tiny-wiki_offline-encoder-standard-s0"
