@@ -315,3 +315,20 @@ def test_summed_wqk_grouped_query(n_heads, n_kv):
     if n_kv not in (1, n_heads):  # pairing h with h % n_kv instead gives another matrix
         wrong = sum(wq[h].double().T @ wk[h % n_kv].double() for h in range(n_heads))
         assert not torch.allclose(got, wrong, rtol=1e-3)
+
+
+def test_in_memory_vision_model_scores_like_its_saved_checkpoint(tmp_path):
+    """transformers renames ViT's attention modules in memory; scoring the live model must still find them
+    and agree with scoring the checkpoint written by save_pretrained."""
+    from transformers import ViTConfig, ViTModel
+
+    torch.manual_seed(0)
+    cfg = ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                    image_size=16, patch_size=8)
+    model = ViTModel(cfg).eval()
+    model.save_pretrained(tmp_path / "vit")
+    live = score_model(model, progress=False)
+    saved = score_model(str(tmp_path / "vit"), progress=False)
+    assert len(live) == 2
+    np.testing.assert_allclose(live["symmetry"], saved["symmetry"], rtol=1e-12)
+    np.testing.assert_allclose(live["directionality"], saved["directionality"], rtol=1e-12)

@@ -266,7 +266,20 @@ def _from_model(model: Any, name: str | None = None) -> StateDictSource:
     label = name or getattr(config, "name_or_path", "") or type(model).__name__
     label = Path(str(label)).name or str(label)
     n_params = model.num_parameters() if hasattr(model, "num_parameters") else None
-    return StateDictSource(model.state_dict(), config, label, n_params, model=model)
+    return StateDictSource(_checkpoint_state_dict(model), config, label, n_params, model=model)
+
+
+def _checkpoint_state_dict(model: Any) -> dict[str, torch.Tensor]:
+    """The state dict under the tensor names a saved checkpoint uses (the family templates' names).
+
+    transformers 5 renames some modules in memory (ViT, DeiT, BEiT, ViT-MAE, DINOv2 attention projections);
+    save_pretrained converts them back, and so does this."""
+    state = model.state_dict()
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:  # older transformers: in-memory names are the checkpoint names
+        return state
+    return revert_weight_conversion(model, state)
 
 
 def _load_bin(directory: Path, config: Any, name: str | None) -> StateDictSource:
