@@ -298,8 +298,9 @@ def test_score_checkpoints_bad_runs(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("n_heads,n_kv", [(6, 2), (6, 1), (6, 6), (8, 4)])
-def test_summed_wqk_grouped_query(n_heads, n_kv):
-    """M of a grouped-/multi-query layer: group-summed queries give the explicit per-head sum."""
+def test_wqk_grouped_query(n_heads, n_kv):
+    """M of a grouped-/multi-query layer (group-summed queries) equals the explicit per-head sum, and the sum of
+    the per-head matrices."""
     from attention_geometry.extract import LayerQK, wqk
 
     torch.manual_seed(n_heads * 10 + n_kv)
@@ -308,10 +309,10 @@ def test_summed_wqk_grouped_query(n_heads, n_kv):
     wk = torch.randn(n_kv, dh, d).to(torch.bfloat16)
     explicit = sum(wq[h].double().T @ wk[h // (n_heads // n_kv)].double() for h in range(n_heads))
     layer = LayerQK("decoder", 0, wq, wk)
-    got = api.summed_wqk(layer)
+    got = wqk(layer)
     assert got.dtype == torch.float64
     torch.testing.assert_close(got, explicit, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(got, wqk(layer), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got, wqk(layer, per_head=True).sum(0), rtol=1e-12, atol=1e-12)
     if n_kv not in (1, n_heads):  # pairing h with h % n_kv instead gives another matrix
         wrong = sum(wq[h].double().T @ wk[h % n_kv].double() for h in range(n_heads))
         assert not torch.allclose(got, wrong, rtol=1e-3)

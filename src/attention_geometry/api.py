@@ -33,7 +33,6 @@ __all__ = [
     "TRAINING_COLUMNS",
     "LayerMatrix",
     "layer_matrices",
-    "summed_wqk",
     "score_model",
     "score_checkpoints",
     "write_table",
@@ -98,22 +97,6 @@ def _layers(src: TensorSource, progress: bool) -> Iterator[LayerQK]:
         yield layer
 
 
-def summed_wqk(layer: LayerQK, dtype: torch.dtype = torch.float64, device: str | torch.device | None = None) -> torch.Tensor:
-    """M = sum_h W_q,h^T W_k,g(h) of one layer, with the query heads of each key/value group summed first.
-
-    For grouped-query attention, sum_h W_q,h^T W_k,g(h) = sum_g (sum_{h in g} W_q,h)^T W_k,g: the same matrix
-    (extract.wqk on the group-summed queries) with H_q / H_kv times fewer multiply-adds and no repeated
-    copy of the keys; each group is converted to `dtype` on its own, so no full float64 copy of W_q is made.
-    """
-    group = layer.n_heads // layer.n_kv_heads
-    if group == 1:
-        return wqk(layer, dtype=dtype, device=device)
-    wq = torch.empty((layer.n_kv_heads,) + tuple(layer.wq.shape[1:]), dtype=dtype, device=device)
-    for g in range(layer.n_kv_heads):
-        torch.sum(layer.wq[g * group:(g + 1) * group].to(device=device, dtype=dtype), dim=0, out=wq[g])
-    return wqk(LayerQK(layer.component, layer.layer, wq, layer.wk, layer.keys), dtype=dtype, device=device)
-
-
 def _head_chunks(layer: LayerQK, dtype: torch.dtype, device: torch.device) -> Iterator[tuple[int, torch.Tensor]]:
     """(first head, [h, d, d] per-head matrices) in chunks of whole key/value groups, at most HEAD_CHUNK_BYTES."""
     group = layer.n_heads // layer.n_kv_heads
@@ -142,7 +125,7 @@ def layer_matrices(
     dev = _device(device)
     for layer in _layers(src, progress):
         shape = dict(n_heads=layer.n_heads, n_kv_heads=layer.n_kv_heads, d_model=layer.d_model)
-        yield LayerMatrix(layer.component, layer.layer, "all", summed_wqk(layer, dtype=dtype, device=dev), **shape)
+        yield LayerMatrix(layer.component, layer.layer, "all", wqk(layer, dtype=dtype, device=dev), **shape)
         if per_head:
             for h0, Ms in _head_chunks(layer, dtype, dev):
                 for i in range(Ms.shape[0]):
@@ -181,7 +164,7 @@ def score_model(
     for layer in _layers(src, progress):
         shape = dict(n_params=src.n_params, d_model=layer.d_model, n_heads=layer.n_heads, n_kv_heads=layer.n_kv_heads)
         where = f"{src.name} {layer.component} layer {layer.layer}"
-        M = summed_wqk(layer, dtype=torch.float64, device=dev)
+        M = wqk(layer, dtype=torch.float64, device=dev)
         (s,), (d,) = _scores(M, num_std, where)
         del M
         rows.append(dict(fixed, component=layer.component, layer=layer.layer, head="all",

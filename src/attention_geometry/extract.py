@@ -325,13 +325,25 @@ def wqk(
     dtype: torch.dtype = torch.float64,
     device: str | torch.device | None = None,
 ) -> torch.Tensor:
-    """M = sum_h W_q,h^T W_k,g(h) ([d, d]) or, with per_head, the stack of W_q,h^T W_k,g(h) ([H_q, d, d])."""
-    wq = layer.wq.to(device=device, dtype=dtype)
-    wk = layer.wk.to(device=device, dtype=dtype)
+    """M = sum_h W_q,h^T W_k,g(h) ([d, d]) or, with per_head, the stack of W_q,h^T W_k,g(h) ([H_q, d, d]).
+
+    For the summed M under grouped-query attention, the query heads of each key/value group are summed
+    first: sum_h W_q,h^T W_k,g(h) = sum_g (sum_{h in g} W_q,h)^T W_k,g, the same matrix with H_q / H_kv
+    times fewer multiply-adds and no repeated copy of the keys. Each group is converted to `dtype` on its
+    own, so no full float64 copy of W_q is made.
+    """
     group = layer.n_heads // layer.n_kv_heads
-    if group > 1:
-        wk = wk.repeat_interleave(group, dim=0)
+    wk = layer.wk.to(device=device, dtype=dtype)
     if per_head:
+        wq = layer.wq.to(device=device, dtype=dtype)
+        if group > 1:
+            wk = wk.repeat_interleave(group, dim=0)
         return torch.einsum("hed,hef->hdf", wq, wk)
+    if group > 1:
+        wq = torch.empty((layer.n_kv_heads,) + tuple(layer.wq.shape[1:]), dtype=dtype, device=wk.device)
+        for g in range(layer.n_kv_heads):
+            torch.sum(layer.wq[g * group : (g + 1) * group].to(device=wk.device, dtype=dtype), dim=0, out=wq[g])
+    else:
+        wq = layer.wq.to(device=device, dtype=dtype)
     d = wq.shape[-1]
     return wq.reshape(-1, d).t() @ wk.reshape(-1, d)
