@@ -81,3 +81,14 @@ def test_bad_matrices_raise_clear_errors(bad, msg):
     with pytest.raises(ScoreError, match=msg):
         scores(bad)
     assert issubclass(ScoreError, UserError)
+
+
+def test_large_matrix_blocked_sum_matches_numpy():
+    # d = 600 crosses several row blocks (with a remainder) in the blocked <M, M^T>
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((600, 600))
+    M = A + 0.3 * A.T
+    M[:, 7] *= 10
+    s, d = scores(torch.from_numpy(M))
+    assert s.item() == pytest.approx(np_symmetry(M), rel=1e-12)
+    assert d.item() == pytest.approx(np_directionality(M), rel=1e-10)

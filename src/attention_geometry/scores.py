@@ -30,18 +30,35 @@ def _check(M: torch.Tensor) -> torch.Tensor:
     if M.ndim < 2 or M.shape[-1] != M.shape[-2]:
         raise ScoreError(f"scores need square matrices [..., d, d], got shape {tuple(M.shape)}")
     M = M.to(torch.float64)
-    if not bool(torch.isfinite(M).all()):
+    # NaN and Inf propagate into the sum: only a non-finite sum needs the elementwise check
+    if not bool(torch.isfinite(M.sum())) and not bool(torch.isfinite(M).all()):
         raise ScoreError("matrix contains NaN or Inf entries; its scores are undefined")
-    sq = (M * M).sum(dim=(-2, -1))
-    if bool((sq == 0).any()):
+    if bool((_sq_norm(M) == 0).any()):
         raise ScoreError("matrix is all zeros; its symmetry and directionality are undefined")
     return M
+
+
+# Rows per block when summing M * M^T, so that no second d x d matrix is allocated for large d.
+_BLOCK = 256
+
+
+def _sq_norm(M: torch.Tensor) -> torch.Tensor:
+    return torch.linalg.vector_norm(M, dim=(-2, -1)) ** 2
+
+
+def _inner_with_transpose(M: torch.Tensor) -> torch.Tensor:
+    """<M, M^T> = sum_ij M_ij M_ji, over blocks of rows."""
+    d = M.shape[-1]
+    out = torch.zeros(M.shape[:-2], dtype=M.dtype, device=M.device)
+    for a in range(0, d, _BLOCK):
+        out += (M[..., a : a + _BLOCK, :] * M[..., :, a : a + _BLOCK].transpose(-1, -2)).sum(dim=(-2, -1))
+    return out
 
 
 def symmetry(M: torch.Tensor) -> torch.Tensor:
     """Symmetry score in [-1, 1] of each [d, d] matrix in M (float64, shape M.shape[:-2])."""
     M = _check(M)
-    return (M * M.transpose(-1, -2)).sum(dim=(-2, -1)) / (M * M).sum(dim=(-2, -1))
+    return _inner_with_transpose(M) / _sq_norm(M)
 
 
 def _excess(norms: torch.Tensor, num_std: float) -> torch.Tensor:
