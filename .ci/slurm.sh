@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${SLURM_SMOKE_RESULTS:-results-slurm}
 SCRATCH=$(mktemp -d /tmp/ci-slurm.XXXXXX)
+chmod 0755 "$SCRATCH"  # the slurm user must reach its state and log folders
 export PATH="$ROOT/.venv/bin:$PATH" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 if [ "$(id -u)" != 0 ]; then echo "error: .ci/slurm.sh needs root (apt-get, munged, slurmd)" >&2; exit 2; fi
@@ -20,6 +21,7 @@ test -s /etc/munge/munge.key || { echo "error: /etc/munge/munge.key missing afte
 
 echo "== configure ($SCRATCH)"
 install -d -o slurm -g slurm -m 0755 "$SCRATCH/state" "$SCRATCH/spool" "$SCRATCH/log"
+install -d -o munge -g munge -m 0755 "$SCRATCH/munge"
 CPUS=$(nproc)
 MEM_MB=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024 ))
 install -d /etc/slurm
@@ -51,7 +53,7 @@ CONF
 
 stop_daemons() {
   # by pid (files written by the daemons themselves), never by name
-  for pidfile in "$SCRATCH/slurmd.pid" "$SCRATCH/slurmctld.pid" "$SCRATCH/munged.pid"; do
+  for pidfile in "$SCRATCH/slurmd.pid" "$SCRATCH/slurmctld.pid" "$SCRATCH/munge/munged.pid"; do
     if [ -s "$pidfile" ]; then
       pid=$(cat "$pidfile")
       kill "$pid" 2>/dev/null || true
@@ -63,13 +65,11 @@ trap stop_daemons EXIT
 
 echo "== start munged, slurmctld, slurmd"
 install -d -o munge -g munge -m 0755 /run/munge
-runuser -u munge -- /usr/sbin/munged --pid-file="$SCRATCH/munged.pid" 2>/dev/null \
-  || runuser -u munge -- /usr/sbin/munged
-test -s "$SCRATCH/munged.pid" || cp /run/munge/munged.pid "$SCRATCH/munged.pid" 2>/dev/null || true
+runuser -u munge -- /usr/sbin/munged --pid-file="$SCRATCH/munge/munged.pid"
 /usr/sbin/slurmctld
 /usr/sbin/slurmd -N localhost
 for i in $(seq 60); do
-  state=$(sinfo -h -o %t 2>/dev/null || true)
+  state=$(timeout 5 sinfo -h -o %t 2>/dev/null || true)
   [ "$state" = idle ] && break
   sleep 1
 done

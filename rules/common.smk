@@ -331,6 +331,15 @@ def all_targets():
     return targets
 
 
+# trivial writers run on the submitting host, not as cluster jobs
+localrules:
+    all,
+    write_corpus_config,
+    write_run_config,
+    write_caption,
+    list_pretrained_models,
+
+
 wildcard_constraints:
     run=_alternation(RUNS),
     corpus=_alternation(CORPORA),
