@@ -9,6 +9,7 @@
 import csv
 import hashlib
 import importlib.util
+import io
 import itertools
 import json
 import os
@@ -278,39 +279,31 @@ def notebook_io(notebook):
     return {"inputs": inputs, "outputs": outputs, "params": params}, deps, outputs
 
 
-# ---------------------------------------------------------------- small writers (for `run:` rules)
+# ---------------------------------------------------------------- small writers
+# Small files (configs, captions, the model list) are rendered at parse time and written by a shell
+# command: a `run:` job would start a whole Snakemake process per file (~10 s of CPU each).
+WRITE_TEXT = "printf '%s' {params.text:q} > {output} 2> {log}"
+
+
 def shlex_quote(text):
     return shlex.quote(str(text))
 
 
-def _log(log, path):
-    with open(log, "w") as f:
-        f.write(f"wrote {path}\n")
+def yaml_text(data):
+    return yaml.safe_dump(data, sort_keys=True)
 
 
-def write_yaml(path, data, log):
-    with open(path, "w") as f:
-        yaml.safe_dump(data, f, sort_keys=True)
-    _log(log, path)
-
-
-def write_text(path, text, log):
-    with open(path, "w") as f:
-        f.write(text)
-    _log(log, path)
+def csv_text(rows, columns):
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({c: row[c] for c in columns})
+    return buf.getvalue()
 
 
 def report_category(path):
     return "Figures" if path.endswith((".pdf", ".png")) else "Tables"
-
-
-def write_csv(path, rows, columns, log):
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({c: row[c] for c in columns})
-    _log(log, path)
 
 
 # ---------------------------------------------------------------- targets

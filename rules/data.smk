@@ -5,11 +5,13 @@ rule write_corpus_config:
     output:
         res("configs", "corpora", "{corpus}.yaml"),
     params:
-        corpus=lambda w: CORPORA[w.corpus],
+        text=lambda w: yaml_text(CORPORA[w.corpus]),
     log:
         res("logs", "configs", "corpus-{corpus}.log"),
-    run:
-        write_yaml(output[0], params.corpus, log[0])
+    conda:
+        "../envs/data.yaml"
+    shell:
+        WRITE_TEXT
 
 
 # Paths outside the workflow (a Jigsaw CSV, text files) are not rule inputs, so a dry run of the paper

@@ -9,11 +9,13 @@ rule write_caption:
     output:
         res("report", "captions", "{notebook}.rst"),
     params:
-        caption=lambda w: CATALOG[w.notebook]["caption"],
+        text=lambda w: CATALOG[w.notebook]["caption"].strip() + "\n",
     log:
         res("logs", "captions", "{notebook}.log"),
-    run:
-        write_text(output[0], params.caption.strip() + "\n", log[0])
+    conda:
+        "../envs/figures.yaml"
+    shell:
+        WRITE_TEXT
 
 
 for _nb in NOTEBOOKS:

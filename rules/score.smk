@@ -28,14 +28,19 @@ rule list_pretrained_models:
     output:
         res("tables", "pretrained_models.csv"),
     params:
-        models=[
-            {k: PRETRAINED[key][k] for k in ("name", "source", "revision", "pinned")} | {"key": key}
-            for key in PRETRAINED
-        ],
+        text=csv_text(
+            [
+                {k: PRETRAINED[key][k] for k in ("name", "source", "revision", "pinned")} | {"key": key}
+                for key in PRETRAINED
+            ],
+            ["key", "name", "source", "revision", "pinned"],
+        ),
     log:
         res("logs", "list_pretrained_models.log"),
-    run:
-        write_csv(output[0], params.models, ["key", "name", "source", "revision", "pinned"], log[0])
+    conda:
+        "../envs/score.yaml"
+    shell:
+        WRITE_TEXT
 
 
 rule score_checkpoints:

@@ -12,11 +12,13 @@ rule write_run_config:
     output:
         res("configs", "runs", "{run}.yaml"),
     params:
-        run=lambda w: run_config(w.run),
+        text=lambda w, input: yaml_text({"corpus": input.corpus, **run_config(w.run)}),
     log:
         res("logs", "configs", "run-{run}.log"),
-    run:
-        write_yaml(output[0], {"corpus": input.corpus, **params.run}, log[0])
+    conda:
+        "../envs/train.yaml"
+    shell:
+        WRITE_TEXT
 
 
 rule train_model:
