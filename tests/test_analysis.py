@@ -154,6 +154,19 @@ def test_welch_interval_matches_scipy():
     assert iv.n == 15
 
 
+def test_verdict_separates_contradicted_from_inconclusive():
+    # claim "> 0": interval entirely below 0 contradicts it; one straddling 0 (or undefined) is inconclusive
+    assert A.verdict(True, 0.1, 0.5, +1) == "holds"
+    assert A.verdict(False, -0.5, -0.1, +1) == "contradicted"
+    assert A.verdict(False, -0.1, 0.5, +1) == "inconclusive"
+    assert A.verdict(False, math.nan, math.nan, +1) == "inconclusive"
+    # claim "< 0"
+    assert A.verdict(False, 0.1, 0.4, -1) == "contradicted"
+    # a speed-up whose reached seeds are all positive but some seed did not reach: not a contradiction
+    assert A.verdict(False, 0.1, 0.3, +1) == "inconclusive"
+    assert A.verdict("not tested", math.nan, math.nan, +1) == "not tested"
+
+
 def test_decide():
     assert A.decide(A.Interval(0.3, 0.1, 0.5, 5), +1)
     assert not A.decide(A.Interval(0.3, -0.1, 0.5, 5), +1)
@@ -292,7 +305,9 @@ def test_claims_on_synthetic_tables():
     assert c["holds"] and c["estimate"] == pytest.approx(-0.45)
     c = A.claim_decoder_loses_symmetry(scores, ["decsym"], 0.95)
     assert c["holds"] and c["estimate"] == pytest.approx(-0.75)
-    assert set(c) == set(A.CLAIM_COLUMNS)
+    assert set(c) == set(A.CLAIM_COLUMNS) | {"sign"}
+    reversed_ = A.claim_encoder_above_decoder(scores, ["dec"], ["enc"], None, 0.95)
+    assert A.verdict(reversed_["holds"], reversed_["low"], reversed_["high"], reversed_["sign"]) == "contradicted"
     with pytest.raises(UserError, match="no training scores"):
         A.claim_decoder_column_dominance(scores, ["nope"], None, 0.95)
     with pytest.raises(UserError, match="tied initialization"):

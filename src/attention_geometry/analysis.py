@@ -6,7 +6,8 @@ new ones; nothing here reads files, draws or rescales a score. The notebooks onl
 Conventions used throughout:
 - "over layers" summaries take the layer's summed matrix (`head == "all"` where a head column exists);
 - intervals are two-sided at `level` (e.g. 0.95); a t-interval needs n >= 2, otherwise its bounds are NaN;
-- a decision "holds" when the estimate has the expected sign and its interval excludes 0.
+- a decision "holds" when the estimate has the expected sign and its interval excludes 0, "contradicted"
+  when the interval excludes 0 on the other side, else "inconclusive".
 """
 
 from __future__ import annotations
@@ -393,7 +394,7 @@ def decide(iv: Interval, expected_sign: int) -> bool:
 
 def claim_row(claim: str, paper: str, ours: str, test: str, iv: Interval, expected_sign: int) -> dict:
     return {"claim": claim, "paper": paper, "ours": ours, "test": test, "estimate": iv.estimate,
-            "low": iv.low, "high": iv.high, "n": iv.n, "holds": decide(iv, expected_sign)}
+            "low": iv.low, "high": iv.high, "n": iv.n, "holds": decide(iv, expected_sign), "sign": expected_sign}
 
 
 def _fmt(iv: Interval, digits: int = 3) -> str:
@@ -677,8 +678,8 @@ def reproduction_claims(*, pretrained: pd.DataFrame, training: pd.DataFrame, los
                         paper_training: pd.DataFrame | None, paper_table1: pd.DataFrame | None,
                         caveats: pd.DataFrame | None, encoder_runs: Sequence[str], decoder_runs: Sequence[str],
                         baseline_init: str = "standard", level: float = 0.95) -> pd.DataFrame:
-    """Every claim of the report as one row (CLAIM_COLUMNS; `holds` = "holds" | "does not hold" |
-    "not tested"). A claim whose data are missing is listed as "not tested" with the reason, never dropped."""
+    """Every claim of the report as one row (CLAIM_COLUMNS; `holds` = "holds" | "contradicted" |
+    "inconclusive" | "not tested", see `verdict`). A claim whose data are missing is listed as "not tested" with the reason, never dropped."""
     rows: list[dict] = []
 
     def attempt(name: str, fn) -> None:
@@ -706,6 +707,19 @@ def reproduction_claims(*, pretrained: pd.DataFrame, training: pd.DataFrame, los
             lambda: claim_pretrained_encoders_above(pretrained, paper_pretrained, caveats, level))
     for kind in ("gradient", "applied"):
         attempt(f"update claims ({kind})", lambda kind=kind: claim_updates(updates, level, kind))
-    out = pd.DataFrame(rows, columns=CLAIM_COLUMNS)
-    out["holds"] = [h if isinstance(h, str) else ("holds" if h else "does not hold") for h in out["holds"]]
-    return out
+    for r in rows:
+        r["holds"] = verdict(r["holds"], r["low"], r["high"], r.get("sign", 0))
+    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
+def verdict(holds, low: float, high: float, expected_sign: int) -> str:
+    """The report's word for a claim: "holds"; "contradicted" when the interval excludes 0 on the side
+    opposite to the claim's sign; else "inconclusive" (the interval includes 0, too few samples for one, e.g.
+    2 layers of one run, or a speed-up that not every seed reached). Strings ("not tested") pass through."""
+    if isinstance(holds, str):
+        return holds
+    if holds:
+        return "holds"
+    if np.isfinite(low) and np.isfinite(high) and ((expected_sign > 0 and high < 0) or (expected_sign < 0 and low > 0)):
+        return "contradicted"
+    return "inconclusive"
