@@ -19,7 +19,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 
@@ -185,8 +185,8 @@ def score_model(
 # ------------------------------------------------------------------------------------------- checkpoints
 
 
-def read_run_config(run_dir: str | os.PathLike) -> dict[str, Any]:
-    """The training columns (size, dataset, objective, init, seed) from RUN_DIR/run.yaml."""
+def read_run_yaml(run_dir: str | os.PathLike, required: Iterable[str] = RUN_KEYS) -> dict[str, Any]:
+    """RUN_DIR/run.yaml (the run's resolved config, written by the trainer), checked for `required` keys."""
     import yaml
 
     path = Path(run_dir) / "run.yaml"
@@ -198,9 +198,15 @@ def read_run_config(run_dir: str | os.PathLike) -> dict[str, Any]:
         raise UserError(f"{path}: malformed YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: not a mapping")
-    missing = [k for k in RUN_KEYS if k not in cfg]
+    missing = [k for k in required if cfg.get(k) is None]
     if missing:
         raise UserError(f"{path}: missing key(s) {', '.join(missing)}")
+    return cfg
+
+
+def read_run_config(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """The training columns (size, dataset, objective, init, seed) from RUN_DIR/run.yaml."""
+    cfg = read_run_yaml(run_dir)
     return {k: cfg[k] for k in RUN_KEYS}
 
 

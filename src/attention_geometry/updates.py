@@ -176,22 +176,11 @@ def load_corpus(path: str | os.PathLike) -> Corpus:
 
 def read_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     """run.yaml of a run dir, checked for the keys that label update rows."""
-    import yaml
+    from .api import read_run_yaml
 
-    path = Path(run_dir) / "run.yaml"
-    if not path.is_file():
-        raise UserError(f"run dir {run_dir} has no run.yaml")
-    try:
-        run = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise UserError(f"{path}: not readable YAML ({exc})") from None
-    if not isinstance(run, dict):
-        raise UserError(f"{path}: expected a mapping at top level")
-    missing = [k for k in RUN_KEYS if run.get(k) is None]
-    if missing:
-        raise UserError(f"{path}: missing key(s) {', '.join(missing)}")
+    run = read_run_yaml(run_dir, RUN_KEYS)
     if run["objective"] not in OBJECTIVES:
-        raise UserError(f"{path}: objective {run['objective']!r} is not one of {', '.join(OBJECTIVES)}")
+        raise UserError(f"{Path(run_dir) / 'run.yaml'}: objective {run['objective']!r} is not one of {', '.join(OBJECTIVES)}")
     return run
 
 
