@@ -12,7 +12,6 @@ Conventions used throughout:
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import math
 import platform
@@ -23,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import UserError
+from .files import file_sha256  # noqa: F401  (notebooks call analysis.file_sha256)
 
 SCORES = ("symmetry", "directionality")
 
@@ -572,14 +572,6 @@ def machine() -> dict[str, str]:
 
     return {"platform": platform.platform(), "machine": platform.machine(), "python": platform.python_version(),
             "cpus": str(os.cpu_count())}
-
-
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def markdown_table(df: pd.DataFrame, floatfmt: str = ".3f") -> str:

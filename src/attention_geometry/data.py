@@ -38,6 +38,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 from .errors import UserError
+from .files import file_sha256, read_yaml
 
 __all__ = [
     "DATASETS",
@@ -276,15 +277,8 @@ def corpus_config_from_dict(raw: Any, where: str = "corpus config") -> CorpusCon
 
 def load_corpus_config(path: str | os.PathLike) -> CorpusConfig:
     """Read CORPUS.yaml (keys: see CorpusConfig); unknown keys or values raise CorpusError naming them."""
-    import yaml
-
     p = Path(path)
-    if not p.is_file():
-        raise CorpusError(f"corpus config not found: {p}")
-    try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise CorpusError(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    raw = read_yaml(p, "corpus config", CorpusError)
     return corpus_config_from_dict(raw, where=str(p))
 
 
@@ -305,16 +299,8 @@ def wiki_offline_path() -> Path:
     )
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _file_source(path: Path) -> dict[str, Any]:
-    return {"path": str(path), "sha256": _sha256_file(path), "bytes": path.stat().st_size}
+    return {"path": str(path), "sha256": file_sha256(path), "bytes": path.stat().st_size}
 
 
 def _clean(text: Any) -> str:
@@ -708,7 +694,7 @@ def _load_pretrained(tc: TokenizerConfig) -> tuple[Any, dict[str, Any]]:
             tok = Tokenizer.from_file(str(local))
         except Exception as exc:
             raise CorpusError(f"`tokenizer.name` {tc.name!r}: cannot read {local} ({exc})") from None
-        info = {"path": str(local), "sha256": _sha256_file(local)}
+        info = {"path": str(local), "sha256": file_sha256(local)}
     elif Path(tc.name).is_absolute() or tc.name.startswith((".", "~")):
         raise CorpusError(f"`tokenizer.name` {tc.name!r}: no tokenizer.json there")
     else:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
+from ..files import read_yaml
 from .models import INITS, OBJECTIVES, SIZES, Hyper, resolve_hyper
 
 __all__ = ["RunConfig", "Corpus", "read_corpus", "load_run_config", "run_config_from_dict", "resolve_run"]
@@ -124,15 +125,8 @@ def run_config_from_dict(raw: Any, where: str = "run config") -> RunConfig:
 
 
 def load_run_config(path: str | Path) -> RunConfig:
-    import yaml
-
     p = Path(path)
-    if not p.is_file():
-        raise UserError(f"run config not found: {p}")
-    try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise UserError(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    raw = read_yaml(p, "run config")
     cfg = run_config_from_dict(raw, where=str(p))
     corpus = Path(cfg.corpus)
     if not corpus.is_absolute():  # relative to the working directory, as the workflow passes it
