@@ -85,7 +85,8 @@ def test_lint_is_clean():
 
 
 def test_dry_run_default_config_has_every_run_and_figure():
-    proc = snakemake("-n")
+    # --forceall: the whole DAG, whatever a previous default run left in results/
+    proc = snakemake("-n", "--forceall")
     counts = job_counts(proc.stdout)
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     # runs: product of each entry's lists, de-duplicated by name
