@@ -89,6 +89,32 @@ rule score_updates:
         " --steps {params.steps} --batches {params.batches} > {log} 2>&1"
 
 
+# The random-init null (docs/contracts.md): untrained models of the emergence group's shape under each init,
+# seeds 100000 + i; seconds of compute, one job.
+rule score_null_inits:
+    input:
+        config=lambda w: res("configs", "runs", f"{null_source_run()}.yaml"),
+        corpus=lambda w: corpus_dir(RUNS[null_source_run()]["spec"]["corpus"]),
+    output:
+        TABLES["null_scores"],
+    params:
+        inits="standard symmetric-fresh fresh",
+        samples=config["figures"].get("null_samples", 100),
+    threads: config["scoring"]["threads"]
+    resources:
+        mem_mb=config["scoring"]["mem_mb"],
+        runtime=config["scoring"]["runtime"],
+    log:
+        res("logs", "tables", "null_scores.log"),
+    benchmark:
+        res("benchmarks", "score_null_inits.tsv")
+    conda:
+        "../envs/score.yaml"
+    shell:
+        "attention-geometry score-null --run-config {input.config} --inits {params.inits}"
+        " --samples {params.samples} --threads {threads} --out {output} --quiet > {log} 2>&1"
+
+
 rule concat_pretrained_scores:
     input:
         expand(res("pretrained", "{model}.csv"), model=list(PRETRAINED)),

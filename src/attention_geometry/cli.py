@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prepare-corpus": ("attention_geometry.data", "tokenize a corpus into fixed-length blocks"),
     "train": ("attention_geometry.training", "train (or resume) one run from a RUN.yaml"),
     "score-updates": ("attention_geometry.updates", "score the W_qk gradients and applied updates of a run"),
+    "score-null": ("attention_geometry.null", "score randomly initialized models of a run's shape (the null)"),
     "concat-tables": ("attention_geometry.tables", "concatenate per-run/per-model tables into one tidy table"),
 }
 
