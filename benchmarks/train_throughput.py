@@ -1,9 +1,14 @@
-"""Training throughput of the tiny config (both objectives), ours vs a plain loop over stock transformers.
+"""Training throughput of the tiny config (both objectives), ours vs a plain loop over stock transformers,
+and its CPU model-FLOPs utilization against the step's own matmul shapes.
 
-    python benchmarks/train_throughput.py [--steps 60] [--threads 1] [--compile]
+    python benchmarks/train_throughput.py [--steps 60] [--threads 1] [--precision fp32|bf16] [--compile]
+        [--config config/config.yaml] [--group main]
     python benchmarks/train_throughput.py --device cuda [--size bert-base]
 
-CPU (default): for each objective, tokens/s of
+CPU (default): the model shape is the tiny size with the overrides (e.g. batch_size) of training group
+`--group` (default `main`) of `--config` (default config/config.yaml), vocabulary and sequence from that
+group's corpus; without such a group the tiny defaults (vocabulary 2048, sequence 64, batch 32). For each
+objective, tokens/s of
   - `stock`: a plain PyTorch loop over an unmodified BertForMaskedLM / BertLMHeadModel of the same size
     (model(input_ids, labels=...).loss: full-vocabulary logits at every position, the model's own loss),
     torch.optim.AdamW with its defaults (foreach), clip_grad_norm_ 1.0;
@@ -11,6 +16,20 @@ CPU (default): for each objective, tokens/s of
     batch assembly, masking, lean forward with masked-only logits, fast cross-entropy, AdamW, clipping,
     loss bookkeeping), timed from its per-step loop time;
   and their ratio. With --compile also `ours+compile` (compile time reported separately).
+  Then CPU MFU, in the same run:
+  - the step's matmuls (step_matmuls): forward, input-gradient and weight-gradient products of every
+    Linear (q, k, v, attention output, FFN in/out over all B x L tokens; the output head's transform and
+    vocabulary projection over the predicted positions: the expected number of masked positions for the
+    encoder, B x (L - 1) for the decoder), and the attention products (Q K^T and P V forward; dV, dP, dQ,
+    dK backward; per batch x head); model FLOPs per step = their sum (2 m k n each; the flash kernel's
+    recomputation of Q K^T in the backward pass and non-matmul work are not model FLOPs). The count is
+    checked against torch.utils.flop_counter.FlopCounterMode on one real training step (forward + backward
+    of lm_loss, math SDPA backend so that attention is counted; both printed);
+  - the denominator: each distinct shape's torch.matmul rate, same operand layouts, in the training
+    precision (--precision bf16: bf16 operands, as under CPU bf16 autocast), on --threads threads (best
+    of 5 timings), combined FLOP-weighted: total FLOPs / sum_i (FLOPs_i / rate_i), i.e. the rate a step
+    would reach if it did only its matmuls, each at the speed torch.matmul gets on that shape;
+  - CPU MFU = (model FLOPs per step / s_per_step of `ours`) / denominator.
 CUDA: tokens/s and model-FLOPs utilization of `--size` (default bert-base) at the paper's setup (sequence
 512, batch 32, bf16 autocast), for the encoder and decoder objectives. FLOPs per step = 6 * (non-embedding
 params) * tokens + 12 * layers * hidden * seq * tokens (attention scores) + 6 * hidden * vocab * predicted
@@ -20,10 +39,13 @@ tokens (output layer); peak = --peak-tflops (default: looked up from the device 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -47,9 +69,36 @@ def write_random_corpus(d: Path, vocab: int, block_len: int, n_train: int = 4096
     return d
 
 
-def stock_loop(objective: str, h, steps: int, warmup: int, device: str = "cpu") -> float:
+def cpu_shape(config_path: Path, group: str):
+    """(size, overrides, vocab, seq_len, where) of training group `group` in the config, else the tiny
+    defaults (vocabulary 2048, sequence 64)."""
+    from attention_geometry.files import read_yaml
+
+    try:
+        cfg = read_yaml(config_path, "config") or {}
+        g = cfg["training"]["groups"][group]
+        run = g["runs"][0]
+        size = run["size"] if isinstance(run["size"], str) else run["size"][0]
+        corpus_key = run["corpus"] if isinstance(run["corpus"], str) else run["corpus"][0]
+        corpus = cfg["corpora"][corpus_key]
+        vocab = int(corpus["tokenizer"]["vocab_size"])
+        seq = int(corpus["block_len"])
+        overrides = dict(g.get("settings", {}).get("overrides") or {})
+        return size, overrides, vocab, seq, f"{config_path} group {group}"
+    except Exception as exc:  # noqa: BLE001 - any missing piece: the documented fallback
+        return "tiny", {}, 2048, 64, f"tiny defaults ({config_path} has no usable group {group!r}: {exc!r})"
+
+
+def _autocast(precision: str):
+    if precision == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def stock_loop(objective: str, h, steps: int, warmup: int, device: str = "cpu", precision: str = "fp32",
+               size: str = "tiny") -> float:
     """Seconds per step of a plain loop over the unmodified model."""
-    model = build_model("tiny", objective, "standard", 0, _hyper=h).to(device).train()
+    model = build_model(size, objective, "standard", 0, _hyper=h).to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=h.lr, betas=tuple(h.betas), weight_decay=h.weight_decay)
     g = torch.Generator().manual_seed(0)
     B, L, V = h.batch_size, h.seq_len, h.vocab_size
@@ -63,7 +112,8 @@ def stock_loop(objective: str, h, steps: int, warmup: int, device: str = "cpu") 
         else:
             labels = ids
         t = time.perf_counter()
-        loss = model(input_ids=ids.to(device), labels=labels.to(device)).loss
+        with _autocast(precision):
+            loss = model(input_ids=ids.to(device), labels=labels.to(device)).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), h.grad_clip)
         opt.step()
@@ -74,38 +124,208 @@ def stock_loop(objective: str, h, steps: int, warmup: int, device: str = "cpu") 
     return float(np.median(times))
 
 
-def ours(objective: str, corpus: Path, steps: int, threads: int, compile_: bool, tmp: Path) -> tuple[float, float]:
+def ours(objective: str, corpus: Path, steps: int, threads: int, compile_: bool, tmp: Path, size: str = "tiny",
+         overrides: dict | None = None, precision: str = "fp32") -> tuple[float, float]:
     """(seconds per step in the loop, total seconds incl. start-up) of train() on the random corpus."""
     cfg = run_config_from_dict({
-        "corpus": str(corpus), "size": "tiny", "objective": objective, "init": "standard", "seed": 0,
+        "corpus": str(corpus), "size": size, "objective": objective, "init": "standard", "seed": 0,
         "max_steps": steps, "snapshot_steps": [], "eval_steps": [], "eval_blocks": 0, "state_every": None,
-        "overrides": {"compile": compile_, "warmup_steps": 10},
+        "overrides": {**(overrides or {}), "compile": compile_, "warmup_steps": 10, "precision": precision},
     })
-    out = tmp / f"{objective}-{int(compile_)}"
+    out = tmp / f"{objective}-{int(compile_)}-{precision}"
     s = train(cfg, out, threads=threads, device="cpu", progress=False)
     return s["s_per_step"], s["seconds"]
 
 
+# ------------------------------------------------------------------------------------- model FLOPs, MFU
+
+
+@dataclass(frozen=True)
+class MatMul:
+    """`count` products per step of A [m, k] @ B [k, n] (`batch` of them at once as one batched matmul);
+    ta / tb: the operand is stored transposed ([k, m] / [n, k]) as in the step (x @ W^T, dY^T @ x)."""
+
+    name: str
+    count: int
+    batch: int
+    m: int
+    k: int
+    n: int
+    ta: bool = False
+    tb: bool = False
+
+    @property
+    def shape_key(self) -> tuple:
+        return (self.batch, self.m, self.k, self.n, self.ta, self.tb)
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.count * self.batch * self.m * self.k * self.n
+
+
+def _linear(name: str, count: int, rows: int, d_in: int, d_out: int) -> list[MatMul]:
+    """nn.Linear(d_in, d_out) on `rows` rows: y = x W^T, dx = dY W, dW = dY^T x."""
+    return [MatMul(f"{name} fwd", count, 1, rows, d_in, d_out, tb=True),
+            MatMul(f"{name} dX", count, 1, rows, d_out, d_in),
+            MatMul(f"{name} dW", count, 1, d_out, rows, d_in, ta=True)]
+
+
+def step_matmuls(h, objective: str, n_pred: int) -> list[MatMul]:
+    """Every matmul of one training step of lm_loss (forward and backward) at batch h.batch_size x h.seq_len,
+    with n_pred positions through the output head."""
+    B, L, D, H, I, V, NL = (h.batch_size, h.seq_len, h.hidden_size, h.num_heads, h.intermediate_size,
+                            h.vocab_size, h.num_layers)
+    T, dh = B * L, D // H
+    mm = []
+    mm += _linear("q,k,v,attn-out", 4 * NL, T, D, D)
+    mm += _linear("ffn in", NL, T, D, I)
+    mm += _linear("ffn out", NL, T, I, D)
+    # attention per (batch, head): S = Q K^T, O = P V; backward dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q
+    mm += [MatMul("attn QK^T fwd", NL, B * H, L, dh, L, tb=True),
+           MatMul("attn PV fwd", NL, B * H, L, L, dh),
+           MatMul("attn dV=P^T dO", NL, B * H, L, L, dh, ta=True),
+           MatMul("attn dP=dO V^T", NL, B * H, L, dh, L, tb=True),
+           MatMul("attn dQ=dS K", NL, B * H, L, L, dh),
+           MatMul("attn dK=dS^T Q", NL, B * H, L, L, dh, ta=True)]
+    mm += _linear("head transform", 1, n_pred, D, D)
+    mm += _linear("head vocab", 1, n_pred, D, V)
+    return mm
+
+
+def expected_predicted(h, objective: str) -> int:
+    """Positions through the output head per step: masked positions (expected; [CLS] and [SEP] are never
+    masked) for the encoder, B x (L - 1) for the decoder (random corpus: no padding)."""
+    if objective == "encoder":
+        return round(h.mlm_probability * h.batch_size * (h.seq_len - 2))
+    return h.batch_size * (h.seq_len - 1)
+
+
+def matmul_rate(mm: MatMul, dtype: torch.dtype, min_seconds: float = 0.03, repeats: int = 5) -> float:
+    """FLOP/s of torch.matmul on one product of this shape and layout (best of `repeats` timings, each
+    looping for at least min_seconds)."""
+    g = torch.Generator().manual_seed(0)
+
+    def operand(rows, cols, transposed):
+        shape = (mm.batch, cols, rows) if transposed else (mm.batch, rows, cols)
+        x = torch.randn(shape, generator=g).to(dtype)
+        x = x.transpose(-1, -2) if transposed else x
+        return x if mm.batch > 1 else x[0]
+
+    a, b = operand(mm.m, mm.k, mm.ta), operand(mm.k, mm.n, mm.tb)
+    one = 2 * mm.batch * mm.m * mm.k * mm.n
+    for _ in range(3):
+        torch.matmul(a, b)
+    t = time.perf_counter()
+    torch.matmul(a, b)
+    n = max(1, int(min_seconds / max(time.perf_counter() - t, 1e-7)))
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(n):
+            torch.matmul(a, b)
+        best = min(best, (time.perf_counter() - t) / n)
+    return one / best
+
+
+def counted_flops(h, objective: str, precision: str, size: str = "tiny") -> dict:
+    """One training step's forward + backward under FlopCounterMode (a real batch of the trainer's masking),
+    with the math SDPA backend (the CPU flash kernel has no FLOP formula there) and with the default one,
+    beside this file's count for the same batch."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attention_geometry.training import lm_loss, mask_tokens
+
+    special = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
+    model = build_model(size, objective, "standard", 0, special_tokens=special, _hyper=h).train()
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, h.vocab_size, size=(h.batch_size, h.seq_len))
+    ids[:, 0], ids[:, -1] = special["cls"], special["sep"]
+    if objective == "encoder":
+        inp, lab = mask_tokens(ids, [[0, 0, 1, i] for i in range(h.batch_size)], h, special, h.vocab_size)
+        n_pred = int((lab != -100).sum())
+    else:
+        inp, lab = ids, ids
+        n_pred = h.batch_size * (h.seq_len - 1)
+    x, y = torch.from_numpy(np.asarray(inp)), torch.from_numpy(np.asarray(lab))
+    out = {"n_pred": n_pred, "ours": sum(m.flops for m in step_matmuls(h, objective, n_pred))}
+    for label, backend in (("flop_counter_math_sdpa", SDPBackend.MATH), ("flop_counter_default", None)):
+        model.zero_grad(set_to_none=True)
+        ctx = sdpa_kernel(backend) if backend is not None else contextlib.nullcontext()
+        with ctx, FlopCounterMode(display=False) as fc:
+            with _autocast(precision):
+                loss = lm_loss(model, x, y, objective)
+            loss.backward()
+        out[label] = fc.get_total_flops()
+    return out
+
+
+def mfu_report(h, size: str, s_per_step: dict, precision: str, threads: int) -> None:
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    rates: dict[tuple, float] = {}
+    rows = []
+    for objective in ("encoder", "decoder"):
+        n_pred = expected_predicted(h, objective)
+        mms = step_matmuls(h, objective, n_pred)
+        for m in mms:
+            if m.shape_key not in rates:
+                rates[m.shape_key] = matmul_rate(m, dtype)
+        total = sum(m.flops for m in mms)
+        t_mm = sum(m.flops / rates[m.shape_key] for m in mms)
+        denom = total / t_mm
+        print(f"\n{objective}: the step's matmuls ({precision}, {threads} thread(s); {n_pred} positions "
+              "through the output head)")
+        print(f"  {'product':<22}{'count':>6}{'batch':>6}  {'[m x k] @ [k x n]':<22}{'MFLOP':>9}"
+              f"{'GFLOP/s':>9}{'time%':>7}")
+        for m in mms:
+            lay = f"[{m.m}x{m.k}]{'^T' if m.ta else ''}@[{m.k}x{m.n}]{'^T' if m.tb else ''}"
+            share = m.flops / rates[m.shape_key] / t_mm
+            print(f"  {m.name:<22}{m.count:>6}{m.batch:>6}  {lay:<22}{m.flops / 1e6:9.1f}"
+                  f"{rates[m.shape_key] / 1e9:9.1f}{share:7.1%}")
+        print(f"  {'total':<36}{'':<22}{total / 1e6:9.1f}{denom / 1e9:9.1f}  (FLOP-weighted rate = denominator)")
+        c = counted_flops(h, objective, precision, size)
+        print(f"  FLOP check on one real step ({c['n_pred']} predicted positions): this count "
+              f"{c['ours'] / 1e9:.4f} GFLOP; FlopCounterMode {c['flop_counter_math_sdpa'] / 1e9:.4f} GFLOP "
+              f"(math SDPA), {c['flop_counter_default'] / 1e9:.4f} GFLOP (default SDPA: CPU flash attention "
+              "not counted)")
+        rows.append((objective, total, s_per_step[objective], denom))
+    print(f"\nCPU MFU ({precision}, {threads} thread(s)): model FLOPs per step / s per step of `ours` / "
+          "denominator")
+    print(f"{'objective':<10}{'GFLOP/step':>11}{'s/step':>9}{'GFLOP/s':>9}{'denominator':>13}{'MFU':>7}")
+    for objective, total, per, denom in rows:
+        achieved = total / per
+        print(f"{objective:<10}{total / 1e9:11.3f}{per:9.4f}{achieved / 1e9:9.1f}{denom / 1e9:13.1f}"
+              f"{achieved / denom:7.1%}")
+
+
 def cpu_main(args) -> None:
     torch.set_num_threads(args.threads)
-    h = resolve_hyper("tiny", {"vocab_size": 2048, "seq_len": 64})
+    size, overrides, vocab, seq, where = cpu_shape(Path(args.config), args.group)
+    h = resolve_hyper(size, {**overrides, "vocab_size": vocab, "seq_len": seq})
     tokens = h.batch_size * h.seq_len
+    per_step = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        corpus = write_random_corpus(tmp / "corpus", 2048, 64)
-        print(f"tiny config (2 layers x 128, vocab 2048, seq 64, batch 32), {args.threads} thread(s), "
-              f"{args.steps} steps; tokens/s = batch x seq / s_per_step")
+        corpus = write_random_corpus(tmp / "corpus", vocab, seq)
+        print(f"{size} ({h.num_layers} layers x {h.hidden_size}, {h.num_heads} heads, vocab {vocab}, seq {seq}, "
+              f"batch {h.batch_size}; from {where}), {args.precision}, {args.threads} thread(s), {args.steps} "
+              f"steps; tokens/s = batch x seq / s_per_step; load average at start "
+              f"{os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
         print(f"{'objective':<10}{'variant':<16}{'s/step':>9}{'tokens/s':>11}{'vs stock':>10}")
         for objective in ("encoder", "decoder"):
-            base = stock_loop(objective, h, args.steps, 3)
+            base = stock_loop(objective, h, args.steps, 3, precision=args.precision, size=size)
             print(f"{objective:<10}{'stock':<16}{base:9.4f}{tokens / base:11.0f}{1.0:10.2f}")
-            per, _ = ours(objective, corpus, args.steps, args.threads, False, tmp)
+            per, _ = ours(objective, corpus, args.steps, args.threads, False, tmp, size, overrides, args.precision)
+            per_step[objective] = per
             print(f"{objective:<10}{'ours':<16}{per:9.4f}{tokens / per:11.0f}{base / per:10.2f}")
             if args.compile:
-                per_c, total = ours(objective, corpus, args.steps, args.threads, True, tmp)
+                per_c, total = ours(objective, corpus, args.steps, args.threads, True, tmp, size, overrides,
+                                    args.precision)
                 print(f"{objective:<10}{'ours+compile':<16}{per_c:9.4f}{tokens / per_c:11.0f}{base / per_c:10.2f}"
                       f"   (whole run {total:.1f} s incl. compile)")
             sys.stdout.flush()
+    mfu_report(h, size, per_step, args.precision, args.threads)
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
 def cuda_main(args) -> None:
@@ -162,6 +382,11 @@ def main(argv=None) -> None:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--compile", action="store_true", help="also measure torch.compile")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="CPU only: training precision (bf16 = CPU bf16 autocast) and the denominator's dtype")
+    p.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "config" / "config.yaml"),
+                   help="CPU only: workflow config whose training group gives the model shape")
+    p.add_argument("--group", default="main", help="CPU only: the training group of --config (default main)")
     p.add_argument("--size", default="bert-base", help="CUDA only: the size to measure")
     p.add_argument("--peak-tflops", type=float, default=None, help="CUDA only: the device's bf16 peak")
     args = p.parse_args(argv)
