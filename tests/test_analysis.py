@@ -35,21 +35,11 @@ def test_first_reaching_step_piecewise_linear_by_hand():
     assert A.first_reaching_step([0, 10, 20, 30], [5.0, 3.0, 6.0, 1.0], 4.0) == pytest.approx(5.0)
 
 
-def test_speedup_by_hand_and_not_reached():
-    steps = [0, 100, 200, 300, 400]
-    loss = [10.0, 6.0, 4.0, 3.0, 2.5]
-    assert A.speedup(steps, loss, 3.5, 400) == pytest.approx(1 - 250 / 400)
-    assert A.speedup(steps, loss, 3.5, 1000) == pytest.approx(0.75)
-    assert math.isnan(A.speedup(steps, loss, 1.0, 400))  # "not reached", never 100 %
-
-
 def test_speedup_bad_input():
     with pytest.raises(UserError, match="increase"):
         A.first_reaching_step([0, 100, 100], [3, 2, 1], 1.5)
     with pytest.raises(UserError, match="equal"):
         A.first_reaching_step([0, 100], [3, 2, 1], 1.5)
-    with pytest.raises(UserError, match="positive"):
-        A.speedup([0, 1], [2, 1], 1.5, 0)
 
 
 def _loss_table(curves: dict[tuple[str, str, int], list[tuple[int, float]]]) -> pd.DataFrame:
@@ -70,39 +60,58 @@ def test_per_run_speedups_and_init_table_by_hand():
     curves = {
         ("encoder", "standard", 0): list(zip(steps, [8.0, 6.0, 5.0, 4.5, 4.0])),
         ("encoder", "standard", 1): list(zip(steps, [8.0, 6.2, 5.2, 4.6, 4.2])),
-        # seed 0 reaches 4.0 between 200 (4.5) and 300 (3.5): s* = 250 -> 0.375; final 3.2, gain 0.8
         ("encoder", "symmetric-fresh", 0): list(zip(steps, [8.0, 5.5, 4.5, 3.5, 3.2])),
-        # seed 1 reaches 4.2 between 100 (5.0) and 200 (4.0): (5-4.2)/1 = 0.8 -> 180 -> 0.55; final 3.6, gain 0.6
         ("encoder", "symmetric-fresh", 1): list(zip(steps, [8.0, 5.0, 4.0, 3.8, 3.6])),
-        # never reaches 4.0 / 4.2
         ("encoder", "fresh", 0): list(zip(steps, [8.0, 6.5, 5.5, 4.9, 4.4])),
         ("encoder", "fresh", 1): list(zip(steps, [8.0, 6.5, 5.5, 4.9, 4.5])),
     }
     per = A.per_run_speedups(_loss_table(curves), "standard").set_index(["init", "seed"])
-    assert per.loc[("symmetric-fresh", 0), "s_star"] == pytest.approx(250)
-    assert per.loc[("symmetric-fresh", 0), "speedup"] == pytest.approx(0.375)
-    assert per.loc[("symmetric-fresh", 1), "s_star"] == pytest.approx(180)
-    assert per.loc[("symmetric-fresh", 1), "speedup"] == pytest.approx(0.55)
+    # symmetric-fresh vs standard: common target = highest minimum of the four runs = 4.2 (standard s1).
+    # standard s0 reaches 4.2 at 300 + 100 * 0.3 / 0.5 = 360, s1 at 400; symmetric-fresh s0 at
+    # 200 + 100 * 0.3 / 1.0 = 230, s1 at 100 + 100 * 0.8 / 1.0 = 180
+    assert per.loc[("symmetric-fresh", 0), "target"] == pytest.approx(4.2)
+    assert per.loc[("symmetric-fresh", 0), "baseline_s"] == pytest.approx(360)
+    assert per.loc[("symmetric-fresh", 0), "s_star"] == pytest.approx(230)
+    assert per.loc[("symmetric-fresh", 0), "speedup"] == pytest.approx(1 - 230 / 360)
+    assert per.loc[("symmetric-fresh", 1), "speedup"] == pytest.approx(1 - 180 / 400)
     assert per.loc[("symmetric-fresh", 0), "loss_gain"] == pytest.approx(0.8)
     assert per.loc[("symmetric-fresh", 1), "loss_gain"] == pytest.approx(0.6)
-    assert not per.loc[("fresh", 0), "reached"] and math.isnan(per.loc[("fresh", 0), "speedup"])
+    # fresh never beats standard: target 4.5; standard s0 at 300, s1 at 325; fresh s0 at 380, s1 at 400
+    assert per.loc[("fresh", 0), "speedup"] == pytest.approx(1 - 380 / 300)
+    assert per.loc[("fresh", 1), "speedup"] == pytest.approx(1 - 400 / 325)
     assert per.loc[("fresh", 1), "baseline_run"] == "tiny-wiki-encoder-standard-s1"
+    assert per.loc[("standard", 0), "speedup"] == 0.0 and per.loc[("standard", 0), "loss_gain"] == 0.0
 
-    tab = A.init_table(_loss_table(curves), "standard", 0.95).set_index("init")
-    row = tab.loc["symmetric-fresh"]
-    assert row["n_seeds"] == 2 and row["n_reached"] == 2
-    assert row["speedup_mean"] == pytest.approx((0.375 + 0.55) / 2)
+    tab = A.init_table(_loss_table(curves), "standard", 0.95).set_index(["init", "compared_to"])
+    row = tab.loc[("symmetric-fresh", "standard")]
+    assert row["n_seeds"] == 2 and row["n_pairs"] == 2 and row["target"] == pytest.approx(4.2)
+    sp = [1 - 230 / 360, 1 - 180 / 400]
     # t-interval with n = 2 by hand: mean +- t_{0.975, 1} * sd / sqrt(2)
-    sd = np.std([0.375, 0.55], ddof=1)
-    half = 12.706204736174707 * sd / math.sqrt(2)
-    assert row["speedup_low"] == pytest.approx(0.4625 - half)
-    assert row["speedup_high"] == pytest.approx(0.4625 + half)
+    half = 12.706204736174707 * np.std(sp, ddof=1) / math.sqrt(2)
+    assert (row["speedup_mean"], row["speedup_low"], row["speedup_high"]) == pytest.approx(
+        (np.mean(sp), np.mean(sp) - half, np.mean(sp) + half))
     assert row["final_loss_mean"] == pytest.approx(3.4)
     assert row["loss_gain_mean"] == pytest.approx(0.7)
-    assert row["speedup_text"].startswith("46.2 %")
-    assert tab.loc["fresh", "speedup_text"] == "not reached (0 of 2 seeds)"
-    assert tab.loc["standard", "speedup_text"] == "baseline"
-    assert tab.loc["standard", "final_loss_mean"] == pytest.approx(4.1)
+    assert row["speedup_text"].startswith(f"{100 * np.mean(sp):+.1f} %")
+    # symmetric-fresh vs fresh: target 4.5; fresh s0 at 380, s1 at 400; symmetric-fresh s0 at 200, s1 at 150
+    ctl = tab.loc[("symmetric-fresh", "fresh")]
+    assert ctl["target"] == pytest.approx(4.5)
+    assert ctl["speedup_mean"] == pytest.approx(np.mean([1 - 200 / 380, 1 - 150 / 400]))
+    assert ctl["loss_gain_mean"] == pytest.approx(np.mean([4.4 - 3.2, 4.5 - 3.6]))
+    assert tab.loc[("fresh", "standard"), "speedup_mean"] < 0  # slower: negative, never "not reached"
+    assert tab.loc[("standard", ""), "speedup_text"] == "baseline"
+    assert tab.loc[("standard", ""), "final_loss_mean"] == pytest.approx(4.1)
+
+
+def test_contrast_runs_compares_at_the_common_horizon():
+    # a shorter treatment run: the pair is compared at its last step (200), both curves cut there
+    t = _loss_table({("decoder", "standard", 0): list(zip([0, 100, 200, 300], [5.0, 4.0, 3.0, 2.0])),
+                     ("decoder", "symmetric-fresh", 0): list(zip([0, 100, 200], [5.0, 3.5, 3.2]))})
+    c = A.contrast_runs(t, "symmetric-fresh", "standard").iloc[0]
+    assert c["horizon"] == 200 and c["loss_gain"] == pytest.approx(3.0 - 3.2)
+    # target = max(3.0, 3.2) = 3.2: standard at 100 + 100 * 0.8 = 180; symmetric-fresh at 200
+    assert c["target"] == pytest.approx(3.2) and c["speedup"] == pytest.approx(1 - 200 / 180)
+    assert A.contrast_runs(t, "fresh", "standard").empty
 
 
 def test_init_table_refuses_runs_of_different_lengths_and_select_runs():
@@ -152,27 +161,6 @@ def test_welch_interval_matches_scipy():
     ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
     assert (iv.estimate, iv.low, iv.high) == pytest.approx((a.mean() - b.mean(), ci.low, ci.high))
     assert iv.n == 15
-
-
-def test_verdict_separates_contradicted_from_inconclusive():
-    # claim "> 0": interval entirely below 0 contradicts it; one straddling 0 (or undefined) is inconclusive
-    assert A.verdict(True, 0.1, 0.5, +1) == "holds"
-    assert A.verdict(False, -0.5, -0.1, +1) == "contradicted"
-    assert A.verdict(False, -0.1, 0.5, +1) == "inconclusive"
-    assert A.verdict(False, math.nan, math.nan, +1) == "inconclusive"
-    # claim "< 0"
-    assert A.verdict(False, 0.1, 0.4, -1) == "contradicted"
-    # a speed-up whose reached seeds are all positive but some seed did not reach: not a contradiction
-    assert A.verdict(False, 0.1, 0.3, +1) == "inconclusive"
-    assert A.verdict("not tested", math.nan, math.nan, +1) == "not tested"
-
-
-def test_decide():
-    assert A.decide(A.Interval(0.3, 0.1, 0.5, 5), +1)
-    assert not A.decide(A.Interval(0.3, -0.1, 0.5, 5), +1)
-    assert not A.decide(A.Interval(0.3, 0.1, 0.5, 5), -1)
-    assert A.decide(A.Interval(-0.3, -0.5, -0.1, 5), -1)
-    assert not A.decide(A.Interval(0.3, math.nan, math.nan, 1), +1)
 
 
 # ------------------------------------------------------------------------------------------ Spearman
@@ -291,60 +279,6 @@ def test_correlation_table_shapes():
 
 
 # ------------------------------------------------------------------------------------------- claims
-def test_claims_on_synthetic_tables():
-    scores = _training_scores({
-        "enc": ("encoder", "standard", 0, {0: [0.0, 0.0, 0.0], 100: [0.5, 0.6, 0.55]}),
-        "dec": ("decoder", "standard", 0, {0: [0.0, 0.0, 0.0], 100: [0.05, 0.1, 0.0]}),
-        "decsym": ("decoder", "symmetric-fresh", 0, {0: [1.0, 1.0, 1.0], 100: [0.2, 0.3, 0.25]}),
-    })
-    c = A.claim_encoder_above_decoder(scores, ["enc"], ["dec"], None, 0.95)
-    assert c["holds"] and c["estimate"] == pytest.approx(0.55 - 0.05)
-    c = A.claim_encoder_above_decoder(scores, ["dec"], ["enc"], None, 0.95)
-    assert not c["holds"]
-    c = A.claim_decoder_column_dominance(scores, ["dec"], None, 0.95)
-    assert c["holds"] and c["estimate"] == pytest.approx(-0.45)
-    c = A.claim_decoder_loses_symmetry(scores, ["decsym"], 0.95)
-    assert c["holds"] and c["estimate"] == pytest.approx(-0.75)
-    assert set(c) == set(A.CLAIM_COLUMNS) | {"sign"}
-    reversed_ = A.claim_encoder_above_decoder(scores, ["dec"], ["enc"], None, 0.95)
-    assert A.verdict(reversed_["holds"], reversed_["low"], reversed_["high"], reversed_["sign"]) == "contradicted"
-    with pytest.raises(UserError, match="no training scores"):
-        A.claim_decoder_column_dominance(scores, ["nope"], None, 0.95)
-    with pytest.raises(UserError, match="tied initialization"):
-        A.claim_decoder_loses_symmetry(scores, [], 0.95)
-
-
-def test_claim_symmetric_init_requires_every_seed_to_reach():
-    steps = [0, 100, 200]
-    curves = {("encoder", "standard", s): list(zip(steps, [5.0, 4.0, 3.0 + 0.1 * s])) for s in range(3)}
-    curves.update({("encoder", "symmetric-fresh", 0): list(zip(steps, [5.0, 3.0, 2.5])),
-                   ("encoder", "symmetric-fresh", 1): list(zip(steps, [5.0, 3.1, 2.6])),
-                   ("encoder", "symmetric-fresh", 2): list(zip(steps, [5.0, 3.3, 3.25]))})
-    loss = _loss_table(curves)
-    gain, sp = A.claim_symmetric_init(loss, "encoder", "symmetric-fresh", "standard", None, 0.95)
-    # gains 0.5, 0.5, -0.05: mean 0.3167, interval includes 0
-    assert gain["estimate"] == pytest.approx((0.5 + 0.5 - 0.05) / 3)
-    assert not gain["holds"]
-    assert not sp["holds"] and "2 of 3" in sp["ours"]
-
-
-def test_claim_updates_and_pretrained():
-    rng = np.random.default_rng(0)
-    upd = pd.DataFrame({"objective": ["encoder"] * 8 + ["decoder"] * 8, "kind": "gradient",
-                        "step": list(range(8)) * 2, "layer": 0,
-                        "symmetry": np.r_[0.5 + 0.01 * rng.normal(size=8), 0.05 + 0.01 * rng.normal(size=8)],
-                        "directionality": np.r_[np.zeros(8) + 0.01 * rng.normal(size=8), -0.6 + 0.01 * rng.normal(size=8)]})
-    a, b = A.claim_updates(upd, 0.95)
-    assert a["holds"] and b["holds"]
-    flipped = upd.assign(directionality=-upd["directionality"])
-    assert not A.claim_updates(flipped, 0.95)[1]["holds"]
-    pre = pd.DataFrame({"model": ["e"] * 3 + ["d"] * 3, "modality": "text",
-                        "architecture": ["encoder-only"] * 3 + ["decoder-only"] * 3, "head": "all",
-                        "symmetry": [0.5, 0.6, 0.4, 0.1, 0.0, 0.05]})
-    c = A.claim_pretrained_encoders_above(pre, None, None, 0.95)
-    assert c["holds"] and c["estimate"] == pytest.approx(0.5 - 0.05)
-
-
 def test_tables_render():
     df = pd.DataFrame({"model": ["bert_x"], "s": [0.12345], "d": [np.nan]})
     md = A.markdown_table(df)

@@ -1,0 +1,276 @@
+"""attention_geometry.claims on small synthetic tables whose answers are known by construction."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from attention_geometry import analysis as A
+from attention_geometry import claims as C
+from attention_geometry import stats as S
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = ROOT / "resources" / "paper"
+STEPS = [0, 100, 200, 300, 400]
+MARGINS = {"symmetry": 0.05, "directionality": 0.05, "loss": 0.01, "speedup": 0.05}
+
+
+def run_name(objective, init, seed):
+    return f"tiny-w-{objective}-{init}-s{seed}"
+
+
+def score_rows(seeds):
+    """Per seed: symmetry / directionality of every run, constant over the last snapshots; the two layers
+    sit at value -+ 0.01, so the median over layers and snapshots is the value itself."""
+    values = {("encoder", "standard"): lambda s: (0.5 + 0.01 * s, 0.0 + 0.01 * s),
+              ("decoder", "standard"): lambda s: (0.1 + 0.02 * s, -0.4 - 0.01 * s),
+              ("encoder", "symmetric-fresh"): lambda s: (0.8 - 0.01 * s, 0.0),
+              ("decoder", "symmetric-fresh"): lambda s: (0.4 + 0.01 * s, -0.2)}
+    rows = []
+    for (obj, init), f in values.items():
+        for s in seeds:
+            sym, d = f(s)
+            for step in STEPS[:4]:
+                for layer, off in enumerate((-0.01, 0.01)):
+                    # step 0 is far off: it must not enter the horizon (k = 3: steps 100, 200, 300)
+                    rows.append(dict(run=run_name(obj, init, s), size="tiny", dataset="w", objective=obj, init=init,
+                                     seed=s, step=step, layer=layer, head="all",
+                                     symmetry=(sym + off) if step else 5.0, directionality=(d + off) if step else 5.0))
+    return pd.DataFrame(rows)
+
+
+def loss_rows(seeds):
+    curves = {("encoder", "standard"): lambda s: [8.0, 6.0, 5.0, 4.5, 4.0 + 0.01 * s],
+              ("encoder", "symmetric-fresh"): lambda s: [8.0, 5.5, 4.5, 4.0, 3.5 + 0.01 * s],
+              # fresh = symmetric-fresh up to 0.001: no effect of symmetry beyond the init scale
+              ("encoder", "fresh"): lambda s: [8.0, 5.5, 4.5, 4.0, 3.5 + 0.01 * s + 0.001 * (-1) ** s],
+              ("decoder", "standard"): lambda s: [7.0, 5.0, 4.0, 3.5, 3.0],
+              ("decoder", "symmetric-fresh"): lambda s: [7.0, 5.0, 4.0, 3.5, 3.0 + 0.001 * (-1) ** s]}
+    rows = []
+    for (obj, init), f in curves.items():
+        for s in seeds:
+            for step, ev in zip(STEPS, f(s)):
+                rows.append(dict(run=run_name(obj, init, s), size="tiny", dataset="w", objective=obj, init=init,
+                                 seed=s, step=step, train_loss=ev, eval_loss=ev, learning_rate=1e-3))
+    return pd.DataFrame(rows)
+
+
+def update_rows(seeds):
+    rows = []
+    for obj in ("encoder", "decoder"):
+        for s in seeds:
+            for step in STEPS[:4]:
+                for kind in ("gradient", "applied"):
+                    if kind == "applied" and step == 300:
+                        continue  # the last snapshot has no applied update
+                    for layer in (0, 1):
+                        rows.append(dict(run=run_name(obj, "standard", s), size="tiny", dataset="w", objective=obj,
+                                         init="standard", seed=s, step=step, layer=layer, kind=kind,
+                                         symmetry=0.3 if obj == "encoder" else 0.05 + 0.01 * s,
+                                         directionality=0.0 if obj == "encoder" else -0.3 - 0.01 * s))
+    return pd.DataFrame(rows)
+
+
+def null_rows():
+    rng = np.random.default_rng(0)
+    return pd.DataFrame([dict(size="tiny", init=init, sample=i, layer=layer, symmetry=rng.normal(0, 0.02),
+                              directionality=rng.normal(0, 0.1))
+                         for init in ("standard", "fresh") for i in range(100) for layer in (0, 1)])
+
+
+def pretrained_rows(n_per_class):
+    rows = []
+    for arch, comp, sym in (("encoder-only", "encoder", 0.5), ("decoder-only", "decoder", 0.1)):
+        for m in range(n_per_class):
+            for layer in range(3):
+                rows.append(dict(model=f"{arch}-{m}", modality="text", architecture=arch, component=comp,
+                                 n_params=10 + m, layer=layer, head="all",
+                                 symmetry=sym + (0.02 if comp == "encoder" else 0.03) * m + 0.01 * layer,
+                                 directionality=-0.1 - 0.005 * m if comp == "encoder" else -0.4 - 0.01 * m))
+    return pd.DataFrame(rows)
+
+
+def build(seeds=(0, 1, 2), swap=False, null=True, n_models=1, **kw):
+    enc = [run_name("encoder", "standard", s) for s in seeds]
+    dec = [run_name("decoder", "standard", s) for s in seeds]
+    loss = loss_rows(seeds)
+    out = C.reproduction_claims(
+        training=score_rows(seeds), loss=loss, updates=update_rows(seeds), pretrained=pretrained_rows(n_models),
+        null=null_rows() if null else None,
+        emergence_runs={"encoder": dec, "decoder": enc} if swap else {"encoder": enc, "decoder": dec},
+        ablation_runs=sorted(loss["run"].unique()), margins=MARGINS, horizon_snapshots=3, level=0.95, **kw)
+    return out.set_index("id")
+
+
+def test_every_claim_is_listed_with_its_columns():
+    c = build()
+    assert list(c.reset_index().columns) == C.CLAIM_COLUMNS
+    assert {"a", "b", "c1", "c2", "d1", "d2", "e", "f"} <= set(c.index)
+    assert (c.loc[["a", "b", "c1", "c2", "d1", "d2", "e", "f"], "kind"] == "core").all()
+    assert set(c["verdict"]) <= {"holds", "contradicted", "inconclusive", "descriptive", "not tested"}
+
+
+def test_clear_effects_hold_with_the_right_numbers():
+    c = build()
+    diffs = np.array([0.4 - 0.01 * s for s in (0, 1, 2)])
+    ci = sps.ttest_1samp(diffs, 0).confidence_interval(0.95)
+    a = c.loc["a"]
+    assert a["verdict"] == "holds" and a["unit"] == "seed" and a["n"] == 3
+    assert (a["estimate"], a["low"], a["high"]) == pytest.approx((diffs.mean(), ci.low, ci.high))
+    assert a["p_value"] == pytest.approx(0.25) and a["p_floor"] == pytest.approx(0.25)
+    assert a["margin"] == 0.05 and "opposite sign" not in a["note"]
+    # decoder - encoder directionality: (-0.4 - 0.01 s) - 0.01 s
+    assert c.loc["b", "estimate"] == pytest.approx(np.mean([-0.4 - 0.02 * s for s in (0, 1, 2)]))
+    assert c.loc["b", "verdict"] == "holds"
+    # retained symmetry, decoder - encoder: (0.4 + 0.01 s) - (0.8 - 0.01 s)
+    assert c.loc["e", "estimate"] == pytest.approx(np.mean([-0.4 + 0.02 * s for s in (0, 1, 2)]))
+    assert c.loc["e", "verdict"] == "holds"
+    # loss gain vs standard at the horizon (step 400): 0.5 for every seed
+    assert c.loc["c1", "estimate"] == pytest.approx(0.5) and c.loc["c1", "verdict"] == "holds"
+
+
+def test_signed_speedup_claim_by_hand():
+    c = build()
+    # common target = the highest minimum: standard seed 2, 4.02. Standard reaches it between 300 (4.5) and
+    # 400 (4.0 + 0.01 s); symmetric-fresh between 200 (4.5) and 300 (4.0): s* = 200 + 100 * 0.48 / 0.5 = 296
+    big_s = [300 + 100 * (4.5 - 4.02) / (4.5 - 4.0 - 0.01 * s) for s in (0, 1, 2)]
+    sp = [1 - 296 / b for b in big_s]
+    assert c.loc["c2", "estimate"] == pytest.approx(np.mean(sp))
+    assert c.loc["c2", "verdict"] == "holds"
+    assert "L* = 4.0200" in c.loc["c2", "test"]
+
+
+def test_negligible_effect_contradicts_and_no_effect_claim_holds():
+    c = build()
+    # symmetric-fresh vs fresh: gains +-0.001, inside the 0.01 margin -> contradicted (negligible)
+    assert c.loc["d1", "verdict"] == "contradicted" and "negligible" in c.loc["d1", "note"]
+    # decoder symmetric-fresh gains nothing: the same +-0.001 -> the no-effect claim holds
+    f = c.loc["f"]
+    assert f["prediction"] == "within ±0.01" and f["verdict"] == "holds"
+    assert f["estimate"] == pytest.approx(np.mean([-0.001 * (-1) ** s for s in (0, 1, 2)]))
+
+
+def test_reversed_effect_is_contradicted_with_the_opposite_sign_note():
+    c = build(swap=True)
+    a = c.loc["a"]
+    assert a["estimate"] == pytest.approx(-np.mean([0.4 - 0.01 * s for s in (0, 1, 2)]))
+    assert a["verdict"] == "contradicted"
+    assert C.OPPOSITE in a["note"]
+    assert c.loc["b", "verdict"] == "contradicted" and C.OPPOSITE in c.loc["b", "note"]
+
+
+def test_two_seeds_are_never_decided():
+    c = build(seeds=(0, 1))
+    for cid in ("a", "b", "c1", "c2", "e", "f"):
+        assert c.loc[cid, "n"] == 2
+        assert c.loc[cid, "verdict"] == "inconclusive", cid
+        assert "Too few seeds (n = 2)" in c.loc[cid, "note"]
+    assert c.loc["a", "p_floor"] == pytest.approx(0.5)
+
+
+def test_null_rows():
+    c = build()
+    b2 = c.loc["b2"]
+    # decoder d (-0.4 - 0.01 s) minus the null's mean of per-sample medians over layers
+    nl = null_rows()
+    per = nl[nl["init"] == "standard"].groupby("sample")["directionality"].median()
+    assert b2["estimate"] == pytest.approx(np.mean([-0.4 - 0.01 * s for s in (0, 1, 2)]) - per.mean())
+    assert b2["verdict"] == "holds" and "percentiles" in b2["note"] and "0 of 3 seeds inside" in b2["note"]
+    assert c.loc["b1", "verdict"] == "descriptive" and "3 of 3 seeds inside" in c.loc["b1", "note"]
+    missing = build(null=False)
+    assert missing.loc["b1", "verdict"] == "not tested" and "null" in missing.loc["b1", "note"]
+    assert missing.loc["b2", "verdict"] == "not tested"
+
+
+def test_pretrained_models_are_the_unit():
+    one = build(n_models=1)
+    assert one.loc["g1", "unit"] == "model" and one.loc["g1", "n"] == 2
+    assert one.loc["g1", "verdict"] == "descriptive" and "Descriptive" in one.loc["g1", "note"]
+    three = build(n_models=3)
+    # per-model medians over layers: encoders 0.51 + 0.02 m, decoders 0.11 + 0.03 m (m = 0, 1, 2)
+    enc, dec = [0.51 + 0.02 * m for m in range(3)], [0.11 + 0.03 * m for m in range(3)]
+    ci = sps.ttest_ind(enc, dec, equal_var=False).confidence_interval(0.95)
+    g1 = three.loc["g1"]
+    assert g1["n"] == 6 and g1["verdict"] == "holds"
+    assert (g1["estimate"], g1["low"], g1["high"]) == pytest.approx((np.mean(enc) - np.mean(dec), ci.low, ci.high))
+    assert g1["p_value"] == pytest.approx(sps.ttest_ind(enc, dec, equal_var=False).pvalue)
+    assert three.loc["g2", "estimate"] == pytest.approx(-0.41 + 0.105) and three.loc["g2", "verdict"] == "holds"
+
+
+def test_update_claims_on_seeds():
+    c = build()
+    h = c.loc["h_gradient_1"]
+    assert h["unit"] == "seed" and h["n"] == 3
+    assert h["estimate"] == pytest.approx(np.mean([0.3 - 0.05 - 0.01 * s for s in (0, 1, 2)]))
+    assert c.loc["h_gradient_2", "estimate"] == pytest.approx(-0.31)
+    assert "intervals of 100 steps" in c.loc["h_applied_1", "note"]
+    flipped = C.reproduction_claims(
+        training=score_rows((0, 1, 2)), loss=None,
+        updates=update_rows((0, 1, 2)).assign(directionality=lambda d: -d["directionality"]),
+        emergence_runs={"encoder": [run_name("encoder", "standard", s) for s in (0, 1, 2)],
+                        "decoder": [run_name("decoder", "standard", s) for s in (0, 1, 2)]}).set_index("id")
+    assert flipped.loc["h_gradient_2", "verdict"] == "contradicted"
+    assert C.OPPOSITE in flipped.loc["h_gradient_2", "note"]
+    # no loss table: the loss claims are listed as not tested, not dropped
+    assert flipped.loc["c1", "verdict"] == "not tested" and "loss" in flipped.loc["c1", "note"]
+
+
+def test_missing_data_is_not_tested_never_dropped():
+    c = C.reproduction_claims(training=None, loss=None, emergence_runs={}).set_index("id")
+    assert {"a", "b", "b1", "b2", "c1", "c2", "d1", "d2", "e", "f", "g1", "g2"} <= set(c.index)
+    assert (c["verdict"] == "not tested").all()
+
+
+def test_paper_pair_gap_from_resources():
+    paper = pd.read_csv(PAPER / "paper_training_scores.csv")
+    txt = C.paper_pair_gap(paper, "symmetry", False, 0.95)
+    last = paper[paper["step"] == paper["step"].max()]
+    gaps = []
+    for (model, dataset), g in last.groupby(["model", "dataset"]):
+        e = np.median(g.loc[g["objective"] == "encoder", "symmetry"])
+        d = np.median(g.loc[g["objective"] == "decoder", "symmetry"])
+        gaps.append(e - d)
+    assert len(gaps) == 6
+    ci = sps.ttest_1samp(gaps, 0).confidence_interval(0.95)
+    assert txt.startswith(f"{np.mean(gaps):+.3f} [{ci.low:+.3f}, {ci.high:+.3f}]") and "n = 6" in txt
+
+
+def test_paper_symmetric_init_figures_from_resources():
+    loss = pd.read_csv(PAPER / "paper_symmetric_init_loss.csv")
+    t1 = pd.read_csv(PAPER / "paper_table1.csv")
+    txt = C.paper_symmetric_init(loss, t1, None, "loss", 0.95)
+    gains = [g[g["init"] == "standard"].sort_values("step")["train_loss"].iloc[-1]
+             - g[g["init"] == "symmetric"].sort_values("step")["train_loss"].iloc[-1]
+             for _, g in loss.groupby(["model", "dataset"])]
+    assert txt.startswith(f"{np.mean(gains):+.3f}") and "n = 6" in txt
+    sp = C.paper_symmetric_init(loss, t1, None, "speedup", 0.95)
+    assert "bert-mini wikipedia 73 %" in sp and "bert-base jigsaw none" in sp
+
+
+def test_claim_sentences_and_counts():
+    c = build().reset_index()
+    text = [C.claim_sentence(r) for _, r in c.iterrows()]
+    assert all(t.startswith("**(") for t in text)
+    assert "holds" in text[0] and "n = 3" in text[0] and "margin ±0.05" in text[0]
+    assert "margin ±5 %" in text[c.index[c["id"] == "c2"][0]]
+    assert C.verdict_counts(c).startswith(f"{int(((c['kind'] == 'core') & (c['verdict'] == 'holds')).sum())} holds")
+
+
+def test_init_table_signed_speedups_every_seed_counts():
+    t = A.init_table(loss_rows((0, 1, 2)), "standard", 0.95)
+    row = t[(t["objective"] == "encoder") & (t["init"] == "symmetric-fresh") & (t["compared_to"] == "standard")].iloc[0]
+    big_s = [300 + 100 * (4.5 - 4.02) / (4.5 - 4.0 - 0.01 * s) for s in (0, 1, 2)]
+    sp = [1 - 296 / b for b in big_s]
+    ci = sps.ttest_1samp(sp, 0).confidence_interval(0.95)
+    assert row["n_pairs"] == 3 and row["target"] == pytest.approx(4.02)
+    assert (row["speedup_mean"], row["speedup_low"], row["speedup_high"]) == pytest.approx((np.mean(sp), ci.low, ci.high))
+    assert row["loss_gain_mean"] == pytest.approx(0.5)
+    vs_fresh = t[(t["init"] == "symmetric-fresh") & (t["compared_to"] == "fresh")]
+    assert len(vs_fresh) == 1 and vs_fresh["objective"].iloc[0] == "encoder"  # no decoder fresh run: no row
+    assert (t.loc[t["init"] == "standard", "speedup_text"] == "baseline").all()
+    assert math.isclose(S.p_floor(3), 0.25)
