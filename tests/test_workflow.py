@@ -112,7 +112,18 @@ def test_dry_run_default_config_has_every_run_and_figure():
 def test_dry_run_paper_config():
     proc = snakemake("-n", "--configfile", "config/paper.yaml")
     counts = job_counts(proc.stdout)
-    assert counts["train_model"] == 3 * 3 * 2 * 2  # sizes x datasets x objectives x inits
+    # every run of the config's expansion is trained and scored (its content: tests/test_paper_config.py)
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    names, update_runs = set(), set()
+    for group, g in cfg["training"]["groups"].items():
+        for e in g["runs"]:
+            lists = [e[k] if isinstance(e[k], list) else [e[k]] for k in ("size", "corpus", "objective", "init", "seed")]
+            for size, corpus, objective, init, seed in itertools.product(*lists):
+                names.add(f"{size}-{corpus}-{objective}-{init}-s{seed}")
+                if group == cfg["updates"]["group"] and init in cfg["updates"]["inits"]:
+                    update_runs.add(f"{size}-{corpus}-{objective}-{init}-s{seed}")
+    assert counts["train_model"] == counts["score_checkpoints"] == len(names) >= 150
+    assert counts["score_updates"] == len(update_runs)
     assert counts["prepare_corpus"] == 3
     assert counts["score_pretrained"] > 100
     # the default config is not merged into the paper config

@@ -1,0 +1,182 @@
+"""config/paper.yaml carries the same science as the embedded default (issue 8, point 5), checked on the
+parsed config and its run expansion (the same expansion as rules/common.smk), not by grepping: >= 3 seeds per
+bert-mini / bert-base contrast, the `fresh` control, decoder `symmetric-fresh`, runs with the symmetry
+regularizer, held-out evaluation at the rebuttal's bert-large checkpoints, one group for Figure 3, Figure S4
+and Table 1, and a RUN.yaml per run that the training CLI accepts. The dry run itself is in
+tests/test_workflow.py (test_dry_run_paper_config). Also the rebuttal's numbers in resources/paper/."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attention_geometry.training.config import run_config_from_dict
+
+REPO = Path(__file__).resolve().parents[1]
+RUN_KEYS = ("size", "corpus", "objective", "init", "seed")
+REBUTTAL_STEPS = {"wikipedia": 123000, "red_pajama": 140000, "jigsaw": 184000}
+
+
+def _as_list(v):
+    return v if isinstance(v, list) else [v]
+
+
+def expand_runs(cfg: dict) -> dict[str, dict]:
+    """run name -> {spec, settings, groups}, as rules/common.smk builds RUNS (entry keys override the group's
+    settings; a run in several groups must have the same settings)."""
+    runs: dict[str, dict] = {}
+    for group, g in cfg["training"]["groups"].items():
+        for entry in g["runs"]:
+            extra = {k: v for k, v in entry.items() if k not in RUN_KEYS}
+            settings = {**g["settings"], **extra}
+            for combo in itertools.product(*(_as_list(entry[k]) for k in RUN_KEYS)):
+                spec = dict(zip(RUN_KEYS, combo))
+                name = "{size}-{corpus}-{objective}-{init}-s{seed}".format(**spec)
+                if name in runs:
+                    assert runs[name]["settings"] == settings, name
+                runs.setdefault(name, {"spec": spec, "settings": settings, "groups": []})
+                if group not in runs[name]["groups"]:
+                    runs[name]["groups"].append(group)
+    return runs
+
+
+def steps(settings: dict, kind: str) -> list[int]:
+    """The snapshot or eval steps the training CLI resolves (0 and max_steps always included)."""
+    top = int(settings["max_steps"])
+    s = {0, top}
+    if f"{kind}_steps" in settings:
+        s |= {int(x) for x in settings[f"{kind}_steps"] if int(x) <= top}
+    elif f"{kind}_every" in settings:
+        s |= set(range(0, top + 1, int(settings[f"{kind}_every"])))
+    return sorted(s)
+
+
+def lam(settings: dict) -> float:
+    return float((settings.get("regularizer") or {}).get("lambda", 0.0))
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(cfg):
+    return expand_runs(cfg)
+
+
+def seeds_by_cell(runs, names):
+    """(size, corpus, objective, init, regularized) -> set of seeds."""
+    out = defaultdict(set)
+    for n in names:
+        s = runs[n]["spec"]
+        out[(s["size"], s["corpus"], s["objective"], s["init"], lam(runs[n]["settings"]) > 0)].add(s["seed"])
+    return out
+
+
+def test_one_group_serves_fig3_figS4_and_table1(cfg, runs):
+    f = cfg["figures"]
+    assert f["emergence_group"] == f["ablation_group"] == cfg["updates"]["group"]
+    assert f["emergence_group"] in cfg["training"]["groups"]
+    # the SPEC's figure keys, as in the default config
+    assert set(f["margins"]) == {"symmetry", "directionality", "loss", "speedup"}
+    assert all(v > 0 for v in f["margins"].values())
+    assert f["horizon_snapshots"] >= 1
+    # the main group has no regularized run (those would be pooled with its standard runs)
+    main = [n for n, r in runs.items() if f["emergence_group"] in r["groups"]]
+    assert main and all(lam(runs[n]["settings"]) == 0 for n in main)
+
+
+def test_three_seeds_per_contrast_the_fresh_control_and_decoder_symmetric_fresh(cfg, runs):
+    main = [n for n, r in runs.items() if cfg["figures"]["emergence_group"] in r["groups"]]
+    cells = seeds_by_cell(runs, main)
+    corpora = list(cfg["corpora"])
+    assert set(corpora) == {"jigsaw", "wikipedia", "red_pajama"}  # the paper's datasets
+    wanted = [("encoder", i) for i in ("standard", "symmetric-fresh", "fresh")]
+    wanted += [("decoder", i) for i in ("standard", "symmetric-fresh")]
+    for size in ("bert-mini", "bert-base"):
+        for corpus in corpora:
+            for objective, init in wanted:
+                got = cells[(size, corpus, objective, init, False)]
+                assert len(got) >= 3, (size, corpus, objective, init, got)
+            # encoder and decoder of one seed share their initial weights: the same seeds on both sides
+            enc = cells[(size, corpus, "encoder", "standard", False)]
+            dec = cells[(size, corpus, "decoder", "standard", False)]
+            assert len(enc & dec) >= 3
+    for corpus in corpora:  # bert-large: seed 0 for every contrast
+        for objective, init in wanted:
+            assert 0 in cells[("bert-large", corpus, objective, init, False)], (corpus, objective, init)
+    # the paper's sizes, sequence 512 and 200k steps for every run, nothing else overridden
+    for n in runs:
+        r = runs[n]
+        assert r["spec"]["size"] in ("bert-mini", "bert-base", "bert-large"), n
+        assert r["settings"]["max_steps"] == 200000 and not r["settings"].get("overrides"), n
+    assert all(c["block_len"] == 512 for c in cfg["corpora"].values())
+
+
+def test_regularizer_runs(cfg, runs):
+    reg = [n for n, r in runs.items() if lam(r["settings"]) > 0]
+    cells = seeds_by_cell(runs, reg)
+    for size in ("bert-mini", "bert-base"):
+        for corpus in cfg["corpora"]:
+            assert len(cells[(size, corpus, "encoder", "standard", True)]) >= 3, (size, corpus)
+    # apart from the regularizer, the same settings as the main group's runs of the same size
+    for n in reg:
+        s = {k: v for k, v in runs[n]["settings"].items() if k != "regularizer"}
+        size = runs[n]["spec"]["size"]
+        assert any(r["settings"] == s for r in runs.values() if r["spec"]["size"] == size), n
+
+
+def test_heldout_evaluation_includes_the_rebuttal_checkpoints(runs):
+    for n, r in runs.items():
+        s = r["settings"]
+        assert s["eval_blocks"] >= 512, n
+        assert not ("snapshot_steps" in s and "snapshot_every" in s), n  # the training CLI refuses both
+        assert not ("eval_steps" in s and "eval_every" in s), n
+        if r["spec"]["size"] == "bert-large":
+            step = REBUTTAL_STEPS[r["spec"]["corpus"]]
+            assert step in steps(s, "eval") and step in steps(s, "snapshot"), (n, step)
+
+
+def test_update_steps_have_equal_applied_intervals(cfg, runs):
+    """The applied update at step s spans s -> the run's next snapshot: the same length for every step and run."""
+    upd = cfg["updates"]
+    sel = [n for n, r in runs.items() if upd["group"] in r["groups"] and r["spec"]["init"] in upd["inits"]]
+    assert {runs[n]["spec"]["size"] for n in sel} == {"bert-mini", "bert-base", "bert-large"}
+    gaps = set()
+    for n in sel:
+        snaps = steps(runs[n]["settings"], "snapshot")
+        for s in upd["steps"]:
+            assert s in snaps, (n, s)
+            nxt = [x for x in snaps if x > s]
+            if nxt:
+                gaps.add(nxt[0] - s)
+    assert len(gaps) == 1, gaps
+
+
+def test_every_run_yaml_is_accepted_by_the_training_cli(runs, tmp_path):
+    for n, r in runs.items():
+        raw = {"corpus": str(tmp_path), "run": n, **{k: r["spec"][k] for k in ("size", "objective", "init", "seed")},
+               **r["settings"]}
+        rc = run_config_from_dict(raw, where=n)
+        assert rc.max_steps == 200000
+
+
+def test_rebuttal_checkpoints_are_recorded_with_their_source():
+    path = REPO / "resources" / "paper" / "paper_rebuttal_checkpoints.csv"
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["model", "dataset", "step", "init", "eval_loss", "speedup_percent", "source"]
+    got = {(r["dataset"], int(r["step"]), r["init"]): (float(r["eval_loss"]), r["speedup_percent"]) for r in rows}
+    assert got == {
+        ("wikipedia", 123000, "standard"): (0.2151, ""), ("wikipedia", 123000, "symmetric"): (0.1874, "56.5"),
+        ("jigsaw", 184000, "standard"): (0.8113, ""), ("jigsaw", 184000, "symmetric"): (0.7612, "11.0"),
+        ("red_pajama", 140000, "standard"): (0.2261, ""), ("red_pajama", 140000, "symmetric"): (0.2058, "37.8"),
+    }
+    assert all(r["model"] == "bert-large" and "rebuttal" in r["source"] for r in rows)
+    assert "paper_rebuttal_checkpoints.csv" in (REPO / "resources" / "paper" / "README.md").read_text()
