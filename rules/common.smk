@@ -121,7 +121,11 @@ for _group in (config["updates"]["group"], config["figures"]["emergence_group"],
     if _group not in GROUPS:
         raise WorkflowError(f"config: group {_group!r} is not a key of training.groups ({', '.join(GROUPS)})")
 
-UPDATE_RUNS = GROUPS[config["updates"]["group"]]
+UPDATE_RUNS = [r for r in GROUPS[config["updates"]["group"]] if RUNS[r]["spec"]["init"] in config["updates"]["inits"]]
+if not UPDATE_RUNS:
+    raise WorkflowError(
+        f"config updates: group {config['updates']['group']!r} has no run with init in {config['updates']['inits']}"
+    )
 for _run in UPDATE_RUNS:
     _bad = [s for s in config["updates"]["steps"] if s not in snapshot_steps(_run)]
     if _bad:
@@ -132,22 +136,28 @@ for _run in UPDATE_RUNS:
 
 
 def emergence_runs():
-    """{objective: run}: the baseline-init run with the lowest seed per objective of the emergence group."""
-    out = {}
+    """{objective: [run, ...]}: the baseline-init runs of the emergence group per objective, every seed, sorted
+    by seed (seeds are the unit of every claim; encoder and decoder of one seed share their initial weights)."""
+    out = {"encoder": [], "decoder": []}
     base = config["figures"]["baseline_init"]
     for run in GROUPS[config["figures"]["emergence_group"]]:
         spec = RUNS[run]["spec"]
-        if spec["init"] != base:
-            continue
-        if spec["objective"] not in out or spec["seed"] < RUNS[out[spec["objective"]]]["spec"]["seed"]:
-            out[spec["objective"]] = run
-    for objective in ("encoder", "decoder"):
-        if objective not in out:
+        if spec["init"] == base:
+            out[spec["objective"]].append(run)
+    for objective, runs in out.items():
+        if not runs:
             raise WorkflowError(
                 f"config figures.emergence_group {config['figures']['emergence_group']!r} has no "
                 f"{objective} run with init {base!r}"
             )
+        runs.sort(key=lambda r: RUNS[r]["spec"]["seed"])
     return out
+
+
+def null_source_run():
+    """The run whose shape (size, overrides, corpus) the random-init null table copies: the lowest-seed
+    baseline-init encoder run of the emergence group."""
+    return emergence_runs()["encoder"][0]
 
 
 # ---------------------------------------------------------------- pretrained models
@@ -224,12 +234,12 @@ def _fig1_model(role):
 def placeholders():
     """Catalog placeholder -> (path given to the notebook, file the rule depends on)."""
     em = emergence_runs()
-    first_corpus = RUNS[em["encoder"]]["spec"]["corpus"]
+    first_corpus = RUNS[em["encoder"][0]]["spec"]["corpus"]
     enc, dec = _fig1_model("encoder"), _fig1_model("decoder")
     return {
         "results": (RESULTS, None),
-        "encoder_snapshot": (final_snapshot(em["encoder"]), train_done(em["encoder"])),
-        "decoder_snapshot": (final_snapshot(em["decoder"]), train_done(em["decoder"])),
+        "encoder_snapshot": (final_snapshot(em["encoder"][0]), train_done(em["encoder"][0])),
+        "decoder_snapshot": (final_snapshot(em["decoder"][0]), train_done(em["decoder"][0])),
         "minilm_dir": (enc["source"], enc["inputs"][0] if enc["inputs"] else None),
         "smollm2_gguf": (dec["file"] or dec["source"], dec["inputs"][0] if dec["inputs"] else None),
         "corpus_manifest": (os.path.join(corpus_dir(first_corpus), "manifest.json"), corpus_dir(first_corpus)),
@@ -246,7 +256,7 @@ def notebook_param(name, notebook):
         return CONFIG_HASH
     if name == "config_name":
         return ", ".join(os.path.relpath(str(p), REPO) for p in workflow.configfiles) or "config/config.yaml"
-    if name in f and name not in ("skip", "fig1_models", "emergence_group", "ablation_group"):
+    if name in f and name not in ("skip", "fig1_models", "emergence_group", "ablation_group", "null_samples"):
         return f[name]
     raise WorkflowError(f"notebooks/catalog.yaml {notebook}: unknown param {name!r} (no config figures.{name})")
 
@@ -312,6 +322,7 @@ TABLES = {
     "training_scores": res("tables", "training_scores.csv"),
     "training_loss": res("tables", "training_loss.csv"),
     "update_scores": res("tables", "update_scores.csv"),
+    "null_scores": res("tables", "null_scores.csv"),
 }
 
 
