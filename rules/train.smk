@@ -32,6 +32,7 @@ rule train_model:
         final=lambda w: final_snapshot(w.run),
         device=config["training"]["device"],
     threads: config["training"]["threads"]
+    priority: lambda w: train_priority(w.run)
     resources:
         gpu=config["training"]["gpus"],
         mem_mb=config["training"]["mem_mb"],
