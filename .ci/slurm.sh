@@ -2,7 +2,7 @@
 # Brings up a real single-node SLURM cluster on this (Debian, root, no systemd) machine, runs the smoke
 # config through profiles/slurm, checks its outputs, and stops the daemons by their pids.
 # Needs: root, apt (Debian packages slurmctld slurmd slurm-client munge), the project venv (.venv).
-# Settings: ../shared/notes/slurm-on-localhost.md (no accounting: the profile polls with squeue).
+# A single-node cluster without accounting (slurmdbd): the profile polls job states with squeue.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

@@ -84,7 +84,7 @@ _PAPER = dict(
 )
 
 SIZES: dict[str, dict] = {
-    # as measured in ../shared/notes/tiny-scale-findings.md
+    # the embedded default's size; what it shows on a 2-core CPU: docs/experiment-design.md (pilots)
     "tiny": dict(num_layers=2, hidden_size=128, num_heads=2, intermediate_size=512),
     # the paper's (Saponati et al. 2025) sizes and optimization
     "bert-mini": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024, **_PAPER),
