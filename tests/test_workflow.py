@@ -96,17 +96,25 @@ def test_dry_run_default_config_has_every_run_and_figure():
             lists = [e[k] if isinstance(e[k], list) else [e[k]] for k in ("size", "corpus", "objective", "init", "seed")]
             for size, corpus, objective, init, seed in itertools.product(*lists):
                 names.add(f"{size}-{corpus}-{objective}-{init}-s{seed}")
-    assert counts["train_model"] == len(names) >= 14
+    assert counts["train_model"] == len(names) >= 15
     assert counts["score_checkpoints"] == len(names)
+    assert counts["score_null_inits"] == 1
     assert counts["score_pretrained"] == len(cfg["pretrained"])
     catalog = yaml.safe_load((REPO / "notebooks" / "catalog.yaml").read_text())
     for nb in catalog:
         assert counts.get(f"make_{nb}") == 1, nb
-    # Table 1: encoder standard/symmetric-fresh/fresh over >= 3 seeds, symmetric >= 1, decoder 2 inits
-    enc = [n for n in names if "-encoder-" in n]
-    for init in ("standard", "symmetric-fresh", "fresh"):
-        assert len([n for n in enc if f"-{init}-s" in n and "-s0" not in n]) >= 3, init
-    assert any("-encoder-symmetric-s" in n for n in names)
+    # seeds are the unit (issue: >= 3 seeds of each contrast, encoder and decoder paired by seed, one horizon)
+    seeds = {}
+    for n in names:
+        variant, seed = n.rsplit("-s", 1)
+        seeds.setdefault(variant.split("-", 2)[2], set()).add(int(seed))
+    for variant in ("encoder-standard", "encoder-symmetric-fresh", "encoder-fresh", "decoder-standard",
+                    "decoder-symmetric-fresh"):
+        assert len(seeds[variant]) >= 3, variant
+    assert seeds["encoder-standard"] == seeds["decoder-standard"]
+    main = cfg["training"]["groups"][cfg["figures"]["emergence_group"]]
+    assert cfg["figures"]["emergence_group"] == cfg["figures"]["ablation_group"]
+    assert main["settings"]["eval_blocks"] >= 512
 
 
 def test_dry_run_paper_config():
@@ -148,7 +156,7 @@ def test_paper_training_asks_for_gpus_and_pretrained_revisions_are_listed():
 def test_smoke_config_dry_run_writes_only_under_its_results_root(tmp_path):
     proc = snakemake("-n", "--configfile", "config/smoke.yaml", "--config", f"results={tmp_path}/r")
     counts = job_counts(proc.stdout)
-    assert counts["train_model"] == 3 and counts["score_pretrained"] == 1
+    assert counts["train_model"] == 5 and counts["score_pretrained"] == 1
     for line in proc.stdout.splitlines():
         if line.strip().startswith("output:"):
             for path in line.split(":", 1)[1].split(","):
@@ -180,12 +188,14 @@ def _bad_config(tmp_path, mutate):
 
 def test_bad_configs_stop_with_a_message(tmp_path):
     def unknown_key(cfg):
-        cfg["training"]["groups"]["emergence"]["settings"]["max_stpes"] = 3
+        cfg["training"]["groups"]["main"]["settings"]["max_stpes"] = 3
 
     assert "max_stpes" in _bad_config(tmp_path, unknown_key)
 
     def clash(cfg):  # the same run in two groups with different step counts
-        cfg["training"]["groups"]["init_ablation"]["settings"]["max_steps"] = 80
+        main = cfg["training"]["groups"]["main"]
+        cfg["training"]["groups"]["other"] = {"settings": {**main["settings"], "max_steps": 80},
+                                              "runs": [dict(main["runs"][0], objective="encoder", init="standard")]}
 
     out = _bad_config(tmp_path, clash)
     assert "tiny-wiki_offline-encoder-standard-s0" in out and "different settings" in out
@@ -270,10 +280,10 @@ def test_smoke_workflow_end_to_end_and_incremental(tmp_path):
         rows = _csv_rows(results / "tables" / f"{kind}.csv")
         assert rows and all(c in rows[0] for c in cols), kind
     runs = {r["run"] for r in _csv_rows(results / "tables" / "training_loss.csv")}
-    assert len(runs) == 3
+    assert len(runs) == 5
     scores = _csv_rows(results / "tables" / "training_scores.csv")
     steps = sorted({int(r["step"]) for r in scores})
-    max_steps = smoke["training"]["groups"]["emergence"]["settings"]["max_steps"]
+    max_steps = smoke["training"]["groups"]["main"]["settings"]["max_steps"]
     assert steps[0] == 0 and steps[-1] == max_steps
     catalog = yaml.safe_load((wf / "notebooks" / "catalog.yaml").read_text())
     for nb, entry in catalog.items():
