@@ -83,10 +83,20 @@ def cpu_shape(config_path: Path, group: str):
         corpus = cfg["corpora"][corpus_key]
         vocab = int(corpus["tokenizer"]["vocab_size"])
         seq = int(corpus["block_len"])
-        overrides = dict(g.get("settings", {}).get("overrides") or {})
+        # per objective: the group's overrides, then those of the first run entry of that objective
+        overrides = {}
+        for objective in ("encoder", "decoder"):
+            o = dict(g.get("settings", {}).get("overrides") or {})
+            for entry in g["runs"]:
+                objs = entry["objective"] if isinstance(entry["objective"], list) else [entry["objective"]]
+                if objective in objs:
+                    o.update(entry.get("overrides") or {})
+                    break
+            overrides[objective] = o
         return size, overrides, vocab, seq, f"{config_path} group {group}"
     except Exception as exc:  # noqa: BLE001 - any missing piece: the documented fallback
-        return "tiny", {}, 2048, 64, f"tiny defaults ({config_path} has no usable group {group!r}: {exc!r})"
+        return ("tiny", {"encoder": {}, "decoder": {}}, 2048, 64,
+                f"tiny defaults ({config_path} has no usable group {group!r}: {exc!r})")
 
 
 def _autocast(precision: str):
@@ -260,11 +270,12 @@ def counted_flops(h, objective: str, precision: str, size: str = "tiny") -> dict
     return out
 
 
-def mfu_report(h, size: str, s_per_step: dict, precision: str, threads: int) -> None:
+def mfu_report(hypers: dict, size: str, s_per_step: dict, precision: str, threads: int) -> None:
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     rates: dict[tuple, float] = {}
     rows = []
     for objective in ("encoder", "decoder"):
+        h = hypers[objective]
         n_pred = expected_predicted(h, objective)
         mms = step_matmuls(h, objective, n_pred)
         for m in mms:
@@ -300,19 +311,21 @@ def mfu_report(h, size: str, s_per_step: dict, precision: str, threads: int) -> 
 
 def cpu_main(args) -> None:
     torch.set_num_threads(args.threads)
-    size, overrides, vocab, seq, where = cpu_shape(Path(args.config), args.group)
-    h = resolve_hyper(size, {**overrides, "vocab_size": vocab, "seq_len": seq})
+    size, per_objective, vocab, seq, where = cpu_shape(Path(args.config), args.group)
+    hypers = {o: resolve_hyper(size, {**ov, "vocab_size": vocab, "seq_len": seq}) for o, ov in per_objective.items()}
+    h = hypers["encoder"]
     tokens = h.batch_size * h.seq_len
     per_step = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         corpus = write_random_corpus(tmp / "corpus", vocab, seq)
         print(f"{size} ({h.num_layers} layers x {h.hidden_size}, {h.num_heads} heads, vocab {vocab}, seq {seq}, "
-              f"batch {h.batch_size}; from {where}), {args.precision}, {args.threads} thread(s), {args.steps} "
+              f"batch {h.batch_size}; overrides {per_objective}; from {where}), {args.precision}, {args.threads} thread(s), {args.steps} "
               f"steps; tokens/s = batch x seq / s_per_step; load average at start "
               f"{os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
         print(f"{'objective':<10}{'variant':<16}{'s/step':>9}{'tokens/s':>11}{'vs stock':>10}")
         for objective in ("encoder", "decoder"):
+            h, overrides = hypers[objective], per_objective[objective]
             base = stock_loop(objective, h, args.steps, 3, precision=args.precision, size=size)
             print(f"{objective:<10}{'stock':<16}{base:9.4f}{tokens / base:11.0f}{1.0:10.2f}")
             per, _ = ours(objective, corpus, args.steps, args.threads, False, tmp, size, overrides, args.precision)
@@ -324,7 +337,7 @@ def cpu_main(args) -> None:
                 print(f"{objective:<10}{'ours+compile':<16}{per_c:9.4f}{tokens / per_c:11.0f}{base / per_c:10.2f}"
                       f"   (whole run {total:.1f} s incl. compile)")
             sys.stdout.flush()
-    mfu_report(h, size, per_step, args.precision, args.threads)
+    mfu_report(hypers, size, per_step, args.precision, args.threads)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
