@@ -208,7 +208,7 @@ def test_update_claims_on_seeds():
     assert h["unit"] == "seed" and h["n"] == 3
     assert h["estimate"] == pytest.approx(np.mean([0.3 - 0.05 - 0.01 * s for s in (0, 1, 2)]))
     assert c.loc["h_gradient_2", "estimate"] == pytest.approx(-0.31)
-    assert "intervals of 100 steps" in c.loc["h_applied_1", "note"]
+    assert "scored steps 100 steps apart" in c.loc["h_applied_1", "note"]
     flipped = C.reproduction_claims(
         training=score_rows((0, 1, 2)), loss=None,
         updates=update_rows((0, 1, 2)).assign(directionality=lambda d: -d["directionality"]),

@@ -279,7 +279,8 @@ def _update_rows(updates, enc_runs, dec_runs, margins, level) -> list[dict]:
                 mode = int(lengths.mode().min())
                 dropped = int((u["length"] != mode).sum())
                 u = u[u["length"] == mode]
-                notes.append(f"Applied updates over intervals of {mode} steps" +
+                notes.append(f"Applied updates (M at the run's next snapshot minus M at the scored step, equal "
+                             f"snapshot spacing) at scored steps {mode} steps apart" +
                              (f" ({dropped} row(s) of other lengths left out)." if dropped else "."))
             u = u[u["kind"] == kind]
             per = u.groupby(["run", "objective", "seed"])[["symmetry", "directionality"]].median().reset_index()
