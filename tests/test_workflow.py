@@ -323,8 +323,11 @@ def test_interrupted_workflow_resumes_training(tmp_path):
     cmd = [SNAKEMAKE, "--configfile", "config/resume.yaml", "--cores", "1", target]
     state = wf / "results-resume" / "runs" / run / "state" / "state.json"
 
+    # SIGINT back to its default in the workflow's process group: a test run started in the background by a
+    # non-interactive shell inherits SIGINT ignored, and Python then never raises KeyboardInterrupt
     proc = subprocess.Popen(cmd, cwd=wf, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 600
     step = 0
     try:
