@@ -302,10 +302,11 @@ def scores_vs_params(axes: Sequence[plt.Axes], table: pd.DataFrame, hue: str = "
                        linewidths=(0.9 if flagged else (1.2 if src == "ours" else 0.3)),
                        label=label, zorder=3 if src == "ours" else 2)
             if src == "ours" and label_ours:
-                # names above the point for the first hue value, below for the others (an encoder-decoder
-                # model's two stacks share one x)
-                below = sorted(palette).index(h) % 2 == 1 if h in palette else False
+                # names of the lower half of our points (in this panel) below them, of the upper half above:
+                # two nearby points (or an encoder-decoder model's two stacks at one x) get their names apart
+                mid = float(np.median(table.loc[table["source"] == "ours", f"{v}_median"]))
                 for x_, y_, name in zip(g["n_params"], y, g["model"]):
+                    below = float(y_) < mid
                     ax.annotate(_short(name), (x_, y_), textcoords="offset points", xytext=(4, -9 if below else 4),
                                 fontsize=6)
         ax.set_xscale("log")
