@@ -1,5 +1,7 @@
 # The workflow: corpus -> training runs -> scores -> tidy tables -> one papermill notebook per figure/table.
-# Everything configurable lives in config/ (validated against config/schema.yaml); helpers in rules/common.smk.
+# Everything configurable lives in config/ (validated against config/schema.yaml); what the config implies
+# (runs, names, steps, groups, pretrained sources, notebook I/O) is computed by attention_geometry.workflow,
+# and rules/common.smk only looks it up.
 from snakemake.utils import min_version, validate
 
 min_version("9.0")

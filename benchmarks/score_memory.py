@@ -4,7 +4,7 @@ Writes a random Llama-shaped checkpoint (bf16, sharded safetensors with an index
 width 2048, 32 query heads, 8 key/value heads, MLP 8192, vocabulary 32000: 1.10 B parameters, 2.2 GB) into
 a temporary folder, then scores it twice, each time in a fresh child process:
 
-- streaming: attention_geometry.api.score_model(<folder>), which reads only the q/k tensors;
+- streaming: attention_geometry.checkpoints.score_model(<folder>), which reads only the q/k tensors;
 - full: transformers.AutoModelForCausalLM.from_pretrained(<folder>, dtype=bfloat16), then score_model(model).
 
 For each child it prints the wall time of the whole process (python start, imports, scoring) and its peak
@@ -90,7 +90,7 @@ def child(mode: str, folder: str, result: str, threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    from attention_geometry.api import score_model
+    from attention_geometry.checkpoints import score_model
 
     if mode == "full":
         from transformers import AutoModelForCausalLM

@@ -1,8 +1,89 @@
-# One rule per notebook of notebooks/catalog.yaml (a new figure or table is one catalog entry plus its
-# notebook). Each rule runs
+# The data behind figures that needs more than reading a table (small files, committed under results/),
+# then one rule per entry of notebooks/catalog.yaml (a new figure or table is one catalog entry plus its
+# notebook; entries may share a notebook and differ by `constants`). Each notebook rule runs
 #   papermill notebooks/NAME.ipynb {results}/notebooks/NAME.ipynb -y '{"inputs": ..., "outputs": ..., "params": ...}'
 # The notebook file is an input of its own rule only, so editing it re-runs just that figure. The final
 # figures and tables are report() outputs with the catalog's caption (`snakemake --report report.html`).
+
+
+# Figure 1: the summed W_qk of each drawn model's median-symmetry layer (a full GGUF dequantization for
+# SmolLM2), one small .npz per model, so the notebook only draws.
+rule extract_run_wqk:
+    input:
+        done=train_done("{run}"),
+    output:
+        res("figdata", "wqk", "runs", "{run}.npz"),
+    params:
+        snapshot=lambda w: final_snapshot(w.run),
+    threads: config["scoring"]["threads"]
+    resources:
+        mem_mb=config["scoring"]["mem_mb"],
+        runtime=config["scoring"]["runtime"],
+    log:
+        res("logs", "figdata", "wqk-run-{run}.log"),
+    benchmark:
+        res("benchmarks", "extract_wqk", "run-{run}.tsv")
+    conda:
+        "../envs/score.yaml"
+    shell:
+        "attention-geometry extract-wqk {params.snapshot:q} --name {wildcards.run} --out {output:q} > {log:q} 2>&1"
+
+
+rule extract_pretrained_wqk:
+    input:
+        lambda w: PRETRAINED[w.model].inputs,
+    output:
+        res("figdata", "wqk", "pretrained", "{model}.npz"),
+    params:
+        path=lambda w: PRETRAINED[w.model].path,
+        name=lambda w: PRETRAINED[w.model].name,
+    threads: config["scoring"]["threads"]
+    resources:
+        mem_mb=config["scoring"]["mem_mb"],
+        runtime=config["scoring"]["runtime"],
+    log:
+        res("logs", "figdata", "wqk-pretrained-{model}.log"),
+    benchmark:
+        res("benchmarks", "extract_wqk", "pretrained-{model}.tsv")
+    conda:
+        "../envs/score.yaml"
+    shell:
+        "attention-geometry extract-wqk {params.path:q} --name {params.name:q} --out {output:q} > {log:q} 2>&1"
+
+
+# The symmetry vs loss-gain/speed-up tables of the ablation runs (drawn by fig_symmetry_speedup).
+rule tabulate_symmetry_speedup:
+    input:
+        scores=TABLES["training_scores"],
+        loss=TABLES["training_loss"],
+    output:
+        runs=report(
+            res("tables", "symmetry_speedup_runs.csv"),
+            caption=os.path.abspath(res("report", "captions", "fig_symmetry_speedup.rst")),
+            category="Tables",
+            subcategory="fig_symmetry_speedup",
+        ),
+        correlations=report(
+            res("tables", "symmetry_speedup_correlations.csv"),
+            caption=os.path.abspath(res("report", "captions", "fig_symmetry_speedup.rst")),
+            category="Tables",
+            subcategory="fig_symmetry_speedup",
+        ),
+    params:
+        runs=lambda w: " ".join(PLAN.ablation_runs()),
+        baseline=config["figures"]["baseline_init"],
+        level=config["figures"]["ci_level"],
+        resamples=config["figures"]["bootstrap_resamples"],
+        seed=config["figures"]["bootstrap_seed"],
+    log:
+        res("logs", "tables", "symmetry_speedup.log"),
+    conda:
+        "../envs/figures.yaml"
+    shell:
+        "attention-geometry symmetry-speedup --scores {input.scores:q} --loss {input.loss:q} --runs {params.runs}"
+        " --baseline-init {params.baseline} --ci-level {params.level} --bootstrap-resamples {params.resamples}"
+        " --bootstrap-seed {params.seed} --out-runs {output.runs:q} --out-correlations {output.correlations:q}"
+        " > {log:q} 2>&1"
 
 
 rule write_caption:
@@ -19,14 +100,14 @@ rule write_caption:
 
 
 for _nb in NOTEBOOKS:
-    _parameters, _deps, _outputs = notebook_io(_nb)
+    _parameters, _deps, _outputs = checked(PLAN.notebook_io, _nb)
     _caption = os.path.abspath(res("report", "captions", f"{_nb}.rst"))
 
     rule:
         name:
             f"make_{_nb}"
         input:
-            notebook=os.path.join("notebooks", f"{_nb}.ipynb"),
+            notebook=notebook_file(CATALOG, _nb),
             **_deps,
         output:
             executed=res("notebooks", f"{_nb}.ipynb"),
@@ -41,5 +122,5 @@ for _nb in NOTEBOOKS:
         conda:
             "../envs/figures.yaml"
         shell:
-            "papermill {input.notebook} {output.executed} -y {params.parameters:q} --log-output"
-            " --no-progress-bar > {log} 2>&1"
+            "papermill {input.notebook:q} {output.executed:q} -y {params.parameters:q} --log-output"
+            " --no-progress-bar > {log:q} 2>&1"

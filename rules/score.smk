@@ -4,12 +4,12 @@
 
 rule score_pretrained:
     input:
-        lambda w: PRETRAINED[w.model]["inputs"],
+        lambda w: PRETRAINED[w.model].inputs,
     output:
         res("pretrained", "{model}.csv"),
     params:
-        source=lambda w: PRETRAINED[w.model]["source"],
-        args=lambda w: " ".join(shlex_quote(a) for a in PRETRAINED[w.model]["args"]),
+        source=lambda w: PRETRAINED[w.model].source,
+        args=lambda w: " ".join(shlex_quote(a) for a in PRETRAINED[w.model].args),
     threads: config["scoring"]["threads"]
     resources:
         mem_mb=config["scoring"]["mem_mb"],
@@ -21,20 +21,14 @@ rule score_pretrained:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry score {params.source:q} --out {output} {params.args} > {log} 2>&1"
+        "attention-geometry score {params.source:q} --out {output:q} {params.args} > {log:q} 2>&1"
 
 
 rule list_pretrained_models:
     output:
         res("tables", "pretrained_models.csv"),
     params:
-        text=csv_text(
-            [
-                {k: PRETRAINED[key][k] for k in ("name", "source", "revision", "pinned")} | {"key": key}
-                for key in PRETRAINED
-            ],
-            ["key", "name", "source", "revision", "pinned"],
-        ),
+        text=PLAN.pretrained_models_csv(),
     log:
         res("logs", "list_pretrained_models.log"),
     conda:
@@ -61,13 +55,13 @@ rule score_checkpoints:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry score-checkpoints {params.run_dir} --out {output} > {log} 2>&1"
+        "attention-geometry score-checkpoints {params.run_dir:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule score_updates:
     input:
         done=train_done("{run}"),
-        corpus=lambda w: corpus_dir(RUNS[w.run]["spec"]["corpus"]),
+        corpus=lambda w: run_corpus(w.run),
     output:
         res("runs", "{run}", "update_scores.csv"),
     params:
@@ -85,8 +79,8 @@ rule score_updates:
     conda:
         "../envs/train.yaml"
     shell:
-        "attention-geometry score-updates {params.run_dir} --corpus {input.corpus} --out {output}"
-        " --steps {params.steps} --batches {params.batches} > {log} 2>&1"
+        "attention-geometry score-updates {params.run_dir:q} --corpus {input.corpus:q} --out {output:q}"
+        " --steps {params.steps} --batches {params.batches} > {log:q} 2>&1"
 
 
 # The random-init null (docs/contracts.md): untrained models of the emergence group's shape under each init,
@@ -94,7 +88,7 @@ rule score_updates:
 rule score_null_inits:
     input:
         config=lambda w: res("configs", "runs", f"{null_source_run()}.yaml"),
-        corpus=lambda w: corpus_dir(RUNS[null_source_run()]["spec"]["corpus"]),
+        corpus=lambda w: run_corpus(null_source_run()),
     output:
         TABLES["null_scores"],
     params:
@@ -111,8 +105,8 @@ rule score_null_inits:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry score-null --run-config {input.config} --inits {params.inits}"
-        " --samples {params.samples} --threads {threads} --out {output} --quiet > {log} 2>&1"
+        "attention-geometry score-null --run-config {input.config:q} --inits {params.inits}"
+        " --samples {params.samples} --threads {threads} --out {output:q} --quiet > {log:q} 2>&1"
 
 
 rule concat_pretrained_scores:
@@ -125,7 +119,7 @@ rule concat_pretrained_scores:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry concat-tables {input} --kind pretrained_scores --out {output} > {log} 2>&1"
+        "attention-geometry concat-tables {input:q} --kind pretrained_scores --out {output:q} > {log:q} 2>&1"
 
 
 rule concat_training_scores:
@@ -138,7 +132,7 @@ rule concat_training_scores:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry concat-tables {input} --kind training_scores --out {output} > {log} 2>&1"
+        "attention-geometry concat-tables {input:q} --kind training_scores --out {output:q} > {log:q} 2>&1"
 
 
 # loss.csv grows while a run trains (and must survive a kill for resume), so it is not a declared output;
@@ -155,7 +149,7 @@ rule concat_training_loss:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry concat-tables {params.files:q} --kind training_loss --out {output} > {log} 2>&1"
+        "attention-geometry concat-tables {params.files:q} --kind training_loss --out {output:q} > {log:q} 2>&1"
 
 
 rule concat_update_scores:
@@ -168,4 +162,4 @@ rule concat_update_scores:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry concat-tables {input} --kind update_scores --out {output} > {log} 2>&1"
+        "attention-geometry concat-tables {input:q} --kind update_scores --out {output:q} > {log:q} 2>&1"

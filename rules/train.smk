@@ -8,11 +8,11 @@
 
 rule write_run_config:
     input:
-        corpus=lambda w: corpus_dir(RUNS[w.run]["spec"]["corpus"]),
+        corpus=lambda w: run_corpus(w.run),
     output:
         res("configs", "runs", "{run}.yaml"),
     params:
-        text=lambda w, input: yaml_text({"corpus": input.corpus, **run_config(w.run)}),
+        text=lambda w, input: yaml_text({"corpus": input.corpus, **RUNS[w.run].run_config()}),
     log:
         res("logs", "configs", "run-{run}.log"),
     conda:
@@ -24,7 +24,7 @@ rule write_run_config:
 rule train_model:
     input:
         config=res("configs", "runs", "{run}.yaml"),
-        corpus=lambda w: corpus_dir(RUNS[w.run]["spec"]["corpus"]),
+        corpus=lambda w: run_corpus(w.run),
     output:
         done=touch(res("runs", "{run}", "train.done")),
     params:
@@ -32,7 +32,7 @@ rule train_model:
         final=lambda w: final_snapshot(w.run),
         device=config["training"]["device"],
     threads: config["training"]["threads"]
-    priority: lambda w: train_priority(w.run)
+    priority: lambda w: RUNS[w.run].priority
     resources:
         gpu=config["training"]["gpus"],
         mem_mb=config["training"]["mem_mb"],
@@ -44,7 +44,7 @@ rule train_model:
     conda:
         "../envs/train.yaml"
     shell:
-        "attention-geometry train --config {input.config} --out {params.out} --threads {threads}"
-        " --device {params.device} >> {log} 2>&1;"
+        "attention-geometry train --config {input.config:q} --out {params.out:q} --threads {threads}"
+        " --device {params.device} >> {log:q} 2>&1;"
         " test -d {params.final:q} || {{ echo 'error: training of {wildcards.run} ended without its final"
-        " snapshot {params.final}' >> {log}; exit 1; }}"
+        " snapshot {params.final}' >> {log:q}; exit 1; }}"

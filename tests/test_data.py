@@ -400,17 +400,19 @@ def test_empty_corpus_and_missing_paths(tmp_path):
 
 def test_interrupted_prepare_leaves_no_corpus(tmp_path, monkeypatch):
     cfg = text_cfg([write_files(tmp_path / "docs", make_docs(40, seed=12))])
-    real = D._raw_to_npy
+    from attention_geometry.data import blocks
+
+    real = blocks.raw_to_npy
 
     def crash(raw, npy, *a):
         real(raw, npy, *a)
         raise KeyboardInterrupt  # after train.npy is complete, before held-out and the manifest
 
-    monkeypatch.setattr(D, "_raw_to_npy", crash)
+    monkeypatch.setattr(blocks, "raw_to_npy", crash)
     with pytest.raises(KeyboardInterrupt):
         D.prepare_corpus(cfg, tmp_path / "c")
     assert not (tmp_path / "c").exists() and not list(tmp_path.glob("c.tmp-*"))
-    monkeypatch.setattr(D, "_raw_to_npy", real)
+    monkeypatch.setattr(blocks, "raw_to_npy", real)
     # a tmp folder left by a killed process (a pid that no longer runs) is removed by the next prepare
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

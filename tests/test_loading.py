@@ -102,7 +102,7 @@ def test_streaming_reads_only_requested_bytes(saved, monkeypatch):
             return self.f.seek(*a)
 
     monkeypatch.setattr(loading, "open", lambda *a, **k: Counting(real_open(*a, **k)), raising=False)
-    from attention_geometry.api import score_model
+    from attention_geometry.checkpoints import score_model
 
     score_model(d, progress=False)
     with safe_open(str(d / "model.safetensors"), framework="pt") as f:

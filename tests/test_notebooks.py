@@ -1,5 +1,6 @@
-"""Every notebook of notebooks/catalog.yaml runs under papermill on small synthetic tables and writes its
-outputs; figures are byte-identical on an unchanged rerun; committed notebooks carry no outputs."""
+"""Every entry of notebooks/catalog.yaml runs under papermill on small synthetic tables and writes its
+outputs and no other file; figures are byte-identical on an unchanged rerun; committed notebooks carry no
+outputs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+
+from attention_geometry import cli, figdata
+from attention_geometry.workflow import notebook_file
 
 papermill = pytest.importorskip("papermill")
 
@@ -107,34 +111,32 @@ def _tables(folder: Path) -> dict[str, str]:
     return {"corpus_manifest": str(manifest)}
 
 
-def _tiny_models(folder: Path) -> dict[str, str]:
-    """Small random models saved as safetensors dirs: BERT encoder, BERT decoder, Llama (stands in for the
-    GGUF, which goes through the same layer_matrices)."""
-    import torch
-    from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel, LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
+def _figure_data(folder: Path) -> dict[str, str]:
+    """What the figure-data rules make: Figure 1's W_qk files (random matrices here; their extraction is
+    tested in tests/test_figdata.py) and the symmetry vs speed-up tables (by the CLI, from the tables)."""
+    rng = np.random.default_rng(1)
     out = {}
-    bert = dict(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-                max_position_embeddings=32)
-    names = {"encoder_snapshot": "encoder_snapshot", "decoder_snapshot": "decoder_snapshot", "minilm": "minilm_dir",
-             "smollm2": "smollm2_gguf"}
-    for key, model in [("encoder_snapshot", BertForMaskedLM(BertConfig(**bert))),
-                       ("decoder_snapshot", BertLMHeadModel(BertConfig(**bert, is_decoder=True))),
-                       ("minilm", BertForMaskedLM(BertConfig(**bert))),
-                       ("smollm2", LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=24, num_hidden_layers=2,
-                                                                num_attention_heads=4, num_key_value_heads=2,
-                                                                intermediate_size=32)))]:
-        path = folder / "models" / key
-        model.save_pretrained(path)
-        out[names[key]] = str(path)
+    for i, (key, d) in enumerate([("fig1_encoder_run", 16), ("fig1_decoder_run", 16), ("fig1_encoder_model", 48),
+                                  ("fig1_decoder_model", 40)]):
+        path = folder / "figdata" / f"{key}.npz"
+        figdata.write_wqk(path, figdata.WqkExample(
+            M=rng.normal(size=(d, d)).astype(np.float32), name=key, component="encoder", layer=i % 2, n_layers=2,
+            d_model=d, n_heads=2, symmetry=0.1 * i, directionality=-0.1, symmetry_min=0.0, symmetry_max=0.5))
+        out[key] = str(path)
+    tables = folder / "tables"
+    assert cli.main(["symmetry-speedup", "--scores", str(tables / "training_scores.csv"),
+                     "--loss", str(tables / "training_loss.csv"), "--runs", *PARAMS["ablation_runs"],
+                     "--baseline-init", "standard", "--ci-level", "0.95", "--bootstrap-resamples", "200",
+                     "--bootstrap-seed", "0", "--out-runs", str(tables / "symmetry_speedup_runs.csv"),
+                     "--out-correlations", str(tables / "symmetry_speedup_correlations.csv")]) == 0
     return out
 
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     folder = tmp_path_factory.mktemp("nb")
-    subs = {"results": str(folder), **_tables(folder), **_tiny_models(folder)}
+    subs = {"results": str(folder), **_tables(folder)}
+    subs.update(_figure_data(folder))
     return folder, subs
 
 
@@ -166,27 +168,30 @@ def _execute(name, subs, results: Path):
     inputs = _fill(entry["inputs"], subs)
     outputs = _fill(entry["outputs"], {**subs, "results": str(results)})
     params = {k: PARAMS[k] for k in entry.get("params", [])}
+    params.update(entry.get("constants", {}))
     (results / "notebooks").mkdir(parents=True, exist_ok=True)
-    papermill.execute_notebook(str(NB / f"{name}.ipynb"), str(results / "notebooks" / f"{name}.ipynb"),
+    papermill.execute_notebook(str(ROOT / notebook_file(CATALOG, name)), str(results / "notebooks" / f"{name}.ipynb"),
                                parameters={"inputs": inputs, "outputs": outputs, "params": params},
                                kernel_name="python3", cwd=str(ROOT), progress_bar=False, log_output=False)
     return outputs
 
 
-def test_catalog_names_a_notebook_each():
+def test_catalog_params_are_known_here():
     for name, entry in CATALOG.items():
-        assert (NB / f"{name}.ipynb").is_file(), name
-        assert set(entry) >= {"caption", "inputs", "outputs", "params"}, name
         assert set(entry["params"]) <= set(PARAMS), (name, entry["params"])
 
 
 @pytest.mark.parametrize("name", MINE)
 def test_notebook_runs_and_writes_outputs(name, workspace):
     folder, subs = workspace
+    before = {p for p in folder.rglob("*") if p.is_file()}
     outputs = _execute(name, subs, folder)
     for key, path in outputs.items():
         p = Path(path)
         assert p.is_file() and p.stat().st_size > 0, (name, key, path)
+    # no other file: what a notebook writes is its catalog outputs (and papermill its executed copy)
+    created = {p for p in folder.rglob("*") if p.is_file()} - before - {folder / "notebooks" / f"{name}.ipynb"}
+    assert created <= {Path(p) for p in outputs.values()}, sorted(map(str, created))
     if name == "reproduction_report":
         claims = pd.read_csv(outputs["claims"])
         assert set(claims["verdict"]) <= {"holds", "contradicted", "inconclusive", "descriptive", "not tested"}
@@ -213,9 +218,10 @@ def test_figures_are_byte_identical_on_rerun(workspace, tmp_path):
         assert Path(first[key]).read_bytes() == Path(second[key]).read_bytes(), key
 
 
-@pytest.mark.parametrize("name", sorted(CATALOG))
-def test_committed_notebook_is_stripped_and_has_parameters_cell(name):
-    nb = json.loads((NB / f"{name}.ipynb").read_text())
+@pytest.mark.parametrize("path", sorted({notebook_file(CATALOG, n) for n in CATALOG}))
+def test_committed_notebook_is_stripped_and_has_parameters_cell(path):
+    name = path
+    nb = json.loads((ROOT / path).read_text())
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     assert "parameters" in code[0].get("metadata", {}).get("tags", [])
     for c in code:

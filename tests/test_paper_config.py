@@ -1,5 +1,5 @@
 """config/paper.yaml carries the same science as the embedded default (issue 8, point 5), checked on the
-parsed config and its run expansion (the same expansion as rules/common.smk), not by grepping: >= 3 seeds per
+parsed config and its run expansion (attention_geometry.workflow's), not by grepping: >= 3 seeds per
 bert-mini / bert-base contrast, the `fresh` control, decoder `symmetric-fresh`, runs with the symmetry
 regularizer, held-out evaluation at the rebuttal's bert-large checkpoints, one group for Figure 3, Figure S4
 and Table 1, and a RUN.yaml per run that the training CLI accepts. The dry run itself is in
@@ -8,52 +8,31 @@ tests/test_workflow.py (test_dry_run_paper_config). Also the rebuttal's numbers 
 from __future__ import annotations
 
 import csv
-import itertools
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 import yaml
 
+from attention_geometry import rundir, workflow
 from attention_geometry.training.config import run_config_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
-RUN_KEYS = ("size", "corpus", "objective", "init", "seed")
 REBUTTAL_STEPS = {"wikipedia": 123000, "red_pajama": 140000, "jigsaw": 184000}
 
 
-def _as_list(v):
-    return v if isinstance(v, list) else [v]
-
-
 def expand_runs(cfg: dict) -> dict[str, dict]:
-    """run name -> {spec, settings, groups}, as rules/common.smk builds RUNS (entry keys override the group's
-    settings; a run in several groups must have the same settings)."""
-    runs: dict[str, dict] = {}
-    for group, g in cfg["training"]["groups"].items():
-        for entry in g["runs"]:
-            extra = {k: v for k, v in entry.items() if k not in RUN_KEYS}
-            settings = {**g["settings"], **extra}
-            for combo in itertools.product(*(_as_list(entry[k]) for k in RUN_KEYS)):
-                spec = dict(zip(RUN_KEYS, combo))
-                name = "{size}-{corpus}-{objective}-{init}-s{seed}".format(**spec)
-                if name in runs:
-                    assert runs[name]["settings"] == settings, name
-                runs.setdefault(name, {"spec": spec, "settings": settings, "groups": []})
-                if group not in runs[name]["groups"]:
-                    runs[name]["groups"].append(group)
-    return runs
+    """run name -> {spec (keys as in the config: `corpus`), settings, groups}: the workflow's own expansion
+    (attention_geometry.workflow.expand_runs; entry keys override the group's settings)."""
+    runs, _ = workflow.expand_runs(cfg["training"]["groups"], cfg["corpora"])
+    return {n: {"spec": {workflow.CONFIG_KEY[k]: v for k, v in r.spec.items()}, "settings": r.settings,
+                "groups": r.groups} for n, r in runs.items()}
 
 
 def steps(settings: dict, kind: str) -> list[int]:
-    """The snapshot or eval steps the training CLI resolves (0 and max_steps always included)."""
-    top = int(settings["max_steps"])
-    s = {0, top}
-    if f"{kind}_steps" in settings:
-        s |= {int(x) for x in settings[f"{kind}_steps"] if int(x) <= top}
-    elif f"{kind}_every" in settings:
-        s |= set(range(0, top + 1, int(settings[f"{kind}_every"])))
-    return sorted(s)
+    """The snapshot or eval steps the training CLI and the workflow resolve (rundir.snapshot_steps)."""
+    return rundir.snapshot_steps(settings.get(f"{kind}_steps"), settings.get(f"{kind}_every"),
+                                 settings["max_steps"], key=f"{kind}_steps")
 
 
 def lam(settings: dict) -> float:

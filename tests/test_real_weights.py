@@ -16,7 +16,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from attention_geometry.api import SCORE_COLUMNS, layer_matrices, score_model
+from attention_geometry.checkpoints import layer_matrices, score_model
+from attention_geometry.contract import SCORE_COLUMNS
 from attention_geometry.loading import SafetensorsSource, StateDictSource, open_source
 
 torch.set_num_threads(1)

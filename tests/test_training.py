@@ -20,7 +20,7 @@ from attention_geometry.training import (
     run_config_from_dict,
     symmetry_penalty,
 )
-from attention_geometry.training.loop import _Order, global_indices
+from attention_geometry.training.batches import Order, global_indices
 from attention_geometry.training.models import _SumCrossEntropy, fresh_linear_std, self_attentions
 
 torch.set_num_threads(1)
@@ -229,13 +229,13 @@ def test_mlm_masking_rates_and_special_tokens():
 
 def test_data_order_is_a_per_epoch_permutation_and_rank_slices_tile_the_batch():
     n, B = 10, 4
-    order = _Order(n, seed=3)
+    order = Order(n, seed=3)
     seq = np.concatenate([order(global_indices(t, B)) for t in range(1, 6)])  # 20 examples = 2 epochs
     assert sorted(seq[:10]) == list(range(10)) and sorted(seq[10:20]) == list(range(10))
     assert not np.array_equal(seq[:10], seq[10:20])
     # pure function of (seed, step): a fresh sampler asked for step 4 alone gives the same blocks
-    assert np.array_equal(_Order(n, seed=3)(global_indices(4, B)), seq[12:16])
-    assert not np.array_equal(_Order(n, seed=4)(global_indices(4, B)), seq[12:16])
+    assert np.array_equal(Order(n, seed=3)(global_indices(4, B)), seq[12:16])
+    assert not np.array_equal(Order(n, seed=4)(global_indices(4, B)), seq[12:16])
 
 
 def test_lr_schedule_warmup_then_linear_decay():
@@ -283,8 +283,13 @@ def test_paper_sizes():
     ({"corpus": "c", "max_steps": 0}, "max_steps"),
     ({"corpus": "c", "regularizer": {"lambda": -1}}, "regularizer.lambda"),
     ({"corpus": "c", "snapshot_steps": [0, 10], "snapshot_every": 5}, "snapshot_steps"),
+    # an explicit step the run never reaches (the workflow refuses it too: rundir.snapshot_steps)
+    ({"corpus": "c", "max_steps": 20, "snapshot_steps": [0, 10, 30]}, "snapshot_steps"),
+    ({"corpus": "c", "overrides": {"max_steps": 20}, "eval_steps": [25]}, "eval_steps"),
+    ({"corpus": "c", "overrides": {"mask_token_fraction": -0.1}}, "overrides.mask_token_fraction"),
     ({"size": "tiny"}, "corpus"),
     ({"corpus": "c", "device": "tpu"}, "device"),
+    ({"corpus": "c", "seed": -1}, "seed"),
 ])
 def test_bad_run_config_names_the_key(raw, key):
     with pytest.raises(UserError) as e:

@@ -1,6 +1,6 @@
 """attention_geometry.updates: the implicit gradient dL/dW_qk against autograd on an explicitly
-reparametrized model, the applied updates against an independent computation, the held-out batches, the CLI
-and the figure notebook."""
+reparametrized model, the applied updates against an independent computation, the held-out batches (the
+trainer's masking rule and fields), the CLI and the figure notebook."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel
 
 from attention_geometry import updates as U
 from attention_geometry.cli import main
+from attention_geometry.contract import UPDATE_COLUMNS
+from attention_geometry.corpus import Corpus, load_corpus
 
 torch.set_num_threads(1)
 
@@ -59,10 +61,15 @@ def blocks(n_blocks=12, block_len=16, seed=0, pad_some=True) -> np.ndarray:
     return arr
 
 
+def manifest(heldout: np.ndarray) -> dict:
+    return {"dataset": "toy", "block_len": int(heldout.shape[1]), "special_tokens": SPECIAL, "vocab_size": VOCAB}
+
+
 def write_corpus(path: Path, heldout: np.ndarray) -> Path:
     path.mkdir(parents=True)
     np.save(path / "heldout.npy", heldout)
-    (path / "manifest.json").write_text(json.dumps({"special_tokens": SPECIAL, "vocab_size": VOCAB}))
+    np.save(path / "train.npy", heldout[:2])
+    (path / "manifest.json").write_text(json.dumps(manifest(heldout)))
     return path
 
 
@@ -76,8 +83,8 @@ def write_run(path: Path, objective: str, models: dict[int, torch.nn.Module], co
     return path
 
 
-def corpus_obj(heldout: np.ndarray) -> U.Corpus:
-    return U.Corpus(Path("toy"), heldout, dict(SPECIAL), VOCAB)
+def corpus_obj(heldout: np.ndarray) -> Corpus:
+    return Corpus(Path("toy"), manifest(heldout), heldout[:2], heldout)
 
 
 # ---------------------------------------------------------------- the reference: explicit W_qk parameters
@@ -232,16 +239,20 @@ def test_too_few_blocks_is_a_user_error():
     with pytest.raises(U.UserError, match="heldout.npy has 12 blocks"):
         U.make_batches(corpus_obj(blocks()), "encoder", U.UpdateConfig(batches=2, batch_size=7))
     with pytest.raises(U.UserError, match="mlm_probability"):
-        U.MaskingConfig(mlm_probability=1.5)
+        U.run_masking({"size": "tiny"}, mlm_probability=1.5)
 
 
 def test_masking_comes_from_the_run():
-    run = {"hyper": {"mlm_probability": 0.3, "mask_token_fraction": 0.5, "random_token_fraction": 0.25}}
-    assert U.MaskingConfig.from_run(run) == U.MaskingConfig(0.3, 0.5, 0.25)
-    assert U.MaskingConfig.from_run({}) == U.MaskingConfig(0.15, 0.8, 0.1)
+    def fields(h):
+        return tuple(getattr(h, k) for k in U.MASKING_FIELDS)
+
+    run = {"size": "tiny", "hyper": {"mlm_probability": 0.3, "mask_token_fraction": 0.5, "random_token_fraction": 0.25}}
+    assert fields(U.run_masking(run)) == (0.3, 0.5, 0.25)
+    assert fields(U.run_masking({"size": "tiny"})) == (0.15, 0.8, 0.1)
+    assert fields(U.run_masking(run, mlm_probability=0.2)) == (0.2, 0.5, 0.25)
     heldout = np.random.default_rng(4).integers(1, VOCAB, size=(200, 32))  # [UNK] (1) is maskable, as in training
     (batch,) = U.make_batches(corpus_obj(heldout), "encoder",
-                              U.UpdateConfig(batches=1, batch_size=200, masking=U.MaskingConfig.from_run(run)))
+                              U.UpdateConfig(batches=1, batch_size=200, masking=U.run_masking(run)))
     chosen = batch["labels"] != -100
     maskable = ~torch.isin(torch.from_numpy(heldout), torch.tensor([2, 3, 4]))
     assert not bool((chosen & ~maskable).any())
@@ -283,7 +294,7 @@ def test_cli_rows_gradient_and_applied(encoder_run, tmp_path):
             "--batches", "2", "--batch-size", "5", "--threads", "1"]
     assert main(args) == 0
     df = pd.read_csv(out)
-    assert list(df.columns) == list(U.ROW_COLUMNS)
+    assert list(df.columns) == UPDATE_COLUMNS
     assert set(df["run"]) == {"tiny-toy-encoder-standard-s0"} and set(df["objective"]) == {"encoder"}
     # step 0: gradient + applied (0 -> 100, the next snapshot); step 200: gradient only (no later snapshot)
     assert sorted(zip(df["step"], df["kind"], df["layer"])) == sorted(
@@ -296,7 +307,7 @@ def test_cli_rows_gradient_and_applied(encoder_run, tmp_path):
         row = df[(df.kind == "applied") & (df.layer == layer)].iloc[0]
         assert row.symmetry == pytest.approx(s, abs=1e-12) and row.directionality == pytest.approx(d, abs=1e-12)
     # gradient rows: the scores of G of the loaded snapshot on the same batches
-    batches = U.make_batches(U.load_corpus(corpus), "encoder", U.UpdateConfig(batches=2, batch_size=5))
+    batches = U.make_batches(load_corpus(corpus), "encoder", U.UpdateConfig(batches=2, batch_size=5))
     G = U.qk_gradients(U.load_snapshot_model(snaps / "step-0000200", "encoder"), batches)
     for layer in (0, 1):
         s, d = _np_scores(G[layer].numpy())
@@ -316,7 +327,7 @@ def test_cli_bad_input(encoder_run, tmp_path, capsys):
     assert main(base + ["--steps", "50"]) == 2
     assert "no snapshot for step(s) [50]" in capsys.readouterr().err
     assert main(["score-updates", str(run), "--corpus", str(tmp_path / "nope"), "--out", str(out)]) == 2
-    assert "corpus dir" in capsys.readouterr().err
+    assert "corpus directory not found" in capsys.readouterr().err
     assert main(base[:-4] + ["--batch-size", "30"]) == 2  # 2 x 30 > 20 held-out blocks
     assert "heldout.npy has 20 blocks" in capsys.readouterr().err
     # a run that says decoder but holds encoder snapshots

@@ -8,7 +8,6 @@ repository's .snakemake/ (no lock shared with a user's run)."""
 from __future__ import annotations
 
 import csv
-import itertools
 import json
 import os
 import re
@@ -24,6 +23,7 @@ import yaml
 
 from attention_geometry.errors import UserError
 from attention_geometry.tables import KINDS, concat_tables
+from attention_geometry.workflow import expand_runs
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -64,6 +64,21 @@ def job_counts(output: str) -> dict[str, int]:
     return counts
 
 
+def job_files(output: str) -> list[tuple[str, list[str], list[str]]]:
+    """(rule, inputs, outputs) of every job of a dry run's listing."""
+    jobs = []
+    for block in re.split(r"^(?=(?:local)?rule \S+:$)", output, flags=re.M)[1:]:
+        m = re.match(r"(?:local)?rule (\S+):", block)
+        block = block.split("\n\n")[0]
+        files = {"input": [], "output": []}
+        for key in files:
+            line = re.search(rf"^\s+{key}: (.*)$", block, re.M)
+            if line:
+                files[key] = [p.strip() for p in line.group(1).split(",")]
+        jobs.append((m.group(1), files["input"], files["output"]))
+    return jobs
+
+
 def copy_workflow(dest: Path) -> Path:
     dest.mkdir(parents=True)
     for name in WORKFLOW_FILES:
@@ -89,13 +104,8 @@ def test_dry_run_default_config_has_every_run_and_figure():
     proc = snakemake("-n", "--forceall")
     counts = job_counts(proc.stdout)
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    # runs: product of each entry's lists, de-duplicated by name
-    names = set()
-    for group in cfg["training"]["groups"].values():
-        for e in group["runs"]:
-            lists = [e[k] if isinstance(e[k], list) else [e[k]] for k in ("size", "corpus", "objective", "init", "seed")]
-            for size, corpus, objective, init, seed in itertools.product(*lists):
-                names.add(f"{size}-{corpus}-{objective}-{init}-s{seed}")
+    # runs: product of each entry's lists, de-duplicated by name (the expansion: tests/test_workflow_logic.py)
+    names = set(expand_runs(cfg["training"]["groups"], cfg["corpora"])[0])
     assert counts["train_model"] == len(names) >= 15
     assert counts["score_checkpoints"] == len(names)
     assert counts["score_null_inits"] == 1
@@ -103,6 +113,16 @@ def test_dry_run_default_config_has_every_run_and_figure():
     catalog = yaml.safe_load((REPO / "notebooks" / "catalog.yaml").read_text())
     for nb in catalog:
         assert counts.get(f"make_{nb}") == 1, nb
+    # Figure 1's matrices come from rules (our two emergence runs, the two pretrained models drawn)
+    assert counts["extract_run_wqk"] == 2 and counts["extract_pretrained_wqk"] == 2
+    assert counts["tabulate_symmetry_speedup"] == 1
+    # no rule and no other notebook reads what a notebook writes
+    jobs = job_files(proc.stdout + proc.stderr)
+    written = {f: rule for rule, _, outs in jobs if rule.startswith("make_") for f in outs}
+    assert len(written) >= 2 * len(catalog)
+    for rule, ins, _ in jobs:
+        if rule != "all":
+            assert not set(ins) & set(written), (rule, sorted(set(ins) & set(written)))
     # seeds are the unit (issue: >= 3 seeds of each contrast, encoder and decoder paired by seed, one horizon)
     seeds = {}
     for n in names:
@@ -122,14 +142,9 @@ def test_dry_run_paper_config():
     counts = job_counts(proc.stdout)
     # every run of the config's expansion is trained and scored (its content: tests/test_paper_config.py)
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
-    names, update_runs = set(), set()
-    for group, g in cfg["training"]["groups"].items():
-        for e in g["runs"]:
-            lists = [e[k] if isinstance(e[k], list) else [e[k]] for k in ("size", "corpus", "objective", "init", "seed")]
-            for size, corpus, objective, init, seed in itertools.product(*lists):
-                names.add(f"{size}-{corpus}-{objective}-{init}-s{seed}")
-                if group == cfg["updates"]["group"] and init in cfg["updates"]["inits"]:
-                    update_runs.add(f"{size}-{corpus}-{objective}-{init}-s{seed}")
+    runs, groups = expand_runs(cfg["training"]["groups"], cfg["corpora"])
+    names = set(runs)
+    update_runs = {r for r in groups[cfg["updates"]["group"]] if runs[r].init in cfg["updates"]["inits"]}
     assert counts["train_model"] == counts["score_checkpoints"] == len(names) >= 150
     assert counts["score_updates"] == len(update_runs)
     assert counts["prepare_corpus"] == 3

@@ -21,13 +21,13 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from .contract import RUN_KEYS, SCORES
 from .errors import UserError
 from .files import file_sha256  # noqa: F401  (notebooks call analysis.file_sha256)
 from .stats import (  # noqa: F401  (re-exported: notebooks and older code call analysis.t_interval etc.)
     Interval, check_level, common_target, first_reaching_step, paired_interval, signed_speedup, t_interval,
     welch_interval)
 
-SCORES = ("symmetry", "directionality")
 
 
 # --------------------------------------------------------------------------------------------- checks
@@ -114,7 +114,6 @@ def model_table(ours: pd.DataFrame | None, paper: pd.DataFrame | None,
 
 
 # ------------------------------------------------------------------------- held-out loss contrasts
-RUN_KEYS = ["size", "dataset", "objective", "init", "seed"]
 GROUP_KEYS = ["size", "dataset", "objective"]
 CONTRAST_COLUMNS = ["size", "dataset", "objective", "init", "compared_to", "seed", "run", "baseline_run", "horizon",
                     "final_eval_loss", "baseline_final_eval_loss", "loss_gain", "target", "baseline_s", "s_star",

@@ -11,17 +11,20 @@ import argparse
 import importlib
 import sys
 
+from . import __version__
 from .errors import UserError
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "score": ("attention_geometry.api", "score the self-attention W_qk of a model (dir, GGUF or hub id)"),
-    "score-checkpoints": ("attention_geometry.api", "score every weight snapshot of a training run"),
+    "score": ("attention_geometry.checkpoints", "score the self-attention W_qk of a model (dir, GGUF or hub id)"),
+    "score-checkpoints": ("attention_geometry.checkpoints", "score every weight snapshot of a training run"),
     "prepare-corpus": ("attention_geometry.data", "tokenize a corpus into fixed-length blocks"),
     "train": ("attention_geometry.training", "train (or resume) one run from a RUN.yaml"),
     "score-updates": ("attention_geometry.updates", "score the W_qk gradients and applied updates of a run"),
     "score-null": ("attention_geometry.null", "score randomly initialized models of a run's shape (the null)"),
     "concat-tables": ("attention_geometry.tables", "concatenate per-run/per-model tables into one tidy table"),
+    "extract-wqk": ("attention_geometry.figdata", "write a model's median-symmetry layer W_qk (Figure 1) to .npz"),
+    "symmetry-speedup": ("attention_geometry.figdata", "tabulate symmetry vs loss gain and speed-up per ablation run"),
 }
 
 
@@ -30,6 +33,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="attention-geometry",
         description="Symmetry and directionality of self-attention (Saponati et al., ICML 2025).",
     )
+    p.add_argument("--version", action="version", version=f"attention-geometry {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_) in COMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)

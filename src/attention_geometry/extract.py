@@ -5,21 +5,31 @@ x_i^T W_q,h^T W_k,h x_j and M = sum_h W_q,h^T W_k,h (rows: query side, columns: 
 ignored. Grouped-/multi-query attention pairs query head h with key head h // (H_q / H_kv), as
 transformers' repeat_kv does.
 
-A model family is one `Family` entry (see families/): which stacks it has (encoder / decoder), where each
-layer's q and k weights are (a key template matched as a suffix of the checkpoint's tensor names, so
-"bert." or "model." prefixes do not matter), how they are laid out (one of LAYOUTS), and which config
-fields give layers and heads. Extraction only needs the config and a tensor getter, so the same code serves
-a loaded model's state dict and a streaming safetensors reader.
+A model family is one `Family` entry (registry.py; the entries in families/): which stacks it has, where
+each layer's q and k weights are, how they are laid out (one of LAYOUTS) and which config fields give layers
+and heads. Extraction only needs the config and a tensor getter, so the same code serves a loaded model's
+state dict and a streaming safetensors reader.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Union
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from .errors import UserError
+from . import families  # noqa: F401  (registers every entry on import)
+from .registry import (
+    FAMILIES,
+    LAYOUT_NAMES,
+    ConfigGetter,
+    ExtractionError,
+    Family,
+    Stack,
+    UnsupportedArchitecture,
+    config_field,
+    register,
+)
 
 __all__ = [
     "Stack",
@@ -38,50 +48,6 @@ __all__ = [
     "wqk",
     "architecture_of",
 ]
-
-ConfigGetter = Union[str, Callable[[Any], int]]
-
-
-class ExtractionError(UserError):
-    """The checkpoint does not hold what its family entry says (missing tensor, wrong shape)."""
-
-
-class UnsupportedArchitecture(ExtractionError):
-    """No family entry for this model_type."""
-
-
-@dataclass(frozen=True)
-class Stack:
-    """One self-attention stack of a model.
-
-    q, k: tensor-name templates with format fields from `positions` ({i} by default); matched as a suffix
-    of the checkpoint's keys. For fused layouts `k` is None and `q` names the fused tensor.
-    sub_config: attribute path of the config that describes this stack ("vision_config", "decoder"), or
-    None for the top-level config. n_layers / n_heads / n_kv_heads / d_model: an attribute name of that
-    config or a callable on it; n_kv_heads None means n_heads.
-    positions: per applied layer position, the template's format fields (default {"i": position}); ALBERT
-    maps several positions to one shared layer.
-    """
-
-    component: str
-    q: str
-    k: str | None = None
-    layout: str = "separate"
-    sub_config: str | None = None
-    n_layers: ConfigGetter = "num_hidden_layers"
-    n_heads: ConfigGetter = "num_attention_heads"
-    n_kv_heads: ConfigGetter | None = None
-    d_model: ConfigGetter = "hidden_size"
-    positions: Callable[[Any], list[dict[str, int]]] | None = None
-
-
-@dataclass(frozen=True)
-class Family:
-    model_type: str
-    architecture: str  # encoder-only | decoder-only | encoder-decoder
-    modality: str  # text | vision | audio
-    stacks: tuple[Stack, ...]
-    note: str = ""  # what the logits hold beyond x^T W_qk x (docs/architectures/), if anything
 
 
 @dataclass
@@ -110,47 +76,17 @@ class LayerQK:
         return self.wq.shape[-1]
 
 
-FAMILIES: dict[str, Family] = {}
-ARCHITECTURES = ("encoder-only", "decoder-only", "encoder-decoder")
-MODALITIES = ("text", "vision", "audio")
-COMPONENTS = ("encoder", "decoder")
-
-
-def register(family: Family) -> Family:
-    if family.architecture not in ARCHITECTURES:
-        raise ValueError(f"{family.model_type}: architecture {family.architecture!r} not in {ARCHITECTURES}")
-    if family.modality not in MODALITIES:
-        raise ValueError(f"{family.model_type}: modality {family.modality!r} not in {MODALITIES}")
-    for s in family.stacks:
-        if s.component not in COMPONENTS:
-            raise ValueError(f"{family.model_type}: component {s.component!r} not in {COMPONENTS}")
-        if s.layout not in LAYOUTS:
-            raise ValueError(f"{family.model_type}: layout {s.layout!r} not in {sorted(LAYOUTS)}")
-        if (s.k is None) != (s.layout != "separate"):
-            raise ValueError(f"{family.model_type}: layout {s.layout!r} needs k={'a template' if s.layout == 'separate' else 'None'}")
-    if family.model_type in FAMILIES:
-        raise ValueError(f"family {family.model_type!r} registered twice")
-    FAMILIES[family.model_type] = family
-    return family
-
-
 def supported_model_types() -> list[str]:
-    _load_families()
     return sorted(FAMILIES)
 
 
 def get_family(model_type: str) -> Family:
-    _load_families()
     try:
         return FAMILIES[model_type]
     except KeyError:
         raise UnsupportedArchitecture(
             f"unsupported model_type {model_type!r}; supported: {', '.join(sorted(FAMILIES))}"
         ) from None
-
-
-def _load_families() -> None:
-    from . import families  # noqa: F401  (registers every entry on import)
 
 
 # ----------------------------------------------------------------------------------------------- config
@@ -161,7 +97,7 @@ def _sub(config: Any, path: str | None) -> Any:
         return config
     obj = config
     for part in path.split("."):
-        obj = obj[part] if isinstance(obj, Mapping) else getattr(obj, part, None)
+        obj = config_field(obj, part)
         if obj is None:
             raise ExtractionError(f"config has no sub-config {path!r}")
     return obj
@@ -171,7 +107,7 @@ def _get(config: Any, getter: ConfigGetter, what: str) -> int:
     if callable(getter):
         value = getter(config)
     else:
-        value = config.get(getter) if isinstance(config, Mapping) else getattr(config, getter, None)
+        value = config_field(config, getter)
     if value is None:
         raise ExtractionError(f"config has no {what} ({getter!r})")
     return int(value)
@@ -288,6 +224,7 @@ LAYOUTS: dict[str, Callable[[list[torch.Tensor], StackInfo], tuple[torch.Tensor,
     "fused_qkv": _fused_qkv,
     "fused_qkv_per_head": _fused_qkv_per_head,
 }
+assert tuple(LAYOUTS) == LAYOUT_NAMES, "registry.LAYOUT_NAMES and extract.LAYOUTS must name the same layouts"
 
 
 # -------------------------------------------------------------------------------------------- extraction
@@ -313,7 +250,7 @@ def iter_layer_qk(
 def architecture_of(family: Family, config: Any) -> str:
     """The family's architecture, except that an encoder family run with is_decoder=True (BERT trained as a
     causal LM) is decoder-only and its stack's component is `decoder` (docs/contracts.md)."""
-    is_decoder = config.get("is_decoder") if isinstance(config, Mapping) else getattr(config, "is_decoder", False)
+    is_decoder = config_field(config, "is_decoder")
     if family.architecture == "encoder-only" and is_decoder:
         return "decoder-only"
     return family.architecture

@@ -26,16 +26,18 @@ weight stored once counts once); for a loaded model, model.num_parameters().
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import struct
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import torch
 
 from .errors import UserError
+from .extract import get_family
 
 __all__ = [
     "TensorSource",
@@ -132,10 +134,7 @@ def read_safetensors_header(path: str | os.PathLike) -> tuple[dict[str, dict], i
             begin, end = (int(o) for o in entry["data_offsets"])
         except (KeyError, TypeError, ValueError):
             raise LoadError(f"{path}: malformed safetensors header entry for {key!r}: {entry!r}") from None
-        numel = 1
-        for s in shape:
-            numel *= s
-        if min(shape, default=0) < 0 or begin < 0 or end - begin != numel * dtype.itemsize:
+        if min(shape, default=0) < 0 or begin < 0 or end - begin != math.prod(shape) * dtype.itemsize:
             raise LoadError(f"{path}: malformed safetensors header entry for {key!r} (shape {shape}, "
                             f"{entry['dtype']}, offsets {begin}..{end})")
         if end > available:
@@ -177,7 +176,7 @@ class SafetensorsSource(TensorSource):
                     raise LoadError(f"{path}: tensor {key!r} is also stored in {self._entries[key][0].name}")
                 self._entries[key] = (path, start, entry)
                 if SAFETENSORS_DTYPES[entry["dtype"]].is_floating_point:
-                    n_params += _numel(entry["shape"])
+                    n_params += math.prod(int(s) for s in entry["shape"])
         self.n_params = n_params
         if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
             raise LoadError("the streaming safetensors reader needs a little-endian machine")
@@ -210,11 +209,10 @@ class SafetensorsSource(TensorSource):
         return buf.view(dtype).reshape(entry["shape"])
 
 
-def _numel(shape: Iterable[int]) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type name when the message is empty), for one-line errors."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _index_files(index: Path, suffix: str) -> dict[str, list[str]]:
@@ -306,11 +304,9 @@ def _torch_load(path: Path) -> dict[str, torch.Tensor]:
                 raise
             sd = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LoadError(f"{path}: refused to unpickle (only plain tensors are loaded, weights_only=True): {first}") from None
+        raise LoadError(f"{path}: refused to unpickle (only plain tensors are loaded, weights_only=True): {_first_line(exc)}") from None
     except (RuntimeError, OSError, EOFError, zipfile.BadZipFile, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LoadError(f"{path}: cannot read ({first})") from None
+        raise LoadError(f"{path}: cannot read ({_first_line(exc)})") from None
     if isinstance(sd, Mapping) and "state_dict" in sd and isinstance(sd["state_dict"], Mapping):
         sd = sd["state_dict"]
     if not isinstance(sd, Mapping) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
@@ -323,8 +319,6 @@ def _torch_load(path: Path) -> dict[str, torch.Tensor]:
 
 def _check_model_type(config_json: Path) -> str:
     """Refuse an unsupported or missing model_type before transformers tries to interpret the config."""
-    from .extract import get_family
-
     try:
         raw = json.loads(config_json.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -346,8 +340,7 @@ def _load_config(directory: Path, trust_remote_code: bool) -> Any:
     try:
         return AutoConfig.from_pretrained(str(directory), local_files_only=True, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LoadError(f"{config_json}: transformers cannot read this config ({first})") from None
+        raise LoadError(f"{config_json}: transformers cannot read this config ({_first_line(exc)})") from None
 
 
 # -------------------------------------------------------------------------------------------- dispatch
@@ -429,8 +422,7 @@ def _open_hub(repo_id: str, revision: str, trust_remote_code: bool, name: str | 
             local = snapshot_download(repo_id, revision=revision, allow_patterns=HUB_CONFIG_PATTERNS + HUB_BIN_PATTERNS + extra)
             path = Path(local)
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LoadError(f"{repo_id}@{revision}: not a local path, and the hub download failed ({type(exc).__name__}: {first})") from None
+        raise LoadError(f"{repo_id}@{revision}: not a local path, and the hub download failed ({type(exc).__name__}: {_first_line(exc)})") from None
     return _open_dir(path, trust_remote_code, name or repo_id)
 
 
@@ -447,14 +439,10 @@ def _open_gguf(where: str, gguf_file: str, revision: str | None, trust_remote_co
     try:
         config = AutoConfig.from_pretrained(where, **kwargs)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LoadError(f"{where}/{gguf_file}: cannot read GGUF config ({first})") from None
-    from .extract import get_family
-
+        raise LoadError(f"{where}/{gguf_file}: cannot read GGUF config ({_first_line(exc)})") from None
     get_family(config.model_type)
     try:  # the config is passed on, so the (slow) GGUF metadata is parsed once for it, once for the weights
         model = AutoModelForCausalLM.from_pretrained(where, config=config, **kwargs)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LoadError(f"{where}/{gguf_file}: cannot load GGUF weights ({first})") from None
+        raise LoadError(f"{where}/{gguf_file}: cannot load GGUF weights ({_first_line(exc)})") from None
     return _from_model(model, name)

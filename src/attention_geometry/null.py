@@ -3,7 +3,7 @@
 score_null(run_config, inits, samples) builds `samples` models per init with training.build_model, under
 the same size, hyperparameters (RUN.yaml `overrides`), vocabulary and special tokens as the run (resolved
 by the trainer's own readers: load_run_config, read_corpus, resolve_run), and scores every layer's summed
-W_qk with api.score_model, the function `score-checkpoints` applies to each snapshot. Sample i is built
+W_qk with checkpoints.score_model, the function `score-checkpoints` applies to each snapshot. Sample i is built
 with seed NULL_SEED_OFFSET + i (100000 + i), so a null model never equals a training run's initial weights
 (training seeds are small integers); the `sample` column holds that seed.
 
@@ -67,7 +67,7 @@ def score_null(
     import pandas as pd
     from tqdm.auto import tqdm
 
-    from .api import score_model
+    from .checkpoints import score_model
     from .training import RunConfig, build_model, load_run_config, read_corpus, resolve_run
 
     inits = _check_inits(inits)
@@ -112,9 +112,9 @@ def add_arguments_score_null(parser: argparse.ArgumentParser) -> None:
 
 
 def run_score_null(args: argparse.Namespace) -> int:
-    from .api import _check_out, write_table
+    from .files import atomic_write_table, check_table_path
 
-    _check_out(args.out)
+    check_table_path(args.out)
     _check_inits(args.inits)
     _check_samples(args.samples)
     if args.threads < 1:
@@ -123,5 +123,5 @@ def run_score_null(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     df = score_null(args.run_config, args.inits, args.samples, num_std=args.num_std, progress=not args.quiet)
-    write_table(df, args.out)
+    atomic_write_table(df, args.out)
     return 0

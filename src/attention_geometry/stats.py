@@ -18,10 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .contract import RUN_KEYS, SCORES
 from .errors import UserError
 
-SCORES = ("symmetry", "directionality")
-RUN_KEYS = ["size", "dataset", "objective", "init", "seed"]
 VERDICTS = ("holds", "contradicted", "inconclusive")
 # exact enumeration of 2^n sign flips: 2^24 = 16.7 M flips, done in blocks; beyond that refuse
 MAX_SIGN_FLIP_N = 24

@@ -10,24 +10,15 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
+import io
 from pathlib import Path
 
+from .contract import TABLE_COLUMNS
 from .errors import UserError
-
-SCORE_COLUMNS = [
-    "model", "model_type", "architecture", "modality", "component", "layer", "head",
-    "symmetry", "directionality", "n_params", "d_model", "n_heads", "n_kv_heads",
-]
-RUN_COLUMNS = ["run", "size", "dataset", "objective", "init", "seed", "step"]
+from .files import atomic_write_text
 
 # the required columns of each contract table (docs/contracts.md)
-KINDS: dict[str, list[str]] = {
-    "pretrained_scores": SCORE_COLUMNS,
-    "training_scores": SCORE_COLUMNS + RUN_COLUMNS,
-    "training_loss": RUN_COLUMNS + ["train_loss", "eval_loss", "learning_rate"],
-    "update_scores": RUN_COLUMNS + ["layer", "kind", "symmetry", "directionality"],
-}
+KINDS: dict[str, list[str]] = TABLE_COLUMNS
 
 
 def read_csv_text(path: str | Path) -> tuple[list[str], list[list[str]]]:
@@ -55,7 +46,7 @@ def read_csv_text(path: str | Path) -> tuple[list[str], list[list[str]]]:
 
 def concat_tables(paths: list[str | Path], out: str | Path, kind: str | None = None) -> int:
     """Concatenate CSV tables (same column set, any order) into `out` in the first file's column order;
-    returns the number of rows written. The output is written to a temporary name, then renamed."""
+    returns the number of rows written (atomically: files.atomic_write_text)."""
     if not paths:
         raise UserError("concat-tables: no input tables given")
     if kind is not None and kind not in KINDS:
@@ -78,14 +69,11 @@ def concat_tables(paths: list[str | Path], out: str | Path, kind: str | None = N
             )
         order = [header.index(c) for c in columns]
         all_rows.extend([row[i] for i in order] for row in rows)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(columns)
-        writer.writerows(all_rows)
-    os.replace(tmp, out)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(all_rows)
+    atomic_write_text(out, buf.getvalue())
     return len(all_rows)
 
 

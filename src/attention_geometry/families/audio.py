@@ -7,7 +7,7 @@ enters the logits and how tests/test_proof_audio.py neutralizes it: docs/archite
 
 from __future__ import annotations
 
-from ..extract import Family, Stack, register
+from ..registry import Family, Stack, register
 from .seq2seq import bart_stacks, t5_stacks
 
 register(Family("whisper", "encoder-decoder", "audio", bart_stacks()))

@@ -8,9 +8,9 @@ the proofs in tests/test_proof_seq2seq.py neutralize it: docs/architectures/seq2
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
-from ..extract import Family, Stack, register
+from ..registry import Family, Stack, config_field, register
 
 
 def first_of(*names: str) -> Callable[[Any], int | None]:
@@ -19,7 +19,7 @@ def first_of(*names: str) -> Callable[[Any], int | None]:
 
     def get(cfg: Any) -> int | None:
         for n in names:
-            v = cfg.get(n) if isinstance(cfg, Mapping) else getattr(cfg, n, None)
+            v = config_field(cfg, n)
             if v is not None:
                 return v
         return None

@@ -1,6 +1,6 @@
 """Text encoders and decoders (and ImageGPT, a GPT-2 decoder over pixel clusters).
 
-One `register(Family(...))` entry per transformers model_type; see extract.Stack for the fields and
+One `register(Family(...))` entry per transformers model_type; see registry.Stack for the fields and
 docs/architectures/text.md for where each family keeps q and k and what else enters its logits. Config
 fields are named as in the model's config.json (GPT-2's n_layer, DistilBERT's dim, ...), so the entries
 work on a raw config dict as well as on a transformers config object. Every entry is proven against the
@@ -9,28 +9,23 @@ model's own attention in tests/test_proof_text.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from ..extract import Family, Stack, register
-
-
-def _field(config: Any, name: str) -> Any:
-    return config.get(name) if isinstance(config, Mapping) else getattr(config, name, None)
+from ..registry import Family, Stack, config_field, register
 
 
 def _kv_heads(config: Any) -> int | None:
     """num_key_value_heads, which config.json may leave out (or null) to mean one per query head."""
-    kv = _field(config, "num_key_value_heads")
-    return kv if kv is not None else _field(config, "num_attention_heads")
+    kv = config_field(config, "num_key_value_heads")
+    return kv if kv is not None else config_field(config, "num_attention_heads")
 
 
 def _albert_positions(config: Any) -> list[dict[str, int]]:
     """ALBERT applies layer group g = int(i / (L / G)) at step i of L and, inside it, its inner_group_num
     layers in order; one position per applied attention (AlbertTransformer.forward)."""
-    n_layers = int(_field(config, "num_hidden_layers"))
-    n_groups = int(_field(config, "num_hidden_groups") or 1)
-    n_inner = int(_field(config, "inner_group_num") or 1)
+    n_layers = int(config_field(config, "num_hidden_layers"))
+    n_groups = int(config_field(config, "num_hidden_groups") or 1)
+    n_inner = int(config_field(config, "inner_group_num") or 1)
     return [
         {"g": int(i / (n_layers / n_groups)), "j": j}
         for i in range(n_layers)

@@ -8,7 +8,7 @@ docs/architectures/seq2seq-vision-audio.md.
 
 from __future__ import annotations
 
-from ..extract import Family, Stack, register
+from ..registry import Family, Stack, register
 from .seq2seq import bart_stacks
 
 

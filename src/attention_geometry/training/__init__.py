@@ -2,13 +2,21 @@
 initializations, with weight snapshots, a loss log and bitwise resume. See docs/training.md.
 
 Public API: build_model(size, objective, init, seed, **overrides), train(RunConfig, out),
-load_run_config(path), SIZES / OBJECTIVES / INITS; CLI `attention-geometry train` (add_arguments_train,
-run_train)."""
+load_run_config(path), SIZES / OBJECTIVES / INITS, the objectives' batches (mask_tokens, make_batch) and
+loss (lm_loss); CLI `attention-geometry train` (add_arguments_train, run_train).
+
+    config.py      RUN.yaml, its validation, the resolved run (run.yaml)
+    models.py      sizes, initializations, the model and its training forward / loss
+    batches.py     learning-rate schedule, example order, masked-LM batches
+    checkpoint.py  what a run writes: run.yaml, loss.csv, snapshots, the resumable state
+    loop.py        train(): the loop, DDP, resume"""
 
 from __future__ import annotations
 
+from ..contract import LOSS_COLUMNS
+from .batches import lr_at, make_batch, mask_tokens
 from .config import RunConfig, load_run_config, read_corpus, resolve_run, run_config_from_dict
-from .loop import LOSS_COLUMNS, lr_at, mask_tokens, train
+from .loop import train
 from .models import (
     INITS,
     OBJECTIVES,
@@ -22,7 +30,7 @@ from .models import (
 )
 
 __all__ = [
-    "build_model", "apply_init", "lm_loss", "symmetry_penalty", "train", "lr_at", "mask_tokens",
+    "build_model", "apply_init", "lm_loss", "symmetry_penalty", "train", "lr_at", "mask_tokens", "make_batch",
     "RunConfig", "Hyper", "resolve_hyper", "load_run_config", "run_config_from_dict", "read_corpus", "resolve_run",
     "SIZES", "OBJECTIVES", "INITS", "LOSS_COLUMNS", "add_arguments_train", "run_train",
 ]

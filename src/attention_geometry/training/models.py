@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
+from ..validation import expected
 
 __all__ = [
     "SIZES",
@@ -34,6 +35,17 @@ __all__ = [
 
 OBJECTIVES = ("encoder", "decoder")
 INITS = ("standard", "symmetric", "symmetric-fresh", "fresh")
+SCHEDULES = ("linear", "constant")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+FUSED_OPTIMIZERS = ("auto", "fused", "foreach", "none")
+HIDDEN_ACTS = ("gelu", "relu", "gelu_new", "silu")
+# the bounds resolve_hyper checks (config/schema.yaml's `overrides` states the same: tests/test_schema.py);
+# mlm_probability is in (0, 1), mask_token_fraction + random_token_fraction <= 1
+HYPER_MINIMUMS = {"num_layers": 1, "hidden_size": 1, "num_heads": 1, "intermediate_size": 1, "batch_size": 1,
+                  "grad_accum": 1, "max_position_embeddings": 1, "max_steps": 1, "warmup_steps": 0,
+                  "mask_token_fraction": 0, "random_token_fraction": 0}
+HYPER_ENUMS = {"schedule": SCHEDULES, "precision": PRECISIONS, "fused_optimizer": FUSED_OPTIMIZERS,
+               "hidden_act": HIDDEN_ACTS}
 
 
 @dataclass
@@ -71,6 +83,17 @@ class Hyper:
     fused_optimizer: str = "auto"  # auto (= fused) | fused | foreach | none
 
 
+def _kind(name: str, default) -> str:
+    """The value kind (attention_geometry.validation) of a Hyper field, from its default."""
+    if name == "betas":
+        return "number_pair"
+    if default is None:
+        return "opt_int"  # vocab_size, seq_len: None = the corpus's
+    return {bool: "bool", float: "number", int: "int", str: "str"}[type(default)]
+
+
+HYPER_KINDS = {f.name: _kind(f.name, f.default) for f in dataclasses.fields(Hyper)}
+
 _PAPER = dict(
     lr=5e-5,
     betas=(0.9, 0.999),
@@ -103,23 +126,13 @@ def resolve_hyper(size: str, overrides: dict | None = None, where: str = "overri
     for key, value in (overrides or {}).items():
         if key not in fields:
             raise UserError(f"{where}.{key}: unknown hyperparameter (known: {', '.join(fields)})")
-        default = getattr(Hyper(), key)
-        if key == "betas":
-            if not (isinstance(value, (list, tuple)) and len(value) == 2):
-                raise UserError(f"{where}.betas: expected two numbers, got {value!r}")
+        what = expected(value, HYPER_KINDS[key])
+        if what is not None:
+            raise UserError(f"{where}.{key}: expected {what}, got {value!r}")
+        if HYPER_KINDS[key] == "number_pair":
             value = (float(value[0]), float(value[1]))
-        elif isinstance(default, bool):
-            if not isinstance(value, bool):
-                raise UserError(f"{where}.{key}: expected true/false, got {value!r}")
-        elif isinstance(default, float):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise UserError(f"{where}.{key}: expected a number, got {value!r}")
+        elif HYPER_KINDS[key] == "number":
             value = float(value)
-        elif isinstance(default, int) or key in ("vocab_size", "seq_len"):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise UserError(f"{where}.{key}: expected an integer, got {value!r}")
-        elif isinstance(default, str) and not isinstance(value, str):
-            raise UserError(f"{where}.{key}: expected a string, got {value!r}")
         setattr(h, key, value)
     _check_hyper(h, where)
     return h
@@ -129,29 +142,26 @@ def _check_hyper(h: Hyper, where: str) -> None:
     def bad(key, msg):
         raise UserError(f"{where}.{key}: {msg}")
 
-    for key in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "batch_size", "grad_accum",
-                "max_position_embeddings", "max_steps"):
-        if getattr(h, key) < 1:
-            bad(key, f"must be >= 1, got {getattr(h, key)}")
+    for key, minimum in HYPER_MINIMUMS.items():
+        if getattr(h, key) < minimum:
+            bad(key, f"must be >= {minimum}, got {getattr(h, key)}")
     if h.hidden_size % h.num_heads:
         bad("num_heads", f"hidden_size {h.hidden_size} is not a multiple of num_heads {h.num_heads}")
     if h.batch_size % h.grad_accum:
         bad("grad_accum", f"batch_size {h.batch_size} is not a multiple of grad_accum {h.grad_accum}")
-    if h.warmup_steps < 0:
-        bad("warmup_steps", "must be >= 0")
-    if h.schedule not in ("linear", "constant"):
-        bad("schedule", f"unknown schedule {h.schedule!r} (known: linear, constant)")
-    if h.precision not in ("auto", "fp32", "bf16", "fp16"):
-        bad("precision", f"unknown precision {h.precision!r} (known: auto, fp32, bf16, fp16)")
-    if h.fused_optimizer not in ("auto", "fused", "foreach", "none"):
-        bad("fused_optimizer", f"unknown value {h.fused_optimizer!r} (known: auto, fused, foreach, none)")
+    if h.schedule not in SCHEDULES:
+        bad("schedule", f"unknown schedule {h.schedule!r} (known: {', '.join(SCHEDULES)})")
+    if h.precision not in PRECISIONS:
+        bad("precision", f"unknown precision {h.precision!r} (known: {', '.join(PRECISIONS)})")
+    if h.fused_optimizer not in FUSED_OPTIMIZERS:
+        bad("fused_optimizer", f"unknown value {h.fused_optimizer!r} (known: {', '.join(FUSED_OPTIMIZERS)})")
     if not 0 < h.mlm_probability < 1:
         bad("mlm_probability", f"must be in (0, 1), got {h.mlm_probability}")
     if h.mask_token_fraction < 0 or h.random_token_fraction < 0 or (
         h.mask_token_fraction + h.random_token_fraction > 1
     ):
         bad("mask_token_fraction", "mask_token_fraction and random_token_fraction must be >= 0 and sum to <= 1")
-    if h.hidden_act not in ("gelu", "relu", "gelu_new", "silu"):
+    if h.hidden_act not in HIDDEN_ACTS:
         bad("hidden_act", f"unsupported activation {h.hidden_act!r}")
 
 

@@ -10,8 +10,10 @@ import torch
 import yaml
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
-from attention_geometry import api
-from attention_geometry.api import SCORE_COLUMNS, TRAINING_COLUMNS, layer_matrices, score_model
+from attention_geometry import checkpoints
+from attention_geometry.checkpoints import layer_matrices, score_model
+from attention_geometry.contract import SCORE_COLUMNS, TRAINING_COLUMNS
+from attention_geometry.files import atomic_write_table
 from attention_geometry.cli import main
 from attention_geometry.errors import UserError
 
@@ -88,7 +90,7 @@ def test_layer_matrices_and_head_chunks(monkeypatch):
         assert (r.component, r.n_heads, r.n_kv_heads, r.d_model) == ("encoder", N_HEADS, N_HEADS, WIDTH)
     # per-head matrices built one head at a time give the same rows
     whole = score_model(m, per_head=True, progress=False)
-    monkeypatch.setattr(api, "HEAD_CHUNK_BYTES", 1)
+    monkeypatch.setattr(checkpoints, "HEAD_CHUNK_BYTES", 1)
     chunked = score_model(m, per_head=True, progress=False)
     pd.testing.assert_frame_equal(whole, chunked)
 
@@ -221,7 +223,7 @@ def test_failed_write_leaves_old_output(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", boom)
     with pytest.raises(OSError):
-        api.write_table(df, out)
+        atomic_write_table(df, out)
     assert out.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["scores.csv"]
 

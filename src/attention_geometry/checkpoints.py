@@ -1,4 +1,5 @@
-"""The scoring API (notebooks, rules) and the `score` / `score-checkpoints` subcommands.
+"""Scoring a checkpoint, or every snapshot of a training run: the Python API (notebooks, rules) and the
+`score` / `score-checkpoints` subcommands.
 
 - layer_matrices(source, per_head=False, ...): per applied self-attention layer (and per head) the matrix
   M = W_qk (docs/contracts.md), as `LayerMatrix` records; Figure 1 draws these.
@@ -15,40 +16,29 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import torch
 
+from .contract import RUN_KEYS, SCORE_COLUMNS, TRAINING_COLUMNS
 from .errors import UserError
 from .extract import LayerQK, architecture_of, get_family, iter_layer_qk, qk_keys, wqk
+from .files import atomic_write_table, check_table_path
 from .loading import TensorSource, open_source
+from .rundir import list_snapshots, read_run_yaml
 from .scores import ScoreError, scores
 
 __all__ = [
-    "SCORE_COLUMNS",
-    "TRAINING_COLUMNS",
     "LayerMatrix",
     "layer_matrices",
     "score_model",
     "score_checkpoints",
-    "write_table",
 ]
-
-SCORE_COLUMNS = [
-    "model", "model_type", "architecture", "modality", "component", "layer", "head",
-    "symmetry", "directionality", "n_params", "d_model", "n_heads", "n_kv_heads",
-]
-RUN_KEYS = ["size", "dataset", "objective", "init", "seed"]
-TRAINING_COLUMNS = SCORE_COLUMNS + ["run"] + RUN_KEYS + ["step"]
 
 # Per-head matrices are built this many bytes at a time (a memory bound, not a science parameter).
 HEAD_CHUNK_BYTES = 256 * 2**20
-
-_STEP_DIR = re.compile(r"^step-(\d{7})$")
 
 
 @dataclass
@@ -185,44 +175,6 @@ def score_model(
 # ------------------------------------------------------------------------------------------- checkpoints
 
 
-def read_run_yaml(run_dir: str | os.PathLike, required: Iterable[str] = RUN_KEYS) -> dict[str, Any]:
-    """RUN_DIR/run.yaml (the run's resolved config, written by the trainer), checked for `required` keys."""
-    import yaml
-
-    path = Path(run_dir) / "run.yaml"
-    if not path.is_file():
-        raise UserError(f"{path}: missing (the run's resolved config)")
-    try:
-        cfg = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise UserError(f"{path}: malformed YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(cfg, dict):
-        raise UserError(f"{path}: not a mapping")
-    missing = [k for k in required if cfg.get(k) is None]
-    if missing:
-        raise UserError(f"{path}: missing key(s) {', '.join(missing)}")
-    return cfg
-
-
-def read_run_config(run_dir: str | os.PathLike) -> dict[str, Any]:
-    """The training columns (size, dataset, objective, init, seed) from RUN_DIR/run.yaml."""
-    cfg = read_run_yaml(run_dir)
-    return {k: cfg[k] for k in RUN_KEYS}
-
-
-def checkpoint_dirs(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
-    """(step, folder) of every RUN_DIR/checkpoints/step-XXXXXXX/ (7 digits), in step order.
-
-    Other names there (a snapshot still being written under a temporary name) are not snapshots."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        raise UserError(f"{root}: missing (no weight snapshots)")
-    found = sorted((int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _STEP_DIR.match(p.name)))
-    if not found:
-        raise UserError(f"{root}: no step-XXXXXXX snapshot folders")
-    return found
-
-
 def score_checkpoints(
     run_dir: str | os.PathLike,
     per_head: bool = False,
@@ -233,7 +185,7 @@ def score_checkpoints(
     """Score rows of every snapshot of a run, in step order, with the training columns (TRAINING_COLUMNS).
 
     model and run are RUN_DIR's name; size, dataset, objective, init, seed come from run.yaml; step from
-    the snapshot's folder name.
+    the snapshot's folder name (every complete snapshot, rundir.list_snapshots).
     """
     import pandas as pd
     from tqdm.auto import tqdm
@@ -242,9 +194,10 @@ def score_checkpoints(
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: no such run directory")
     run = run_dir.name
-    meta = read_run_config(run_dir)
+    cfg = read_run_yaml(run_dir)
+    meta = {k: cfg[k] for k in RUN_KEYS}
     tables = []
-    for step, folder in tqdm(checkpoint_dirs(run_dir), desc=f"scoring {run}", unit="checkpoint", disable=not progress):
+    for step, folder in tqdm(list_snapshots(run_dir).items(), desc=f"scoring {run}", unit="checkpoint", disable=not progress):
         df = score_model(folder, per_head=per_head, num_std=num_std, device=device, progress=False, name=run)
         df["run"] = run
         for k, v in meta.items():
@@ -255,36 +208,6 @@ def score_checkpoints(
 
 
 # --------------------------------------------------------------------------------------------------- CLI
-
-_SUFFIXES = (".csv", ".parquet")
-
-
-def _check_out(out: str | os.PathLike) -> Path:
-    path = Path(out)
-    if path.suffix not in _SUFFIXES:
-        raise UserError(f"{out}: unknown output suffix {path.suffix or '(none)'!r}; use .csv or .parquet")
-    if path.is_dir():
-        raise UserError(f"{out}: is a directory")
-    return path
-
-
-def write_table(df, out: str | os.PathLike) -> Path:
-    """Write df to out (.csv or .parquet) through a temporary file in the same folder, then rename, so a
-    failure never leaves a partial file."""
-    path = _check_out(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        if path.suffix == ".csv":
-            df.to_csv(tmp, index=False)
-        else:
-            df.to_parquet(tmp, index=False, engine="pyarrow")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -308,11 +231,11 @@ def add_arguments_score(parser: argparse.ArgumentParser) -> None:
 
 
 def run_score(args: argparse.Namespace) -> int:
-    _check_out(args.out)
+    check_table_path(args.out)
     df = score_model(args.source, per_head=args.per_head, num_std=args.num_std, device=args.device,
                      progress=not args.quiet, name=args.name, gguf_file=args.gguf_file, revision=args.revision,
                      trust_remote_code=args.trust_remote_code)
-    write_table(df, args.out)
+    atomic_write_table(df, args.out)
     return 0
 
 
@@ -322,8 +245,8 @@ def add_arguments_score_checkpoints(parser: argparse.ArgumentParser) -> None:
 
 
 def run_score_checkpoints(args: argparse.Namespace) -> int:
-    _check_out(args.out)
+    check_table_path(args.out)
     df = score_checkpoints(args.run_dir, per_head=args.per_head, num_std=args.num_std, device=args.device,
                            progress=not args.quiet)
-    write_table(df, args.out)
+    atomic_write_table(df, args.out)
     return 0

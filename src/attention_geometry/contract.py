@@ -1,0 +1,53 @@
+"""The columns of the contract tables (docs/contracts.md), each list written once.
+
+Every writer and reader of these tables imports its columns from here. Plain lists, in the order the tables
+hold them (a caller that needs another list builds a new one; nothing here is to be changed in place).
+No torch, no pandas: the workflow and the notebooks import this module too.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SCORES",
+    "SCORE_COLUMNS",
+    "RUN_KEYS",
+    "RUN_COLUMNS",
+    "TRAINING_COLUMNS",
+    "LOSS_COLUMNS",
+    "UPDATE_COLUMNS",
+    "UPDATE_KINDS",
+    "TABLE_COLUMNS",
+]
+
+# the two scores, in the paper's convention (docs/contracts.md, "Scores")
+SCORES = ["symmetry", "directionality"]
+
+# one row per self-attention layer (and head) of a model: `score`, pretrained_scores.csv
+SCORE_COLUMNS = [
+    "model", "model_type", "architecture", "modality", "component", "layer", "head",
+    *SCORES, "n_params", "d_model", "n_heads", "n_kv_heads",
+]
+
+# what identifies a training run besides its name (run names: rundir.run_name)
+RUN_KEYS = ["size", "dataset", "objective", "init", "seed"]
+
+# the columns that place a row in a run and a step of it
+RUN_COLUMNS = ["run", *RUN_KEYS, "step"]
+
+# `score-checkpoints`, training_scores.csv
+TRAINING_COLUMNS = SCORE_COLUMNS + RUN_COLUMNS
+
+# the trainer's loss.csv, training_loss.csv (eval_loss empty where not evaluated)
+LOSS_COLUMNS = RUN_COLUMNS + ["train_loss", "eval_loss", "learning_rate"]
+
+# `score-updates`, update_scores.csv
+UPDATE_KINDS = ["gradient", "applied"]
+UPDATE_COLUMNS = RUN_COLUMNS + ["layer", "kind", *SCORES]
+
+# table kind (`concat-tables --kind`) -> its required columns
+TABLE_COLUMNS: dict[str, list[str]] = {
+    "pretrained_scores": SCORE_COLUMNS,
+    "training_scores": TRAINING_COLUMNS,
+    "training_loss": LOSS_COLUMNS,
+    "update_scores": UPDATE_COLUMNS,
+}

@@ -1,0 +1,224 @@
+"""`prepare_corpus`: read, clean, split (by document), tokenize and write a corpus in the prepared-corpus
+format (attention_geometry.corpus, docs/data.md), and the `prepare-corpus` CLI.
+
+The prepare runs in OUT.tmp-<pid> and swaps it in for OUT at the end (files.replace_dir); the same config
+and inputs give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from ..corpus import FORMAT_VERSION, CorpusError, block_dtype, read_manifest, write_manifest
+from ..files import replace_dir
+from . import blocks, wordpiece
+from .config import CorpusConfig, load_corpus_config
+from .sources import READERS
+
+__all__ = ["corpus_status", "prepare_corpus", "add_arguments_prepare_corpus", "run_prepare_corpus"]
+
+log = logging.getLogger("attention_geometry.data")
+
+
+def _versions(extra: Iterable[str]) -> dict[str, str]:
+    from importlib import metadata
+
+    from .. import __version__
+
+    out = {"python": sys.version.split()[0], "attention_geometry": __version__}
+    for pkg in ("numpy", "tokenizers", *extra):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale_tmp(out: Path) -> None:
+    for p in out.parent.glob(out.name + ".tmp-*"):
+        pid = p.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)) and p.is_dir():
+            log.info("removing %s (left by an interrupted prepare)", p)
+            shutil.rmtree(p)
+
+
+def corpus_status(cfg: CorpusConfig, out: str | os.PathLike) -> str:
+    """"missing" (no OUT), "current" (OUT's manifest has this config), "different" (another config or not a
+    corpus)."""
+    p = Path(out)
+    if not p.exists():
+        return "missing"
+    try:
+        manifest = read_manifest(p)
+    except CorpusError:
+        return "different"
+    return "current" if manifest.get("config") == json.loads(json.dumps(cfg.to_dict())) else "different"
+
+
+def prepare_corpus(cfg: CorpusConfig, out: str | os.PathLike, force: bool = False) -> Path:
+    """Read, clean, split (by document), tokenize and write the corpus to OUT (see docs/data.md). Nothing is
+    done when OUT already holds this config; another corpus at OUT is an error unless force."""
+    out = Path(out)
+    status = corpus_status(cfg, out)
+    if status == "current":
+        log.info("%s already holds this corpus config: nothing to do", out)
+        return out
+    if status == "different" and not force:
+        raise CorpusError(f"{out} exists and holds another corpus config (or no manifest): "
+                          "use --force to replace it, or another --out")
+    t0 = time.perf_counter()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(out)
+    tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        manifest = _prepare_into(cfg, tmp)
+        write_manifest(tmp, manifest)
+        replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info(
+        "corpus %s (%s) -> %s: %d documents, %d tokens, %d train + %d held-out blocks of %d, vocab %d (%.1f s)",
+        cfg.name, cfg.dataset, out, manifest["n_documents"], manifest["n_tokens"], manifest["n_train_blocks"],
+        manifest["n_heldout_blocks"], cfg.block_len, manifest["vocab_size"], time.perf_counter() - t0,
+    )
+    return out
+
+
+def _prepare_into(cfg: CorpusConfig, tmp: Path) -> dict[str, Any]:
+    sources: list[dict[str, Any]] = []
+    docs = blocks.Documents(tmp / "documents.bin")
+    docs.collect(READERS[cfg.dataset](cfg, sources), cfg)
+    n = len(docs)
+    where = f"corpus {cfg.name!r} (dataset {cfg.dataset})"
+    if n == 0:
+        raise CorpusError(f"{where} has no text after cleaning (sources: "
+                          f"{[s.get('path') or s.get('hub_id') for s in sources]})")
+    log.info("%s: %d documents, %d bytes of text", where, n, docs.n_bytes)
+
+    perm = np.random.default_rng(cfg.seed).permutation(n)
+    k = math.ceil(cfg.heldout_fraction * n) if cfg.heldout_fraction > 0 else 0
+    if cfg.min_heldout_blocks > 0:
+        k = max(k, 1)
+    pretrained_info: dict[str, Any] = {}
+    tok = None
+    if cfg.tokenizer.kind == "pretrained":
+        tok, pretrained_info = wordpiece.load_pretrained(cfg.tokenizer)
+    while True:
+        if k >= n:
+            raise CorpusError(f"{where}: {n} documents are too few for heldout_fraction {cfg.heldout_fraction} "
+                              f"and min_heldout_blocks {cfg.min_heldout_blocks} (no training document left)")
+        if cfg.tokenizer.kind == "wordpiece":
+            tok = wordpiece.train_wordpiece(docs, perm[k:], cfg.tokenizer)
+        if cfg.min_heldout_blocks == 0:
+            break
+        have = blocks.count_blocks(tok, docs, perm[:k], cfg.block_len)
+        if have >= cfg.min_heldout_blocks:
+            break
+        # grow the held-out documents in proportion to the shortfall (+10 %), retrain on the rest
+        per_doc = max(have, 0.5) / k
+        k = max(k + 1, math.ceil(1.1 * cfg.min_heldout_blocks / per_doc))
+        log.info("held-out split short of %d blocks (%d): growing it to %d documents",
+                 cfg.min_heldout_blocks, have, k)
+
+    special = wordpiece.special_ids(tok, where)
+    vocab_size = int(tok.get_vocab_size(with_added_tokens=True))
+    dtype = block_dtype(vocab_size)
+    tok.save(str(tmp / "tokenizer.json"))
+
+    stats: dict[str, dict[str, int]] = {}
+    for split, idx in (("train", perm[k:]), ("heldout", perm[:k])):
+        raw = tmp / f"{split}.raw"
+        w = blocks.BlockWriter(raw, cfg.block_len, special["cls"], special["sep"], dtype)
+        for ids in blocks.encode(tok, docs, idx, f"tokenizing {split}"):
+            w.add(ids)
+        n_blocks = w.close()
+        blocks.raw_to_npy(raw, tmp / f"{split}.npy", n_blocks, cfg.block_len, dtype)
+        stats[split] = {"blocks": n_blocks, "tokens": w.n_tokens, "documents": w.n_documents}
+        log.info("%s: %d documents, %d tokens -> %d blocks", split, w.n_documents, w.n_tokens, n_blocks)
+    if stats["train"]["blocks"] == 0:
+        raise CorpusError(f"{where}: the train split has fewer than block_len - 2 = {cfg.block_len - 2} tokens")
+    if cfg.heldout_fraction > 0 and stats["heldout"]["blocks"] == 0:
+        raise CorpusError(f"{where}: the held-out split ({k} documents) has fewer than {cfg.block_len - 2} tokens; "
+                          "raise heldout_fraction or set min_heldout_blocks")
+    n_bytes = docs.n_bytes
+    docs.close()
+    docs.path.unlink()
+
+    tok_info: dict[str, Any] = dataclasses.asdict(cfg.tokenizer)
+    if cfg.tokenizer.kind == "wordpiece":
+        tok_info["trained_on"] = "train split"
+    else:
+        tok_info.update(pretrained_info)
+    extra = ["datasets"] if cfg.dataset in ("wikipedia", "red_pajama") else []
+    return {
+        "format_version": FORMAT_VERSION,
+        "dataset": cfg.dataset,
+        "name": cfg.name,
+        "block_len": cfg.block_len,
+        "vocab_size": vocab_size,
+        "dtype": dtype.name,
+        "special_tokens": special,
+        "n_train_blocks": stats["train"]["blocks"],
+        "n_heldout_blocks": stats["heldout"]["blocks"],
+        "n_documents": n,
+        "n_train_documents": stats["train"]["documents"],
+        "n_heldout_documents": stats["heldout"]["documents"],
+        "n_tokens": stats["train"]["tokens"] + stats["heldout"]["tokens"],
+        "n_train_tokens": stats["train"]["tokens"],
+        "n_heldout_tokens": stats["heldout"]["tokens"],
+        "n_bytes": n_bytes,
+        "documents_sha256": docs.sha256,
+        "sources": sources,
+        "tokenizer": tok_info,
+        "config": cfg.to_dict(),
+        "versions": _versions(extra),
+    }
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+
+
+def add_arguments_prepare_corpus(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, metavar="CORPUS.yaml", help="corpus config (docs/data.md)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (written atomically)")
+    parser.add_argument("--force", action="store_true", help="replace DIR if it holds another corpus config")
+
+
+def run_prepare_corpus(args: argparse.Namespace) -> int:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = load_corpus_config(args.config)
+    if corpus_status(cfg, args.out) == "current":
+        print(f"{args.out} already holds this corpus config: nothing to do")
+        return 0
+    out = prepare_corpus(cfg, args.out, force=args.force)
+    m = read_manifest(out)
+    print(f"{out}: {m['n_documents']} documents, {m['n_tokens']} tokens, {m['n_train_blocks']} train + "
+          f"{m['n_heldout_blocks']} held-out blocks of {m['block_len']}, vocab {m['vocab_size']}")
+    return 0

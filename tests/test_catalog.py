@@ -1,0 +1,144 @@
+"""notebooks/catalog.yaml and the notebooks' code, read statically: every entry names a notebook, no
+notebook computes W_qk (no model loading, scoring or torch), and a notebook writes only its own catalog
+outputs, none of which another entry reads. (That no rule reads a notebook's output is checked on the dry
+run's DAG in tests/test_workflow.py; that a notebook run creates no other file, in tests/test_notebooks.py.)"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attention_geometry.workflow import notebook_file
+
+ROOT = Path(__file__).resolve().parents[1]
+CATALOG = yaml.safe_load((ROOT / "notebooks" / "catalog.yaml").read_text())
+NOTEBOOKS = sorted({notebook_file(CATALOG, name) for name in CATALOG})
+
+# modules that load weights or score matrices: a notebook reads their results from a table or a .npz
+FORBIDDEN_MODULES = {"torch", "transformers", "safetensors", "gguf", "accelerate", "tokenizers"}
+FORBIDDEN_PACKAGE_MODULES = {"checkpoints", "loading", "extract", "scores", "registry", "families", "training",
+                             "updates", "null", "data", "corpus", "tables", "workflow"}
+FORBIDDEN_CALLS = {"layer_matrices", "score_model", "wqk", "median_symmetry_layer", "open_source", "write_wqk",
+                   "symmetry_speedup_tables", "from_pretrained", "load_file"}
+# calls that write a file when given a path (pandas, numpy, matplotlib, pathlib, the package)
+WRITERS = {"to_csv", "to_parquet", "to_excel", "to_json", "to_pickle", "to_latex", "to_markdown", "to_html",
+           "to_feather", "write_tables", "save", "savefig", "savez", "savez_compressed", "write_text",
+           "write_bytes", "atomic_write_bytes", "atomic_write_text", "atomic_write_table"}
+FILE_MOVERS = {"copy", "copy2", "copyfile", "copytree", "move", "rename", "replace", "symlink", "link"}  # os, shutil
+PATH_KEYWORDS = {"path", "path_or_buf", "buf", "fname", "file", "csv", "tex", "md", "pdf", "png", "out", "dst"}
+
+
+def _code(path: str) -> ast.Module:
+    nb = json.loads((ROOT / path).read_text())
+    source = "\n\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    return ast.parse(source, filename=path)
+
+
+def _subscript_of(node, name: str) -> str | None:
+    """The constant key of `name["key"]`, else None."""
+    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == name
+            and isinstance(node.slice, ast.Constant)):
+        return node.slice.value
+    return None
+
+
+def _call_name(call: ast.Call) -> str:
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+def _entries(path: str) -> list[str]:
+    return [name for name in CATALOG if notebook_file(CATALOG, name) == path]
+
+
+def test_every_entry_names_a_notebook_and_every_notebook_has_an_entry():
+    for name, entry in CATALOG.items():
+        assert (ROOT / notebook_file(CATALOG, name)).is_file(), name
+        assert set(entry) >= {"caption", "inputs", "outputs", "params"}, name
+        assert set(entry) <= {"caption", "inputs", "outputs", "params", "notebook", "constants"}, name
+    on_disk = {f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert on_disk == set(NOTEBOOKS)
+
+
+def test_entries_sharing_a_notebook_differ_only_in_constants_outputs_and_caption():
+    for path in NOTEBOOKS:
+        entries = [CATALOG[n] for n in _entries(path)]
+        for e in entries[1:]:
+            assert e["inputs"] == entries[0]["inputs"] and e["params"] == entries[0]["params"], path
+            assert set(e["outputs"]) == set(entries[0]["outputs"]), path
+            assert set(e.get("constants", {})) == set(entries[0].get("constants", {})), path
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS)
+def test_notebook_computes_no_wqk(path):
+    for node in ast.walk(_code(path)):
+        if isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            modules = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Call):
+            assert _call_name(node) not in FORBIDDEN_CALLS, (path, ast.unparse(node))
+            continue
+        else:
+            continue
+        for m in modules:
+            parts = m.split(".")
+            assert parts[0] not in FORBIDDEN_MODULES, (path, m)
+            if parts[0] == "attention_geometry" and len(parts) > 1:
+                assert parts[1] not in FORBIDDEN_PACKAGE_MODULES, (path, m)
+
+
+def _is_os_file_call(call: ast.Call, name: str) -> bool:
+    f = call.func
+    return (name in FILE_MOVERS and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+            and f.value.id in ("os", "shutil"))
+
+
+def _is_pathlike_literal(node) -> bool:
+    return (isinstance(node, (ast.JoinedStr, ast.BinOp))
+            or (isinstance(node, ast.Constant) and isinstance(node.value, str))
+            or _subscript_of(node, "inputs") is not None
+            or (isinstance(node, ast.Call) and _call_name(node) in {"join", "Path", "with_suffix", "with_name"}))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS)
+def test_notebook_writes_only_its_catalog_outputs(path):
+    written, read = set(), set()
+    for node in ast.walk(_code(path)):
+        if _subscript_of(node, "outputs") is not None:
+            written.add(_subscript_of(node, "outputs"))
+        if _subscript_of(node, "inputs") is not None:
+            read.add(_subscript_of(node, "inputs"))
+        if not isinstance(node, ast.Call):
+            continue
+        name = _call_name(node)
+        args = list(node.args) + [k.value for k in node.keywords if k.arg in PATH_KEYWORDS]
+        if name == "open" and isinstance(node.func, ast.Name):
+            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            if isinstance(mode, ast.Constant) and set(str(mode.value)) & set("wax+"):
+                assert _subscript_of(node.args[0], "outputs") is not None, (path, ast.unparse(node))
+        elif (name in WRITERS or _is_os_file_call(node, name)) and args:
+            targets = [a for a in args if _subscript_of(a, "outputs") is not None]
+            assert targets, f"{path}: {ast.unparse(node)} writes a file that is not one of its outputs"
+            assert not any(_is_pathlike_literal(a) for a in args), (path, ast.unparse(node))
+    for name in _entries(path):
+        entry = CATALOG[name]
+        assert written == set(entry["outputs"]), (name, written)  # every output written, no other
+        assert read <= set(entry["inputs"]), (name, read)
+
+
+def test_no_catalog_output_is_read_by_another_entry_or_lies_outside_the_results():
+    outputs = {}
+    for name, entry in CATALOG.items():
+        for template in entry["outputs"].values():
+            assert template not in outputs, (name, outputs.get(template))  # one writer per file
+            outputs[template] = name
+            assert re.fullmatch(r"\{results\}/(figures|tables)/[^/{}]+|\{results\}/[^/{}]+\.md", template), template
+    for name, entry in CATALOG.items():
+        for template in entry["inputs"].values():
+            assert template not in outputs, f"{name} reads {template}, an output of {outputs.get(template)}"

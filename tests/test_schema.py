@@ -1,0 +1,189 @@
+"""config/schema.yaml states the same enums and bounds as the package's validators (one validation path):
+the corpus config (attention_geometry.data.config), the run settings (training.config), the hyperparameter
+overrides (training.models). A change on one side only fails here."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attention_geometry.data import config as corpus_cfg
+from attention_geometry.training import config as run_cfg
+from attention_geometry.training import models
+from attention_geometry.validation import SCHEMA_TYPES, expected
+
+SCHEMA = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "schema.yaml").read_text())
+DEFS = SCHEMA["definitions"]
+CORPUS = SCHEMA["properties"]["corpora"]["additionalProperties"]["properties"]
+TRAINING = SCHEMA["properties"]["training"]["properties"]
+RUN_ITEM = TRAINING["groups"]["additionalProperties"]["properties"]["runs"]["items"]["properties"]
+BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def fields(cls) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def enum(prop: dict) -> set:
+    """The allowed values of an enum property (or of a oneOf value-or-list of it)."""
+    if "enum" in prop:
+        return set(prop["enum"])
+    values = [set(p["enum"]) if "enum" in p else set(p["items"]["enum"]) for p in prop["oneOf"]]
+    assert all(v == values[0] for v in values), prop
+    return values[0]
+
+
+def bounds(prop: dict) -> dict:
+    return {k: prop[k] for k in BOUNDS if k in prop}
+
+
+def flat(props: dict, prefix: str = "") -> dict[str, dict]:
+    """Dotted key -> property of a corpus config (tokenizer.*, hub.* one level down)."""
+    out = {}
+    for key, prop in props.items():
+        if prop.get("type") == "object" and "properties" in prop:
+            out.update(flat(prop["properties"], f"{key}."))
+        else:
+            out[prefix + key] = prop
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- corpora
+
+
+def test_corpus_keys_are_the_config_fields():
+    assert set(CORPUS) | {"name"} == fields(corpus_cfg.CorpusConfig)  # name: set to the corpus key
+    assert set(CORPUS["tokenizer"]["properties"]) == fields(corpus_cfg.TokenizerConfig)
+    assert set(CORPUS["hub"]["properties"]) == fields(corpus_cfg.HubConfig)
+
+
+def test_corpus_enums():
+    assert enum(CORPUS["dataset"]) == set(corpus_cfg.DATASETS)
+    assert enum(CORPUS["one_document_per"]) == set(corpus_cfg.ONE_DOCUMENT_PER)
+    assert enum(CORPUS["tokenizer"]["properties"]["kind"]) == set(corpus_cfg.TOKENIZER_KINDS)
+
+
+def test_corpus_bounds():
+    expected = {key: {"minimum": m} for key, m in corpus_cfg.MINIMUMS.items()}
+    for key, high in corpus_cfg.EXCLUSIVE_MAXIMUMS.items():
+        expected[key]["exclusiveMaximum"] = high
+    got = {key: bounds(p) for key, p in flat(CORPUS).items() if bounds(p)}
+    assert got == expected
+
+
+def test_corpus_bounds_are_enforced():
+    """The package rejects a value just outside each bound the schema states (and accepts the bound)."""
+    base = {"dataset": "text_files", "paths": ["x"]}
+    for key, minimum in corpus_cfg.MINIMUMS.items():
+        top, _, sub = key.partition(".")
+        raw = dict(base, **({top: {sub: minimum - 1}} if sub else {top: minimum - 1}))
+        with pytest.raises(corpus_cfg.CorpusError, match=f"`{key}`"):
+            corpus_cfg.corpus_config_from_dict(raw)
+        corpus_cfg.corpus_config_from_dict(dict(base, **({top: {sub: minimum}} if sub else {top: minimum})))
+    for key, high in corpus_cfg.EXCLUSIVE_MAXIMUMS.items():
+        with pytest.raises(corpus_cfg.CorpusError, match=f"`{key}`"):
+            corpus_cfg.corpus_config_from_dict(dict(base, **{key: high}))
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+
+def test_run_settings_are_run_config_keys_with_the_same_bounds():
+    settings = DEFS["run_settings"]["properties"]
+    assert set(settings) <= fields(run_cfg.RunConfig)
+    # a run entry: the run's identity (size, corpus, objective, init, seed) plus the settings it overrides
+    assert set(RUN_ITEM) == set(settings) | {"size", "corpus", "objective", "init", "seed"}
+    assert DEFS["int_or_list"]["oneOf"][0] == {"type": "integer", "minimum": run_cfg.RUN_MINIMUMS["seed"]}
+    assert DEFS["int_or_list"]["oneOf"][1]["items"] == DEFS["int_or_list"]["oneOf"][0]
+    assert RUN_ITEM["seed"] == {"$ref": "#/definitions/int_or_list"}
+    for props in (settings, RUN_ITEM):
+        for key, prop in props.items():
+            if key == "seed":
+                continue
+            if key in run_cfg.RUN_MINIMUMS:
+                assert bounds(prop) == {"minimum": run_cfg.RUN_MINIMUMS[key]}, key
+            elif key.endswith("_steps"):
+                assert prop["items"] == {"type": "integer", "minimum": 0}, key
+            elif key in ("overrides", "regularizer"):
+                assert prop == {"$ref": f"#/definitions/{key}"}, key
+    assert set(run_cfg.RUN_MINIMUMS) - set(settings) == {"threads", "seed"}  # workflow-wide; a run's identity
+    assert bounds(TRAINING["threads"]) == {"minimum": run_cfg.RUN_MINIMUMS["threads"]}
+    assert enum(TRAINING["device"]) == set(run_cfg.DEVICES)
+
+
+def test_run_identity_enums():
+    assert enum(RUN_ITEM["size"]) == set(models.SIZES)
+    assert enum(RUN_ITEM["objective"]) == set(models.OBJECTIVES)
+    assert enum(RUN_ITEM["init"]) == set(models.INITS)
+    updates, figures = SCHEMA["properties"]["updates"]["properties"], SCHEMA["properties"]["figures"]["properties"]
+    assert enum(updates["inits"]["items"]) == set(models.INITS)
+    assert enum(figures["baseline_init"]) == set(models.INITS)
+
+
+def test_overrides_are_the_hyperparameters_with_the_same_enums_and_bounds():
+    props = DEFS["overrides"]["properties"]
+    assert set(props) == fields(models.Hyper)
+    assert DEFS["overrides"]["additionalProperties"] is False
+    for key, values in models.HYPER_ENUMS.items():
+        assert enum(props[key]) == set(values), key
+    got = {key: bounds(p) for key, p in props.items() if bounds(p)}
+    expected = {key: {"minimum": m} for key, m in models.HYPER_MINIMUMS.items()}
+    expected["mlm_probability"] = {"exclusiveMinimum": 0, "exclusiveMaximum": 1}
+    assert got == expected
+
+
+def test_regularizer():
+    reg = DEFS["regularizer"]
+    assert reg["additionalProperties"] is False
+    assert {k: bounds(p) for k, p in reg["properties"].items()} == {
+        k: {"minimum": m} for k, m in run_cfg.REGULARIZER_MINIMUMS.items()
+    }
+
+
+def test_the_committed_configs_validate():
+    jsonschema = pytest.importorskip("jsonschema")
+    for name in ("config.yaml", "paper.yaml", "smoke.yaml"):
+        cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / name).read_text())
+        jsonschema.validate(cfg, SCHEMA)
+
+
+# ---------------------------------------------------------------------------------------------- types
+
+
+def schema_type(prop: dict):
+    if "$ref" in prop:
+        return DEFS[prop["$ref"].rsplit("/", 1)[-1]].get("type")
+    return prop.get("type")
+
+
+def check_types(props: dict, kinds: dict, skip=()) -> None:
+    """Each schema property has the JSON type of the package's value kind; null only where the package
+    takes null (the schema may refuse a null the package would read as 'the default')."""
+    for key, prop in props.items():
+        if key in skip:
+            continue
+        kind = kinds[key]
+        if "enum" in prop or "oneOf" in prop:  # an enum: each value is one the package's kind accepts
+            assert all(expected(v, kind) is None for v in enum(prop)), key
+            continue
+        base = SCHEMA_TYPES[kind.removeprefix("opt_")]
+        got = schema_type(prop)
+        types = set(got) if isinstance(got, list) else {got}
+        if "null" in types:
+            assert kind.startswith("opt_"), key
+            types.discard("null")
+        assert types == {base}, (key, got, kind)
+
+
+def test_schema_types_are_the_package_kinds():
+    check_types(CORPUS, corpus_cfg.TYPES, skip=("paths", "suffixes", "tokenizer", "hub"))
+    for key in ("paths", "suffixes"):  # the package also takes one string
+        assert CORPUS[key] == {**CORPUS[key], "type": "array", "items": {"type": "string"}}
+    check_types(CORPUS["tokenizer"]["properties"], corpus_cfg.TOKENIZER_TYPES)
+    check_types(CORPUS["hub"]["properties"], corpus_cfg.HUB_TYPES, skip=("data_files",))
+    assert "type" not in CORPUS["hub"]["properties"]["data_files"] and corpus_cfg.HUB_TYPES["data_files"] == "any"
+    check_types(DEFS["run_settings"]["properties"], run_cfg.TYPES)
+    check_types(DEFS["overrides"]["properties"], models.HYPER_KINDS)

