@@ -285,3 +285,25 @@ def test_hub_unreachable(monkeypatch):
     with pytest.raises(LoadError, match=r"^org/model@main: not a local path, and the hub download failed") as e:
         open_source("org/model")
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("revision", [None, "main", "v1.0", "abc123"])
+def test_remote_code_needs_a_pinned_commit(revision):
+    # refused before anything is downloaded (no network is touched): a moving branch, a tag or a short hash
+    # would run whatever code the repository holds on the day the job runs
+    from attention_geometry.loading import LoadError, open_source
+    with pytest.raises(LoadError, match="40-hex commit hash"):
+        open_source("facebook/MobileLLM-125M", revision=revision, trust_remote_code=True)
+    with pytest.raises(LoadError, match="40-hex commit hash"):
+        open_source("some-org/some-gguf-repo", gguf_file="m.gguf", revision=revision, trust_remote_code=True)
+
+
+def test_remote_code_refusal_is_one_cli_line(tmp_path):
+    import subprocess
+    import sys
+    out = tmp_path / "x.csv"
+    r = subprocess.run([sys.executable, "-m", "attention_geometry.cli", "score", "facebook/MobileLLM-125M",
+                        "--trust-remote-code", "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: facebook/MobileLLM-125M: trust_remote_code")
+    assert not out.exists()

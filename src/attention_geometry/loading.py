@@ -14,13 +14,12 @@ Loading paths and their memory (docs/cli.md):
   mmap=True)`; never plain unpickling.
 - a GGUF file: through transformers' GGUF support (needs `gguf`), which dequantizes the whole model into
   memory; wrapped as a state dict.
-- a hub id: only config.json and the safetensors (else .bin) files are downloaded with
-  huggingface_hub.snapshot_download at the given revision, then read as a local directory.
+- a hub id: only config.json and the safetensors (else .bin) files are downloaded at the given revision
+  (snapshot_download), then read as a local directory; trust_remote_code needs a pinned commit hash.
 - an in-memory transformers model: its state dict and config.
 
-n_params: for files, the sum of numel over every floating-point tensor stored in the checkpoint (from the
-safetensors headers or the .bin state dict; integer buffers such as position_ids are left out; a tied
-weight stored once counts once); for a loaded model, model.num_parameters().
+n_params: for files, the sum of numel over every floating-point tensor stored (safetensors headers or .bin
+state dict; integer buffers left out; a tied weight counts once); for a loaded model, num_parameters().
 """
 
 from __future__ import annotations
@@ -39,15 +38,8 @@ import torch
 from .errors import UserError
 from .extract import get_family
 
-__all__ = [
-    "TensorSource",
-    "SafetensorsSource",
-    "StateDictSource",
-    "LoadError",
-    "open_source",
-    "read_safetensors_header",
-    "SAFETENSORS_DTYPES",
-]
+__all__ = ["TensorSource", "SafetensorsSource", "StateDictSource", "LoadError", "open_source",
+           "read_safetensors_header", "SAFETENSORS_DTYPES"]
 
 
 class LoadError(UserError):
@@ -357,14 +349,8 @@ def looks_like_hub_id(text: str) -> bool:
     return bool(_HUB_ID.match(text)) and ".." not in text and not text.endswith((".json", ".safetensors", ".bin", ".gguf"))
 
 
-def open_source(
-    source: Any,
-    *,
-    gguf_file: str | None = None,
-    revision: str | None = None,
-    trust_remote_code: bool = False,
-    name: str | None = None,
-) -> TensorSource:
+def open_source(source: Any, *, gguf_file: str | None = None, revision: str | None = None,
+                trust_remote_code: bool = False, name: str | None = None) -> TensorSource:
     """A TensorSource for a TensorSource, a transformers model, a local directory, a .gguf path or a hub id.
 
     gguf_file: a GGUF file name inside the directory / hub repo (or a full path when `source` is None).
@@ -389,14 +375,24 @@ def open_source(
             return _open_gguf(str(path), gguf_file, None, trust_remote_code, name or Path(gguf_file).stem)
         if path.exists() or not looks_like_hub_id(text):
             raise LoadError(f"{text}: not a directory (a GGUF file needs the directory or hub id that holds it)")
-        return _open_gguf(text, gguf_file, revision or "main", trust_remote_code, name or Path(gguf_file).stem)
+        return _open_gguf(text, gguf_file, _pinned(text, revision, trust_remote_code), trust_remote_code,
+                          name or Path(gguf_file).stem)
     if path.is_dir():
         return _open_dir(path, trust_remote_code, name)
     if path.exists():
         raise LoadError(f"{text}: not a model directory (pass the folder with config.json, or a .gguf file)")
     if not looks_like_hub_id(text):
         raise LoadError(f"{text}: no such file or directory")
-    return _open_hub(text, revision or "main", trust_remote_code, name)
+    return _open_hub(text, _pinned(text, revision, trust_remote_code), trust_remote_code, name)
+
+
+def _pinned(repo_id: str, revision: str | None, trust_remote_code: bool) -> str:
+    """The hub revision to read; remote code runs only at a commit hash, never at a moving branch or tag."""
+    revision = revision or "main"
+    if trust_remote_code and not re.fullmatch(r"[0-9a-f]{40}", revision):
+        raise LoadError(f"{repo_id}: trust_remote_code runs the repository's own code, so pin it to a commit: "
+                        f"--revision (config `revision:`) must be a 40-hex commit hash, not {revision!r}")
+    return revision
 
 
 def _open_dir(path: Path, trust_remote_code: bool, name: str | None) -> TensorSource:
