@@ -130,9 +130,8 @@ def test_overrides_are_the_hyperparameters_with_the_same_enums_and_bounds():
     for key, values in models.HYPER_ENUMS.items():
         assert enum(props[key]) == set(values), key
     got = {key: bounds(p) for key, p in props.items() if bounds(p)}
-    expected = {key: {"minimum": m} for key, m in models.HYPER_MINIMUMS.items()}
-    expected["mlm_probability"] = {"exclusiveMinimum": 0, "exclusiveMaximum": 1}
-    assert got == expected
+    assert got == models.HYPER_BOUNDS
+    assert bounds(props["betas"]["items"]) == models.BETA_BOUNDS
 
 
 def test_regularizer():

@@ -231,3 +231,28 @@ def test_text_writers():
     assert workflow.yaml_text({"b": 1, "a": [1, 2]}) == "a:\n- 1\n- 2\nb: 1\n"
     assert workflow.alternation([]) == "(?!)"
     assert workflow.alternation(["b.c", "a"]) == r"a|b\.c"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"lr": -1.0}, r"overrides\.lr: must be > 0"),
+    ({"lr": float("nan")}, r"overrides\.lr: must be a finite number"),
+    ({"hidden_dropout": 1.5}, r"overrides\.hidden_dropout: must be < 1"),
+    ({"num_heads": 3}, r"overrides\.num_heads: hidden_size 128 is not a multiple of num_heads 3"),
+    ({"betas": [0.9, 1.0]}, r"overrides\.betas: each must be < 1"),
+    ({"lrr": 1e-3}, r"overrides\.lrr: unknown hyperparameter"),
+])
+def test_bad_overrides_are_refused_at_parse_time(overrides, message):
+    # the trainer's own check (hyper.resolve_hyper) runs when the workflow is parsed, so a bad value never
+    # reaches a job that would write a run directory first
+    groups = copy.deepcopy(GROUPS)
+    groups["main"]["runs"][1]["overrides"] = {"mlm_probability": 0.3, **overrides}
+    with pytest.raises(ConfigError, match=r"config training\.groups\.main\.runs\[1\]\." + message):
+        expand_runs(groups, ["c1"])
+
+
+@pytest.mark.parametrize("pair", [("snapshot_steps", "snapshot_every"), ("eval_steps", "eval_every")])
+def test_explicit_steps_and_every_together_are_refused(pair):
+    groups = copy.deepcopy(GROUPS)
+    groups["main"]["runs"][1].update({pair[0]: [0, 30, 60], pair[1]: 30})
+    with pytest.raises(ConfigError, match=f"give {pair[0]} or {pair[1]}, not both"):
+        expand_runs(groups, ["c1"])

@@ -34,6 +34,7 @@ import yaml
 from .contract import RUN_KEYS
 from .errors import UserError
 from .files import read_yaml
+from .hyper import resolve_hyper
 from .rundir import run_name, snapshot_dir, snapshot_steps
 
 __all__ = [
@@ -123,11 +124,16 @@ def expand_runs(groups: Mapping, corpora: Iterable[str]) -> tuple[dict[str, Run]
                         f"{', '.join(runs[name].groups)} with different settings; give it another seed "
                         "or the same settings")
                 if name not in runs:
+                    for a, b in (("snapshot_steps", "snapshot_every"), ("eval_steps", "eval_every")):
+                        if settings.get(a) is not None and settings.get(b) is not None:
+                            raise ConfigError(f"{where}: give {a} or {b}, not both")
                     try:
                         steps = snapshot_steps(settings.get("snapshot_steps"), settings.get("snapshot_every"),
                                                settings["max_steps"])
+                        # the trainer's own check of the hyperparameters, before any run directory exists
+                        resolve_hyper(spec["size"], settings.get("overrides"), where=f"{where}.overrides")
                     except UserError as exc:
-                        raise ConfigError(f"{where}: {exc}") from None
+                        raise ConfigError(f"{where}: {exc}" if "overrides" not in str(exc) else str(exc)) from None
                     runs[name] = Run(name=name, **spec, settings=settings, snapshot_steps=steps)
                 if group not in runs[name].groups:
                     runs[name].groups.append(group)

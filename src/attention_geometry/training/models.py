@@ -9,16 +9,13 @@ checks it against the stock forward.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..errors import UserError
-from ..validation import expected
 
 __all__ = [
     "SIZES",
@@ -33,136 +30,8 @@ __all__ = [
     "symmetry_penalty",
 ]
 
-OBJECTIVES = ("encoder", "decoder")
-INITS = ("standard", "symmetric", "symmetric-fresh", "fresh")
-SCHEDULES = ("linear", "constant")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-FUSED_OPTIMIZERS = ("auto", "fused", "foreach", "none")
-HIDDEN_ACTS = ("gelu", "relu", "gelu_new", "silu")
-# the bounds resolve_hyper checks (config/schema.yaml's `overrides` states the same: tests/test_schema.py);
-# mlm_probability is in (0, 1), mask_token_fraction + random_token_fraction <= 1
-HYPER_MINIMUMS = {"num_layers": 1, "hidden_size": 1, "num_heads": 1, "intermediate_size": 1, "batch_size": 1,
-                  "grad_accum": 1, "max_position_embeddings": 1, "max_steps": 1, "warmup_steps": 0,
-                  "mask_token_fraction": 0, "random_token_fraction": 0}
-HYPER_ENUMS = {"schedule": SCHEDULES, "precision": PRECISIONS, "fused_optimizer": FUSED_OPTIMIZERS,
-               "hidden_act": HIDDEN_ACTS}
-
-
-@dataclass
-class Hyper:
-    """Every model and optimization hyperparameter of a run (a named size's defaults, then RUN.yaml
-    `overrides` field by field). `vocab_size` / `seq_len` None: taken from the corpus manifest."""
-
-    num_layers: int = 2
-    hidden_size: int = 128
-    num_heads: int = 2
-    intermediate_size: int = 512
-    vocab_size: int | None = None
-    seq_len: int | None = None
-    max_position_embeddings: int = 512
-    hidden_act: str = "gelu"
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-    hidden_dropout: float = 0.0
-    attention_dropout: float = 0.0
-    batch_size: int = 32  # global batch (all processes, all accumulation micro-steps together)
-    grad_accum: int = 1
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-8
-    weight_decay: float = 0.01  # on parameters with >= 2 dims only (matrices, embeddings)
-    grad_clip: float = 1.0  # max global L2 norm; 0 = off
-    warmup_steps: int = 100
-    schedule: str = "linear"  # linear warmup to lr, then linear decay towards 0 at max_steps
-    max_steps: int = 5000
-    mlm_probability: float = 0.15
-    mask_token_fraction: float = 0.8  # of the selected positions: [MASK]
-    random_token_fraction: float = 0.1  # of the selected positions: a uniform random token (rest unchanged)
-    precision: str = "auto"  # auto (bf16 autocast on a GPU with bf16, else fp16 there; fp32 on CPU) | fp32 | bf16 | fp16
-    compile: bool = False  # torch.compile the training forward
-    fused_optimizer: str = "auto"  # auto (= fused) | fused | foreach | none
-
-
-def _kind(name: str, default) -> str:
-    """The value kind (attention_geometry.validation) of a Hyper field, from its default."""
-    if name == "betas":
-        return "number_pair"
-    if default is None:
-        return "opt_int"  # vocab_size, seq_len: None = the corpus's
-    return {bool: "bool", float: "number", int: "int", str: "str"}[type(default)]
-
-
-HYPER_KINDS = {f.name: _kind(f.name, f.default) for f in dataclasses.fields(Hyper)}
-
-_PAPER = dict(
-    lr=5e-5,
-    betas=(0.9, 0.999),
-    warmup_steps=200,
-    weight_decay=0.01,
-    max_steps=200_000,
-    seq_len=512,
-    hidden_dropout=0.1,
-    attention_dropout=0.1,
-    batch_size=32,
-)
-
-SIZES: dict[str, dict] = {
-    # the embedded default's size; what it shows on a 2-core CPU: docs/experiment-design.md (pilots)
-    "tiny": dict(num_layers=2, hidden_size=128, num_heads=2, intermediate_size=512),
-    # the paper's (Saponati et al. 2025) sizes and optimization
-    "bert-mini": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024, **_PAPER),
-    "bert-base": dict(num_layers=12, hidden_size=768, num_heads=12, intermediate_size=3072, **_PAPER),
-    "bert-large": dict(num_layers=24, hidden_size=1024, num_heads=16, intermediate_size=4096, **_PAPER),
-}
-
-
-def resolve_hyper(size: str, overrides: dict | None = None, where: str = "overrides") -> Hyper:
-    """The size's defaults with `overrides` applied field by field (UserError naming an unknown field or a
-    value of the wrong type)."""
-    if size not in SIZES:
-        raise UserError(f"size: unknown size {size!r} (known: {', '.join(SIZES)})")
-    h = Hyper(**SIZES[size])
-    fields = {f.name: f for f in dataclasses.fields(Hyper)}
-    for key, value in (overrides or {}).items():
-        if key not in fields:
-            raise UserError(f"{where}.{key}: unknown hyperparameter (known: {', '.join(fields)})")
-        what = expected(value, HYPER_KINDS[key])
-        if what is not None:
-            raise UserError(f"{where}.{key}: expected {what}, got {value!r}")
-        if HYPER_KINDS[key] == "number_pair":
-            value = (float(value[0]), float(value[1]))
-        elif HYPER_KINDS[key] == "number":
-            value = float(value)
-        setattr(h, key, value)
-    _check_hyper(h, where)
-    return h
-
-
-def _check_hyper(h: Hyper, where: str) -> None:
-    def bad(key, msg):
-        raise UserError(f"{where}.{key}: {msg}")
-
-    for key, minimum in HYPER_MINIMUMS.items():
-        if getattr(h, key) < minimum:
-            bad(key, f"must be >= {minimum}, got {getattr(h, key)}")
-    if h.hidden_size % h.num_heads:
-        bad("num_heads", f"hidden_size {h.hidden_size} is not a multiple of num_heads {h.num_heads}")
-    if h.batch_size % h.grad_accum:
-        bad("grad_accum", f"batch_size {h.batch_size} is not a multiple of grad_accum {h.grad_accum}")
-    if h.schedule not in SCHEDULES:
-        bad("schedule", f"unknown schedule {h.schedule!r} (known: {', '.join(SCHEDULES)})")
-    if h.precision not in PRECISIONS:
-        bad("precision", f"unknown precision {h.precision!r} (known: {', '.join(PRECISIONS)})")
-    if h.fused_optimizer not in FUSED_OPTIMIZERS:
-        bad("fused_optimizer", f"unknown value {h.fused_optimizer!r} (known: {', '.join(FUSED_OPTIMIZERS)})")
-    if not 0 < h.mlm_probability < 1:
-        bad("mlm_probability", f"must be in (0, 1), got {h.mlm_probability}")
-    if h.mask_token_fraction < 0 or h.random_token_fraction < 0 or (
-        h.mask_token_fraction + h.random_token_fraction > 1
-    ):
-        bad("mask_token_fraction", "mask_token_fraction and random_token_fraction must be >= 0 and sum to <= 1")
-    if h.hidden_act not in HIDDEN_ACTS:
-        bad("hidden_act", f"unsupported activation {h.hidden_act!r}")
+from ..hyper import (  # noqa: F401  (re-exported: the training package's public names)
+    OBJECTIVES, INITS, SCHEDULES, PRECISIONS, FUSED_OPTIMIZERS, HIDDEN_ACTS, HYPER_BOUNDS, BETA_BOUNDS, HYPER_ENUMS, Hyper, HYPER_KINDS, SIZES, resolve_hyper)
 
 
 def bert_config(h: Hyper, objective: str, special_tokens: dict | None = None):
