@@ -225,6 +225,26 @@ def test_bad_configs_stop_with_a_message(tmp_path):
 
     assert "no_such_package_xyz" in _bad_config(tmp_path, missing_package)
 
+    def injected_results(cfg):  # `results` becomes part of shell commands
+        cfg["results"] = str(tmp_path / "out; touch pwned")
+
+    assert "does not match" in _bad_config(tmp_path, injected_results)
+    assert not (Path.cwd() / "pwned").exists()
+
+
+def test_every_path_in_a_shell_command_is_quoted():
+    # every input, output, log and folder that a rule puts into its shell command goes through :q, so a
+    # path with a space or a ';' stays one argument (the train rule's error message, inside single quotes,
+    # is the one exception: `results` has a safe pattern in the schema)
+    field = re.compile(r"\{((?:input|output|log)(?:\.\w+)?|params\.(?:run_dir|out|source|path|snapshot|files))(:q)?\}")
+    bare = []
+    for smk in sorted((REPO / "rules").glob("*.smk")):
+        for string in re.findall(r'"([^"\n]*)"', smk.read_text()):
+            bare += [f"{smk.name}: {{{name}}}" for name, quoted in field.findall(string) if not quoted]
+    assert not bare, bare
+    # and the check itself sees the rules' fields (it would pass vacuously otherwise)
+    assert len(field.findall((REPO / "rules" / "score.smk").read_text())) > 10
+
 
 # ------------------------------------------------------------------------------------------ concat-tables
 
