@@ -12,7 +12,10 @@ rule write_run_config:
     output:
         res("configs", "runs", "{run}.yaml"),
     params:
-        text=lambda w, input: yaml_text({"corpus": input.corpus, **RUNS[w.run].run_config()}),
+        # a function of the wildcards only: Snakemake records it, so an edited run setting re-runs this rule
+        # (and then training, which continues or starts afresh: docs/workflow.md); one computed from `input`
+        # would not be tracked
+        text=lambda w: yaml_text({"corpus": run_corpus(w.run), **RUNS[w.run].run_config()}),
     log:
         res("logs", "configs", "run-{run}.log"),
     conda:

@@ -249,9 +249,51 @@ def test_cli_bad_inputs_fail_before_training(tmp_path, corpus):
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "size" in res.stderr
 
 
-def test_rerun_with_a_different_config_is_refused(tmp_path, corpus):
+def _same_files(a: Path, b: Path, names=("loss.csv",)) -> None:
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    snaps = sorted(p.name for p in (a / "checkpoints").iterdir())
+    assert snaps == sorted(p.name for p in (b / "checkpoints").iterdir())
+    for snap in snaps:
+        assert ((a / "checkpoints" / snap / "model.safetensors").read_bytes()
+                == (b / "checkpoints" / snap / "model.safetensors").read_bytes()), snap
+
+
+def test_rerun_with_other_settings_keeps_the_old_run_aside_and_starts_afresh(tmp_path, corpus):
     out = tmp_path / "out"
     train(load_run_config(write_run(tmp_path / "a.yaml", corpus, max_steps=3, eval_steps=[])), out, progress=False)
-    with pytest.raises(UserError, match="init"):
-        train(load_run_config(write_run(tmp_path / "b.yaml", corpus, max_steps=3, eval_steps=[], init="fresh")),
-              out, progress=False)
+    before = (out / "loss.csv").read_bytes()
+    b = load_run_config(write_run(tmp_path / "b.yaml", corpus, max_steps=3, eval_steps=[], init="fresh"))
+    summary = train(b, out, progress=False)
+    assert summary["status"] == "trained"
+    assert (tmp_path / "out.old-1" / "loss.csv").read_bytes() == before  # the old run, untouched
+    assert "settings changed (init, run)" in (out / "train.log").read_text()
+    train(b, tmp_path / "fresh", progress=False)
+    _same_files(out, tmp_path / "fresh")
+    # a run that never reached its first state restarts the same way with a corrected config
+    train(load_run_config(write_run(tmp_path / "c.yaml", corpus, max_steps=3, eval_steps=[], seed=5)), out,
+          progress=False)
+    assert (tmp_path / "out.old-2").is_dir() and yaml.safe_load((out / "run.yaml").read_text())["seed"] == 5
+
+
+def test_more_steps_under_a_constant_schedule_extend_the_run(tmp_path, corpus):
+    kw = dict(snapshot_every=4, eval_every=4, state_every=4, overrides={"schedule": "constant"})
+    out = tmp_path / "out"
+    train(load_run_config(write_run(tmp_path / "a.yaml", corpus, max_steps=8, **kw)), out, progress=False)
+    longer = load_run_config(write_run(tmp_path / "b.yaml", corpus, max_steps=16, **kw))
+    assert train(longer, out, progress=False)["status"] == "resumed"
+    assert not (tmp_path / "out.old-1").exists()
+    assert "continuing from the newest state" in (out / "train.log").read_text()
+    train(longer, tmp_path / "fresh", progress=False)
+    _same_files(out, tmp_path / "fresh", names=("loss.csv", "run.yaml"))
+
+
+def test_more_steps_under_the_linear_schedule_restart(tmp_path, corpus):
+    # the linear decay ends at max_steps, so the first 8 steps of a 16-step run differ from an 8-step run
+    out = tmp_path / "out"
+    train(load_run_config(write_run(tmp_path / "a.yaml", corpus, max_steps=8, snapshot_every=4)), out, progress=False)
+    longer = load_run_config(write_run(tmp_path / "b.yaml", corpus, max_steps=16, snapshot_every=4))
+    assert train(longer, out, progress=False)["status"] == "trained"
+    assert (tmp_path / "out.old-1" / "checkpoints" / "step-0000008").is_dir()
+    train(longer, tmp_path / "fresh", progress=False)
+    _same_files(out, tmp_path / "fresh")

@@ -396,3 +396,47 @@ def test_interrupted_workflow_resumes_training(tmp_path):
     assert resumed == [interrupted_at], log[-3000:]
     loss_steps = [int(r["step"]) for r in _csv_rows(wf / "results-resume" / "runs" / run / "loss.csv")]
     assert len(loss_steps) == len(set(loss_steps)) and max(loss_steps) == 400
+
+
+def test_edited_run_settings_rerun_the_run(tmp_path):
+    """Edit a finished run's settings in the config and run the same command: more steps under a constant
+    schedule extend the run; another lr starts it afresh with the old run kept aside."""
+    wf = copy_workflow(tmp_path / "wf")
+    cfg = yaml.safe_load((wf / "config" / "smoke.yaml").read_text())
+    cfg["results"] = "results-edit"
+    for group in cfg["training"]["groups"].values():
+        group["settings"].update(max_steps=20, snapshot_every=10, eval_every=10)
+        for entry in group["runs"]:
+            entry["overrides"] = {**entry.get("overrides", {}), "schedule": "constant"}
+    cfg["updates"]["steps"] = [0]
+    run = "tiny-wiki_offline-encoder-standard-s0"
+    target = f"results-edit/runs/{run}/train.done"
+    run_dir = wf / "results-edit" / "runs" / run
+
+    def rerun(edit=None):
+        if edit:
+            edit(cfg)
+        (wf / "config" / "edit.yaml").write_text(yaml.safe_dump(cfg))
+        snakemake("--configfile", "config/edit.yaml", "--cores", "1", target, cwd=wf)
+        return (run_dir / "train.log").read_text()
+
+    rerun()
+    assert (run_dir / "checkpoints" / "step-0000020").is_dir()
+
+    def more_steps(c):
+        for group in c["training"]["groups"].values():
+            group["settings"]["max_steps"] = 30
+    log = rerun(more_steps)
+    assert yaml.safe_load((run_dir / "run.yaml").read_text())["max_steps"] == 30
+    assert "continuing from the newest state" in log and (run_dir / "checkpoints" / "step-0000030").is_dir()
+    assert not run_dir.with_name(run + ".old-1").exists()
+
+    def other_lr(c):
+        for group in c["training"]["groups"].values():
+            for entry in group["runs"]:
+                entry["overrides"]["lr"] = 5e-4
+    log = rerun(other_lr)
+    aside = run_dir.with_name(run + ".old-1")
+    assert "settings changed (hyper)" in log and (aside / "checkpoints" / "step-0000030").is_dir()
+    assert yaml.safe_load((run_dir / "run.yaml").read_text())["hyper"]["lr"] == 5e-4
+    assert (run_dir / "checkpoints" / "step-0000030").is_dir() and (wf / target).exists()

@@ -43,20 +43,54 @@ def _write_dir(final: Path, write: Callable[[Path], None]) -> None:
 # ----------------------------------------------------------------------------------------------- run.yaml
 
 
-def write_run_yaml(out: Path, resolved: dict) -> None:
-    """OUT/run.yaml: written for a new run; for an existing one, checked to hold the same run (runtime
-    settings aside), else a UserError (a run dir holds one run)."""
+def compare_run_yaml(old: dict, new: dict) -> tuple[str, list[str]]:
+    """What the trainer does when a run dir's run.yaml (`old`) differs from the run it is asked for (`new`):
+    ("same" | "extend" | "restart", the differing keys; runtime settings aside).
+
+    "extend" only when continuing from the newest state gives what a fresh run with the new settings
+    would: more steps, every other hyperparameter equal, a schedule that does not depend on max_steps
+    (`constant`), and the same snapshot and evaluation steps up to the old last step (which must be a
+    snapshot step of the new run too). Anything else is "restart" (docs/workflow.md)."""
+    keys = [k for k in sorted(set(old) | set(new))
+            if k != "runtime" and k not in RUNTIME_KEYS and old.get(k) != new.get(k)]
+    if not keys:
+        return "same", keys
+    om, nm = old.get("max_steps"), new.get("max_steps")
+    oh = {k: v for k, v in (old.get("hyper") or {}).items() if k != "max_steps"}
+    nh = {k: v for k, v in (new.get("hyper") or {}).items() if k != "max_steps"}
+    extend = (set(keys) <= {"max_steps", "snapshot_steps", "eval_steps", "hyper"}
+              and isinstance(om, int) and isinstance(nm, int) and nm > om and oh == nh
+              and nh.get("schedule") == "constant" and om in (new.get("snapshot_steps") or [])
+              and all([s for s in (new.get(k) or []) if s <= om] == list(old.get(k) or [])
+                      for k in ("snapshot_steps", "eval_steps")))
+    return ("extend" if extend else "restart"), keys
+
+
+def set_aside(out: Path) -> Path:
+    """Rename run dir `out` to `{out}.old-N` (the first free N) and return the new name: an old run is never
+    mixed with a new one and never deleted."""
+    n = 1
+    while (aside := out.with_name(f"{out.name}.old-{n}")).exists():
+        n += 1
+    os.replace(out, aside)
+    return aside
+
+
+def write_run_yaml(out: Path, resolved: dict) -> tuple[str, list[str]]:
+    """OUT/run.yaml for the run `resolved`; returns what was found, with the differing keys: "new"
+    (written), "same", "extend" (rewritten with the longer run: compare_run_yaml) or "restart" (nothing
+    written: the caller sets the old run aside and starts afresh)."""
     path = out / RUN_YAML
     if not path.is_file():
         atomic_write_text(path, _yaml_dump(resolved))
-        return
-    old = read_yaml(path, RUN_YAML) or {}
-    for key in sorted(set(old) | set(resolved)):
-        if key in ("runtime",) or key in RUNTIME_KEYS:
-            continue
-        if old.get(key) != resolved.get(key):
-            raise UserError(f"{path}: this run dir holds a run with a different {key!r} "
-                            f"({old.get(key)!r} vs now {resolved.get(key)!r}); use a new --out")
+        return "new", []
+    old = read_yaml(path, RUN_YAML)
+    if not isinstance(old, dict):
+        raise UserError(f"{path}: not a run.yaml (expected a mapping); move the run dir aside or delete it")
+    action, keys = compare_run_yaml(old, resolved)
+    if action == "extend":
+        atomic_write_text(path, _yaml_dump(resolved))
+    return action, keys
 
 
 # ----------------------------------------------------------------------------------------------- loss.csv

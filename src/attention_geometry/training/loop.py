@@ -26,7 +26,8 @@ from ..corpus import Corpus, load_corpus
 from ..errors import UserError
 from ..rundir import TRAIN_LOG, find_state, state_step
 from .batches import Order, eval_keys, global_indices, lr_at, make_batch, mask_keys, mask_tokens, n_loss_tokens
-from .checkpoint import load_state, read_loss_rows, save_snapshot, save_state, write_loss_rows, write_run_yaml
+from .checkpoint import (load_state, read_loss_rows, save_snapshot, save_state, set_aside,
+                         write_loss_rows, write_run_yaml)
 from .config import RunConfig, resolve_run
 from .models import Hyper, build_model, hidden_states, lm_loss, symmetry_penalty
 
@@ -333,11 +334,21 @@ def _train(run: _Run, progress: bool) -> dict:
     t_start = time.perf_counter()
     resolved, out = run.resolved, run.out
     name, max_steps = resolved["run"], resolved["max_steps"]
+    change = None
     if run.rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        write_run_yaml(out, resolved)
+        action, keys = write_run_yaml(out, resolved)
+        if action == "restart":  # other settings: the old run is kept beside, the new one starts afresh
+            aside = set_aside(out)
+            out.mkdir(parents=True)
+            write_run_yaml(out, resolved)
+            change = f"settings changed ({', '.join(keys)}): the previous run is kept at {aside}; starting afresh"
+        elif action == "extend":
+            change = f"max_steps raised to {max_steps} under a constant schedule: continuing from the newest state"
     run.barrier()
     handler = _setup_logging(out, run.rank)
+    if change:
+        log.warning("run %s: %s", name, change)
     try:
         state_dir = find_state(out)
         start = state_step(state_dir) if state_dir is not None else 0
