@@ -440,3 +440,52 @@ def test_edited_run_settings_rerun_the_run(tmp_path):
     assert "settings changed (hyper)" in log and (aside / "checkpoints" / "step-0000030").is_dir()
     assert yaml.safe_load((run_dir / "run.yaml").read_text())["hyper"]["lr"] == 5e-4
     assert (run_dir / "checkpoints" / "step-0000030").is_dir() and (wf / target).exists()
+
+
+def test_hard_kill_of_the_whole_workflow_resumes_with_the_readme_command(tmp_path):
+    """SIGKILL to snakemake's whole process group mid-training, then the README's resume command
+    (`snakemake --unlock`, then the same command; profiles/default sets rerun-incomplete): every job
+    finishes, and the killed run's final weights equal those of an uninterrupted run bit for bit."""
+    wf = copy_workflow(tmp_path / "wf")
+    cfg = yaml.safe_load((wf / "config" / "smoke.yaml").read_text())
+    cfg["results"] = "results-kill"
+    for group in cfg["training"]["groups"].values():
+        group["settings"].update(max_steps=300, snapshot_every=150, state_every=20)
+    cfg["updates"]["steps"] = [0, 150]
+    (wf / "config" / "kill.yaml").write_text(yaml.safe_dump(cfg))
+    cmd = [SNAKEMAKE, "--configfile", "config/kill.yaml", "--cores", "2"]
+    runs = wf / "results-kill" / "runs"
+
+    proc = subprocess.Popen(cmd, cwd=wf, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline, killed_at = time.time() + 600, None
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            steps = []
+            for state in runs.glob("*/state/state.json"):
+                try:
+                    steps.append(json.loads(state.read_text())["step"])
+                except (ValueError, KeyError, OSError):
+                    pass
+            if any(0 < s < 300 for s in steps):
+                killed_at = steps
+                break
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert killed_at, "no run was caught mid-training"
+
+    snakemake("--configfile", "config/kill.yaml", "--unlock", cwd=wf)
+    snakemake(*cmd[1:], cwd=wf, timeout=900)  # the same command
+    assert not snakemake(*cmd[1:], "-n", cwd=wf).stdout.count("rule train_model")
+    resumed = [p.parent.name for p in runs.glob("*/train.log") if "resuming" in p.read_text()]
+    assert resumed, "no run resumed from its state"
+    run = resumed[0]
+    fresh = tmp_path / "fresh"
+    r = subprocess.run([str(BIN / "attention-geometry"), "train", "--config",
+                        str(wf / "results-kill" / "configs" / "runs" / f"{run}.yaml"), "--out", str(fresh),
+                        "--no-progress"], cwd=wf, env=_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    final = "checkpoints/step-0000300/model.safetensors"
+    assert (runs / run / final).read_bytes() == (fresh / final).read_bytes()
