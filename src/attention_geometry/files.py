@@ -53,6 +53,8 @@ def read_yaml(path: str | os.PathLike, what: str, error: type[UserError] = UserE
         return yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise error(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{p}: unreadable ({type(exc).__name__}: {exc})") from None
 
 
 # ------------------------------------------------------------------------------------------ atomic writes

@@ -169,5 +169,13 @@ def find_state(run_dir: str | os.PathLike) -> Path | None:
 
 
 def state_step(state_dir: str | os.PathLike) -> int:
-    """The step a state folder holds (its state.json)."""
-    return int(json.loads((Path(state_dir) / STATE_JSON).read_text())["step"])
+    """The step a state folder holds (its state.json); a damaged state.json is one UserError naming it."""
+    path = Path(state_dir) / STATE_JSON
+    try:
+        step = json.loads(path.read_text(encoding="utf-8"))["step"]
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise ValueError(f"step {step!r}")
+        return step
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{path}: damaged training state ({type(exc).__name__}: {exc}); resume is impossible "
+                        f"from it: move {Path(state_dir).name}/ aside to restart the run from step 0") from None

@@ -96,12 +96,23 @@ def write_run_yaml(out: Path, resolved: dict) -> tuple[str, list[str]]:
 # ----------------------------------------------------------------------------------------------- loss.csv
 
 
-def read_loss_rows(out: Path) -> list[dict]:
+def read_loss_rows(out: Path, required: bool = False) -> list[dict]:
+    """The rows of OUT/loss.csv ([] when there is none and it is not `required`: a resumed run needs its
+    log, since the rows before its state's step are not recomputed)."""
     path = out / LOSS_CSV
     if not path.is_file():
+        if required:
+            raise UserError(f"{path}: missing, but the run has a training state to resume from: its loss rows "
+                            "up to that step would be lost; restore the file, or move the run dir aside to restart")
         return []
-    with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        if rows and ("step" not in rows[0] or any(not str(r.get("step") or "").isdigit() for r in rows)):
+            raise ValueError("no integer 'step' column")
+    except (OSError, UnicodeDecodeError, csv.Error, ValueError) as exc:
+        raise UserError(f"{path}: damaged loss log ({exc}); restore it, or move the run dir aside to restart") from None
+    return rows
 
 
 def write_loss_rows(out: Path, rows: list[dict]) -> None:

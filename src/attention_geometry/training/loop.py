@@ -363,7 +363,8 @@ def _train(run: _Run, progress: bool) -> dict:
         row_steps = {s for s in range(start + 1, max_steps + 1)
                      if s % resolved["log_every"] == 0 or s in evals or s in snaps or s == max_steps
                      or (state_every and s % state_every == 0)}
-        kept = [r for r in read_loss_rows(out) if int(r["step"]) <= start] if state_dir is not None else []
+        kept = ([r for r in read_loss_rows(out, required=True) if int(r["step"]) <= start]
+                if state_dir is not None else [])
         losses = _LossLog(run, kept, row_steps)  # a resumed run drops the rows after its state's step
         losses.write()
         if run.rank == 0:
