@@ -26,7 +26,7 @@ rule extract_run_wqk:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry extract-wqk {params.snapshot:q} --name {wildcards.run} --out {output:q} > {log:q} 2>&1"
+        "attention-geometry extract-wqk --no-progress {params.snapshot:q} --name {wildcards.run} --out {output:q} > {log:q} 2>&1"
 
 
 rule extract_pretrained_wqk:
@@ -48,7 +48,7 @@ rule extract_pretrained_wqk:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry extract-wqk {params.path:q} --name {params.name:q} --out {output:q} > {log:q} 2>&1"
+        "attention-geometry extract-wqk --no-progress {params.path:q} --name {params.name:q} --out {output:q} > {log:q} 2>&1"
 
 
 # The symmetry vs loss-gain/speed-up tables of the ablation runs (drawn by fig_symmetry_speedup).
@@ -80,7 +80,7 @@ rule tabulate_symmetry_speedup:
     conda:
         "../envs/figures.yaml"
     shell:
-        "attention-geometry symmetry-speedup --scores {input.scores:q} --loss {input.loss:q} --runs {params.runs}"
+        "attention-geometry symmetry-speedup --no-progress --scores {input.scores:q} --loss {input.loss:q} --runs {params.runs}"
         " --baseline-init {params.baseline} --ci-level {params.level} --bootstrap-resamples {params.resamples}"
         " --bootstrap-seed {params.seed} --out-runs {output.runs:q} --out-correlations {output.correlations:q}"
         " > {log:q} 2>&1"

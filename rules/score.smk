@@ -21,7 +21,7 @@ rule score_pretrained:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry score {params.source:q} --out {output:q} {params.args} > {log:q} 2>&1"
+        "attention-geometry score --no-progress {params.source:q} --out {output:q} {params.args} > {log:q} 2>&1"
 
 
 rule list_pretrained_models:
@@ -55,7 +55,7 @@ rule score_checkpoints:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry score-checkpoints {params.run_dir:q} --out {output:q} > {log:q} 2>&1"
+        "attention-geometry score-checkpoints --no-progress {params.run_dir:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule score_updates:
@@ -79,7 +79,7 @@ rule score_updates:
     conda:
         "../envs/train.yaml"
     shell:
-        "attention-geometry score-updates {params.run_dir:q} --corpus {input.corpus:q} --out {output:q}"
+        "attention-geometry score-updates --no-progress {params.run_dir:q} --corpus {input.corpus:q} --out {output:q}"
         " --steps {params.steps} --batches {params.batches} > {log:q} 2>&1"
 
 
@@ -105,8 +105,8 @@ rule score_null_inits:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry score-null --run-config {input.config:q} --inits {params.inits}"
-        " --samples {params.samples} --threads {threads} --out {output:q} --quiet > {log:q} 2>&1"
+        "attention-geometry score-null --no-progress --run-config {input.config:q} --inits {params.inits}"
+        " --samples {params.samples} --threads {threads} --out {output:q} > {log:q} 2>&1"
 
 
 rule concat_pretrained_scores:
@@ -119,7 +119,7 @@ rule concat_pretrained_scores:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry concat-tables {input:q} --kind pretrained_scores --out {output:q} > {log:q} 2>&1"
+        "attention-geometry concat-tables --no-progress {input:q} --kind pretrained_scores --out {output:q} > {log:q} 2>&1"
 
 
 rule concat_training_scores:
@@ -132,7 +132,7 @@ rule concat_training_scores:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry concat-tables {input:q} --kind training_scores --out {output:q} > {log:q} 2>&1"
+        "attention-geometry concat-tables --no-progress {input:q} --kind training_scores --out {output:q} > {log:q} 2>&1"
 
 
 # loss.csv grows while a run trains (and must survive a kill for resume), so it is not a declared output;
@@ -149,7 +149,7 @@ rule concat_training_loss:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry concat-tables {params.files:q} --kind training_loss --out {output:q} > {log:q} 2>&1"
+        "attention-geometry concat-tables --no-progress {params.files:q} --kind training_loss --out {output:q} > {log:q} 2>&1"
 
 
 rule concat_update_scores:
@@ -162,4 +162,4 @@ rule concat_update_scores:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry concat-tables {input:q} --kind update_scores --out {output:q} > {log:q} 2>&1"
+        "attention-geometry concat-tables --no-progress {input:q} --kind update_scores --out {output:q} > {log:q} 2>&1"

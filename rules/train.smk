@@ -47,7 +47,7 @@ rule train_model:
     conda:
         "../envs/train.yaml"
     shell:
-        "attention-geometry train --config {input.config:q} --out {params.out:q} --threads {threads}"
+        "attention-geometry train --no-progress --config {input.config:q} --out {params.out:q} --threads {threads}"
         " --device {params.device} >> {log:q} 2>&1;"
         " test -d {params.final:q} || {{ echo 'error: training of {wildcards.run} ended without its final"
         " snapshot {params.final}' >> {log:q}; exit 1; }}"

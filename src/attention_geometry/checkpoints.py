@@ -216,7 +216,7 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-std", type=float, default=2.0, metavar="K",
                         help="directionality threshold: mean + K * std of the row/column norms (default 2)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
 
 
 def add_arguments_score(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from . import __version__
@@ -49,7 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     parser = argparse.ArgumentParser(prog=f"attention-geometry {name}", description=COMMANDS[name][1])
     getattr(module, "add_arguments_" + name.replace("-", "_"))(parser)
+    if "--no-progress" not in parser._option_string_actions:  # one switch for every subcommand
+        parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv[1:])
+    if getattr(args, "no_progress", False) or getattr(args, "quiet", False):
+        os.environ["TQDM_DISABLE"] = "1"  # the bars the subcommand does not switch itself
     try:
         return int(getattr(module, "run_" + name.replace("-", "_"))(args) or 0)
     except UserError as exc:

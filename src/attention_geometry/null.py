@@ -108,7 +108,7 @@ def add_arguments_score_null(parser: argparse.ArgumentParser) -> None:
                         help="directionality threshold: mean + K * std of the row/column norms (default 2)")
     parser.add_argument("--threads", type=int, default=1, metavar="N",
                         help="torch threads (default 1: the matrices are small, more threads only contend)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
 
 
 def run_score_null(args: argparse.Namespace) -> int:

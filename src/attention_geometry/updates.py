@@ -430,6 +430,7 @@ def run_score_updates(args: argparse.Namespace) -> int:
         device = torch.device(args.device)
     except RuntimeError as exc:
         raise UserError(f"--device {args.device!r}: {exc}") from None
-    table = score_updates(args.run_dir, args.corpus, args.steps, config, device=device, progress=True)
+    table = score_updates(args.run_dir, args.corpus, args.steps, config, device=device,
+                          progress=not getattr(args, "no_progress", False))
     atomic_write_table(table, out, float_format="%.17g")
     return 0

@@ -97,7 +97,7 @@ def _iter_text_files(cfg: CorpusConfig, sources: list) -> Iterator[str]:
     from tqdm.auto import tqdm
 
     files = _expand_paths(cfg)
-    for path in tqdm(files, desc="reading files", unit="file", disable=len(files) < 2):
+    for path in tqdm(files, desc="reading files", unit="file", **({"disable": True} if len(files) < 2 else {})):
         sources.append(_file_source(path))
         text = _read_text(path)
         if cfg.one_document_per == "file":
