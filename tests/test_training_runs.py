@@ -322,3 +322,39 @@ def test_a_damaged_run_dir_is_one_line_naming_the_file(tmp_path, corpus, damage,
     r = _cli("train", "--config", str(cfg), "--out", str(out), "--no-progress")
     assert r.returncode == 2, r.stderr[-2000:]
     assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_a_snapshot_is_a_whole_hugging_face_model(tmp_path):
+    """Weights, config, the corpus's tokenizer with the trained special tokens, and a model card: AutoTokenizer
+    and pipeline() load a snapshot alone."""
+    from transformers import AutoTokenizer, pipeline
+
+    from attention_geometry import data as D
+
+    words = "the cat sat on a mat while dogs ran in parks near old trees and birds sang songs".split()
+    rng = np.random.default_rng(0)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(60):
+        (docs / f"d{i}.txt").write_text(" ".join(words[j] for j in rng.integers(0, len(words), 40)) + ".\n")
+    cfg = D.corpus_config_from_dict({"dataset": "text_files", "paths": [str(docs)], "block_len": 16,
+                                     "tokenizer": {"vocab_size": 64, "min_frequency": 1}, "heldout_fraction": 0.1})
+    corpus = D.prepare_corpus(cfg, tmp_path / "corpus")
+    vocab = json.loads((corpus / "manifest.json").read_text())["vocab_size"]
+    for objective, task in (("encoder", "fill-mask"), ("decoder", "text-generation")):
+        out = tmp_path / objective
+        train(load_run_config(write_run(tmp_path / f"{objective}.yaml", corpus, objective=objective, max_steps=2,
+                                        snapshot_every=2, eval_steps=[], overrides={"vocab_size": None})),
+              out, progress=False)
+        snap = out / "checkpoints" / "step-0000002"
+        tok = AutoTokenizer.from_pretrained(snap)
+        assert len(tok) == vocab and tok.mask_token == "[MASK]" and tok.pad_token_id == 0
+        assert tok.convert_tokens_to_ids("[MASK]") == json.loads(
+            (corpus / "manifest.json").read_text())["special_tokens"]["mask"]
+        card = (snap / "README.md").read_text()
+        assert f"pipeline_tag: {task}" in card and "at step 2" in card
+        pipe = pipeline(task, model=str(snap), device="cpu")
+        if task == "fill-mask":
+            assert len(pipe("the cat [MASK] on a mat")) == 5
+        else:
+            assert isinstance(pipe("the cat", max_new_tokens=3)[0]["generated_text"], str)

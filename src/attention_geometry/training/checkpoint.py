@@ -144,9 +144,43 @@ def save_snapshot(model, out: Path, step: int, resolved: dict) -> Path:
             if bars:
                 hf_logging.enable_progress_bar()
         (tmp / RUN_YAML).write_text(_yaml_dump(resolved), encoding="utf-8")
+        _save_tokenizer(resolved.get("corpus"), tmp)
+        (tmp / "README.md").write_text(model_card(resolved, step), encoding="utf-8")
 
     _write_dir(final, write)
     return final
+
+
+def _save_tokenizer(corpus_dir: str | None, folder: Path) -> None:
+    """The corpus's WordPiece tokenizer as Hugging Face tokenizer files, with the special tokens the model was
+    trained with, so AutoTokenizer / pipeline(...) load a snapshot alone (nothing when the corpus has none)."""
+    from ..corpus import SPECIAL_TOKENS, TOKENIZER
+
+    file = Path(corpus_dir or "") / TOKENIZER
+    if not corpus_dir or not file.is_file():
+        return
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(file), model_max_length=int(1e9),
+                                  **{f"{role}_token": text for role, text in SPECIAL_TOKENS.items()})
+    tok.save_pretrained(folder)
+
+
+def model_card(resolved: dict, step: int) -> str:
+    """A snapshot's README.md: what was trained, on what, to which step (its scores live in the workflow's
+    tables, not here)."""
+    objective = resolved.get("objective")
+    task = {"encoder": "fill-mask", "decoder": "text-generation"}.get(objective, "")
+    h = resolved.get("hyper") or {}
+    return (f"---\nlibrary_name: transformers\npipeline_tag: {task}\ntags: [attention-geometry]\n---\n\n"
+            f"# {resolved.get('run')} at step {step}\n\n"
+            f"A weight snapshot of an attention-geometry training run (the workflow that reproduces Saponati et al., "
+            f"ICML 2025): a {resolved.get('size')} BERT-type model ({h.get('num_layers')} layers x "
+            f"{h.get('hidden_size')}, {h.get('num_heads')} heads), objective `{objective}` "
+            f"({'masked LM' if objective == 'encoder' else 'causal LM'}), init `{resolved.get('init')}`, seed "
+            f"{resolved.get('seed')}, trained on the `{resolved.get('dataset')}` corpus; step {step} of "
+            f"{resolved.get('max_steps')}. The full run config is `run.yaml` beside this file; the symmetry and "
+            "directionality scores of this snapshot are in the workflow's tables (results/tables/).\n")
 
 
 def save_state(model, opt, scaler, out: Path, step: int, resolved: dict) -> None:
