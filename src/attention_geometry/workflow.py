@@ -127,10 +127,12 @@ def expand_runs(groups: Mapping, corpora: Iterable[str]) -> tuple[dict[str, Run]
                     try:
                         steps = snapshot_steps(settings.get("snapshot_steps"), settings.get("snapshot_every"),
                                                settings["max_steps"])
-                        # the trainer's own check of the hyperparameters, before any run directory exists
+                    except UserError as exc:
+                        raise ConfigError(f"{where}: {exc}") from None
+                    try:  # the trainer's own check of the hyperparameters, before any run directory exists
                         resolve_hyper(spec["size"], settings.get("overrides"), where=f"{where}.overrides")
                     except UserError as exc:
-                        raise ConfigError(f"{where}: {exc}" if "overrides" not in str(exc) else str(exc)) from None
+                        raise ConfigError(str(exc)) from None
                     runs[name] = Run(name=name, **spec, settings=settings, snapshot_steps=steps)
                 if group not in runs[name].groups:
                     runs[name].groups.append(group)
