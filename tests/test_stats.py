@@ -201,6 +201,18 @@ def test_horizon_stat_by_hand():
     assert list(h.columns[:7]) == ["size", "dataset", "objective", "init", "seed", "symmetry", "directionality"]
 
 
+def test_horizon_stat_common_horizon():
+    # upto 200: the encoder's last 2 snapshots at or before step 200 are 100, 200: 0.1, 0.3, 0.5, 0.7 -> 0.4
+    h = S.horizon_stat(_scores(), ["r-enc-s0", "r-dec-s0"], 2, upto=200).set_index("run")
+    assert h.loc["r-enc-s0", "symmetry"] == pytest.approx(0.4)
+    assert h.loc["r-enc-s0", "steps_used"] == "100,200"
+    assert h.loc["r-dec-s0", "symmetry"] == pytest.approx(0.025)  # the decoder ends at 100 anyway
+    # upto between snapshots: 150 -> the encoder's 100 (and 0 with k = 2): 0, 0, 0.1, 0.3 -> 0.05
+    assert S.horizon_stat(_scores(), ["r-enc-s0"], 2, upto=150)["symmetry"].iloc[0] == pytest.approx(0.05)
+    with pytest.raises(UserError, match="no snapshot at or before step -1"):
+        S.horizon_stat(_scores(), ["r-enc-s0"], 2, upto=-1)
+
+
 def test_horizon_stat_errors():
     with pytest.raises(UserError, match="no training scores for run"):
         S.horizon_stat(_scores(), ["nope"], 2)

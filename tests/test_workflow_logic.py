@@ -187,7 +187,10 @@ def test_emergence_runs_null_source_and_paths():
     assert p.null_source_run() == em["encoder"][0]
     assert p.ablation_runs() == p.groups["main"]
     run = em["encoder"][0]
-    assert p.final_snapshot(run) == f"results/runs/{run}/checkpoints/step-0003000"
+    assert p.final_snapshot(run) == f"results/runs/{run}/checkpoints/step-0003500"
+    # an entry's own max_steps overrides its group's (the default's shorter ablation runs)
+    assert p.final_snapshot("tiny-wiki_offline-encoder-fresh-s1").endswith("step-0002000")
+    assert p.final_snapshot("tiny-wiki_offline-decoder-symmetric-fresh-s2").endswith("step-0001500")
     assert p.train_done(run) == f"results/runs/{run}/train.done"
     assert p.run_corpus(run) == "results/corpora/wiki_offline"
     cfg["training"]["groups"]["main"]["runs"] = cfg["training"]["groups"]["main"]["runs"][:1]

@@ -328,12 +328,12 @@ def reproduction_claims(*, training: pd.DataFrame | None, loss: pd.DataFrame | N
             return
         rows.extend(out if isinstance(out, list) else [out])
 
-    def horizon(runs: Sequence[str], what: str) -> pd.DataFrame:
+    def horizon(runs: Sequence[str], what: str, upto: int | None = None) -> pd.DataFrame:
         if training is None or training.empty:
             raise UserError("no training scores (training_scores.csv)")
         if not runs:
             raise UserError(f"no {what} runs given")
-        return horizon_stat(training, runs, horizon_snapshots)
+        return horizon_stat(training, runs, horizon_snapshots, upto)
 
     def enc_dec(score: str, sign: int, margin: float, cid: str, claim: str) -> dict:
         he, hd = horizon(enc_runs, "encoder emergence"), horizon(dec_runs, "decoder emergence")
@@ -391,7 +391,11 @@ def reproduction_claims(*, training: pd.DataFrame | None, loss: pd.DataFrame | N
         runs = {o: _runs_of(training, abl, o, SYMMETRIC) for o in ("encoder", "decoder")}
         if not runs["encoder"] or not runs["decoder"]:
             raise UserError(f"need {SYMMETRIC} training scores of both objectives among the ablation runs")
-        he, hd = horizon(runs["encoder"], "encoder"), horizon(runs["decoder"], "decoder")
+        # one horizon for both: the last snapshot step every compared run has (a shorter decoder run
+        # is compared with the encoder's snapshots up to its own last step)
+        both = training[training["run"].isin(runs["encoder"] + runs["decoder"])]
+        upto = int(both.groupby("run")["step"].max().min())
+        he, hd = horizon(runs["encoder"], "encoder", upto), horizon(runs["decoder"], "decoder", upto)
         m, notes = paired_by_seed(he, hd, "symmetry")
         return decided_row("e", "decoders keep less of a tied initialization than encoders", "core",
                            m["symmetry_b"] - m["symmetry_a"], -1, ms, level,

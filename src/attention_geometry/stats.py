@@ -195,9 +195,11 @@ def verdict(low: float, high: float, sign: int, margin: float) -> str:
 
 
 # --------------------------------------------------------------------------------- horizon statistic
-def horizon_stat(training_scores: pd.DataFrame, runs: Iterable[str] | None, k: int) -> pd.DataFrame:
+def horizon_stat(training_scores: pd.DataFrame, runs: Iterable[str] | None, k: int,
+                 upto: int | None = None) -> pd.DataFrame:
     """Per run: median symmetry and directionality over layers AND the run's last `k` snapshot steps
     (all (layer, step) values pooled; summed rows, head == "all", where a head column exists).
+    `upto`: only snapshots at steps <= upto count (a common horizon for runs of different lengths).
 
     `runs`: the runs to summarize (None = every run in the table); a run without rows is a UserError.
     A run with fewer than k snapshots uses all of them (see `steps_used`). Columns: run, size, dataset,
@@ -217,6 +219,12 @@ def horizon_stat(training_scores: pd.DataFrame, runs: Iterable[str] | None, k: i
         if absent:
             raise UserError(f"horizon statistic: no training scores for run(s) {', '.join(absent)}")
         s = s[s["run"].isin(runs)]
+    if upto is not None:
+        early = s.groupby("run")["step"].min()
+        late = sorted(early[early.astype(int) > int(upto)].index)
+        if late:
+            raise UserError(f"horizon statistic: run(s) {', '.join(late)} have no snapshot at or before step {int(upto)}")
+        s = s[s["step"].astype(int) <= int(upto)]
     rows = []
     for run, g in s.groupby("run", sort=True):
         steps = np.sort(g["step"].astype(int).unique())[-k:]
