@@ -16,6 +16,10 @@ rule write_run_config:
         # (and then training, which continues or starts afresh: docs/workflow.md); one computed from `input`
         # would not be tracked
         text=lambda w: yaml_text({"corpus": run_corpus(w.run), **RUNS[w.run].run_config()}),
+    # every run's config is written first (a second each), so that all training jobs are ready together and
+    # their own priorities (longest first) decide the order; otherwise the order in which these small jobs
+    # happen to run would decide it, and a long decoder run could start last and leave a core idle at the end
+    priority: 1_000_000
     log:
         res("logs", "configs", "run-{run}.log"),
     conda:

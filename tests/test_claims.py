@@ -95,12 +95,12 @@ def pretrained_rows(n_per_class):
     return pd.DataFrame(rows)
 
 
-def build(seeds=(0, 1, 2), swap=False, null=True, n_models=1, **kw):
+def build(seeds=(0, 1, 2), swap=False, null=True, n_models=1, training=None, **kw):
     enc = [run_name("encoder", "standard", s) for s in seeds]
     dec = [run_name("decoder", "standard", s) for s in seeds]
     loss = loss_rows(seeds)
     out = C.reproduction_claims(
-        training=score_rows(seeds), loss=loss, updates=update_rows(seeds), pretrained=pretrained_rows(n_models),
+        training=score_rows(seeds) if training is None else training, loss=loss, updates=update_rows(seeds), pretrained=pretrained_rows(n_models),
         null=null_rows() if null else None,
         emergence_runs={"encoder": dec, "decoder": enc} if swap else {"encoder": enc, "decoder": dec},
         ablation_runs=sorted(loss["run"].unique()), margins=MARGINS, horizon_snapshots=3, level=0.95, **kw)
@@ -132,6 +132,20 @@ def test_clear_effects_hold_with_the_right_numbers():
     assert c.loc["e", "verdict"] == "holds"
     # loss gain vs standard at the horizon (step 400): 0.5 for every seed
     assert c.loc["c1", "estimate"] == pytest.approx(0.5) and c.loc["c1", "verdict"] == "holds"
+
+
+def test_retained_symmetry_at_the_common_horizon_of_a_shorter_decoder_run():
+    # the decoder's tied runs end at step 200 (the default's shorter run); the encoder's tied runs go on to
+    # 300, where their symmetry is set far off: claim e must compare both at steps <= 200
+    t = score_rows((0, 1, 2))
+    tied = t["init"] == "symmetric-fresh"
+    t = t[~(tied & (t["objective"] == "decoder") & (t["step"] == 300))].copy()
+    t.loc[tied & (t["objective"] == "encoder") & (t["step"] == 300), "symmetry"] = -0.9
+    e = build(training=t).loc["e"]
+    # k = 3 snapshots up to 200 are 0, 100, 200: per run two values at 5.0 (step 0) and four at value -+ 0.01,
+    # median = value + 0.01 for both objectives, so the paired difference is (0.4 + 0.01 s) - (0.8 - 0.01 s)
+    assert e["estimate"] == pytest.approx(np.mean([-0.4 + 0.02 * s for s in (0, 1, 2)]))
+    assert "steps 0, 100, 200" in e["note"] and e["verdict"] == "holds"
 
 
 def test_signed_speedup_claim_by_hand():
