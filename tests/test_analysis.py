@@ -112,6 +112,12 @@ def test_contrast_runs_compares_at_the_common_horizon():
     # target = max(3.0, 3.2) = 3.2: standard at 100 + 100 * 0.8 = 180; symmetric-fresh at 200
     assert c["target"] == pytest.approx(3.2) and c["speedup"] == pytest.approx(1 - 200 / 180)
     assert A.contrast_runs(t, "fresh", "standard").empty
+    # Table 1 gives the baseline's loss also at that horizon (mean over its runs), beside its own final one
+    tab = A.init_table(t, "standard", 0.95)
+    base = tab[tab["init"] == "standard"].set_index("final_step")
+    assert base.loc[300, "final_loss_mean"] == pytest.approx(2.0) and base.loc[300, "speedup_text"] == "baseline"
+    assert base.loc[200, "final_loss_mean"] == pytest.approx(3.0)
+    assert base.loc[200, "speedup_text"] == "baseline at step 200"
 
 
 def test_init_table_refuses_runs_of_different_lengths_and_select_runs():

@@ -235,6 +235,15 @@ def init_table(loss: pd.DataFrame, baseline_init: str = "standard", level: float
         if not refs:
             rows.append({**base, "compared_to": "", "n_pairs": 0, "speedup_text": "baseline"
                          if init == baseline_init else f"no same-seed {baseline_init} run"})
+        if init == baseline_init:  # the baseline's loss also where shorter runs are compared with it
+            group = ev[(ev[GROUP_KEYS] == pd.Series(dict(zip(GROUP_KEYS, key[:-1])))).all(axis=1)]
+            hs = {int(h) for o in sorted(in_group - {baseline_init})
+                  for h in contrast_runs(group, o, baseline_init)["horizon"]}
+            for h in sorted(hs - {base["final_step"]}):
+                at = t_interval([float(np.interp(h, r["step"], r["eval_loss"])) for _, r in g.groupby("run")], level)
+                rows.append({**base, "final_step": h, "final_loss_mean": at.estimate, "final_loss_low": at.low,
+                             "final_loss_high": at.high, "compared_to": "", "n_pairs": 0,
+                             "speedup_text": f"baseline at step {h}"})
         for ref in refs:
             c = contrast_runs(ev, init, ref)
             c = c[(c[GROUP_KEYS] == pd.Series(dict(zip(GROUP_KEYS, key[:-1])))).all(axis=1)]
