@@ -344,14 +344,14 @@ def _resume_state(run: _Run) -> Path | None:
     """The state to resume from (None: step 0). Process 0 removes what an interrupted run left, picks the
     newest intact state (rundir.find_state: else the previous one, with a warning) and makes it state/ again
     (checkpoint.adopt_state); the other processes then take state/."""
+    state = None
     if run.rank == 0:
         for p in remove_leftovers(run.out):
             log.info("removed %s (left by an interrupted run)", p)
         chosen = find_state(run.out, warn=_warn)
-        if chosen is not None:
-            adopt_state(run.out, chosen)
+        state = adopt_state(run.out, chosen) if chosen is not None else None
     run.barrier()
-    return find_state(run.out, warn=lambda _m: None)
+    return state if run.rank == 0 else find_state(run.out, warn=lambda _m: None)
 
 
 def _train(run: _Run, progress: bool) -> dict:
