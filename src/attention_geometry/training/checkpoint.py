@@ -17,7 +17,7 @@ import torch
 
 from ..contract import LOSS_COLUMNS
 from ..errors import UserError
-from ..files import fsync_path, atomic_write_text, read_yaml, replace_dir, rotate_dir, write_checksums
+from ..files import atomic_write_text, fsync_path, read_yaml, replace_dir, rotate_dir, write_checksums
 from ..rundir import CHECKPOINTS, LOSS_CSV, RUN_YAML, STATE, STATE_DAMAGED, STATE_PREV, snapshot_dir
 from .config import RUNTIME_KEYS
 
