@@ -93,6 +93,7 @@ def test_checksums_record_every_file_and_find_changes(tmp_path):
     (d / "a.bin").write_bytes(b"\x01" * 10)
     with pytest.raises(files.ChecksumError, match=r"a\.bin: 10 bytes, 1000 when written"):
         files.verify_checksums(d)
+    (d / "a.bin").write_bytes(b"\x01" * 1000)
     (d / "b.txt").unlink()
     with pytest.raises(files.ChecksumError, match=r"b\.txt: missing"):
         files.verify_checksums(d)
