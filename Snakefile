@@ -2,6 +2,8 @@
 # Everything configurable lives in config/ (validated against config/schema.yaml); what the config implies
 # (runs, names, steps, groups, pretrained sources, notebook I/O) is computed by attention_geometry.workflow,
 # and rules/common.smk only looks it up.
+import os
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -15,7 +17,20 @@ if not workflow.overwrite_configfiles:
 
 
 
-validate(config, "config/schema.yaml")
+# A config that fails the schema stops with one line naming the key (attention_geometry.workflow.schema_error),
+# not with Snakemake's message, which prints the whole schema and config after it. validate() also sets the
+# schema's defaults.
+from snakemake.exceptions import WorkflowError
+
+from attention_geometry.workflow import schema_error
+
+try:
+    validate(config, "config/schema.yaml")
+except WorkflowError:
+    raise WorkflowError(
+        schema_error(config, os.path.join(workflow.basedir, "config", "schema.yaml"))
+        or "config: does not match config/schema.yaml"
+    ) from None
 
 
 include: "rules/common.smk"

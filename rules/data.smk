@@ -16,9 +16,13 @@ rule write_corpus_config:
 
 # Paths outside the workflow (a Jigsaw CSV, text files) are not rule inputs, so a dry run of the paper
 # config passes anywhere; prepare-corpus checks them when this rule runs and stops with one clear line.
+# Their content is a parameter (`path sha256` per file, workflow.Plan.corpus_inputs): input text that
+# changed re-runs this rule (and what depends on the corpus) instead of "nothing to do".
 rule prepare_corpus:
     input:
         config=res("configs", "corpora", "{corpus}.yaml"),
+    params:
+        inputs=lambda w: PLAN.corpus_inputs(w.corpus),
     output:
         directory(res("corpora", "{corpus}")),
     log:

@@ -302,7 +302,8 @@ def test_more_steps_under_the_linear_schedule_restart(tmp_path, corpus):
 @pytest.mark.parametrize("damage, message", [
     ("delete loss.csv", "loss.csv: missing, but the run has a training state"),
     ("garbage loss.csv", "loss.csv: damaged loss log"),
-    ("garbage state.json", "state.json: damaged training state"),
+    # in state/ and in the kept state.prev/ (one damaged state falls back: tests/test_faults_state.py)
+    ("garbage state.json", "damaged training state: "),
     ("garbage run.yaml", "run.yaml"),
 ])
 def test_a_damaged_run_dir_is_one_line_naming_the_file(tmp_path, corpus, damage, message):
@@ -314,11 +315,12 @@ def test_a_damaged_run_dir_is_one_line_naming_the_file(tmp_path, corpus, damage,
     cfg = write_run(tmp_path / "run.yaml", corpus, max_steps=9, state_every=3, snapshot_every=3, eval_every=3,
                     overrides={"schedule": "constant"})
     what, name = damage.split()
-    target = out / ("state/state.json" if name == "state.json" else name)
-    if what == "delete":
-        target.unlink()
-    else:
-        target.write_bytes(b"\x00\xff{not: [valid\n")
+    targets = [out / "state/state.json", out / "state.prev/state.json"] if name == "state.json" else [out / name]
+    for target in targets:
+        if what == "delete":
+            target.unlink()
+        else:
+            target.write_bytes(b"\x00\xff{not: [valid\n")
     r = _cli("train", "--config", str(cfg), "--out", str(out), "--no-progress")
     assert r.returncode == 2, r.stderr[-2000:]
     assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr

@@ -27,7 +27,7 @@ from .errors import UserError
 from .extract import LayerQK, architecture_of, get_family, iter_layer_qk, qk_keys, wqk
 from .files import atomic_write_table, check_table_path
 from .loading import TensorSource, open_source
-from .rundir import list_snapshots, read_run_yaml
+from .rundir import list_snapshots, read_run_yaml, verify_snapshot
 from .scores import ScoreError, scores
 
 __all__ = [
@@ -71,6 +71,14 @@ def _finite(w: torch.Tensor) -> bool:
     return bool(torch.isfinite(w.sum())) or bool(torch.isfinite(w).all())
 
 
+def _open(source: Any, **open_kwargs: Any) -> TensorSource:
+    """loading.open_source, after checking a local folder that carries checksums.json (a weight snapshot of
+    a training run) against it: a file changed since it was written is one UserError, never scored."""
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
+        verify_snapshot(source)
+    return open_source(source, **open_kwargs)
+
+
 def _layers(src: TensorSource, progress: bool) -> Iterator[LayerQK]:
     """Every applied self-attention layer's (W_q, W_k), checked for NaN/Inf, with a progress bar."""
     from tqdm.auto import tqdm
@@ -111,7 +119,7 @@ def layer_matrices(
 
     open_kwargs go to loading.open_source (gguf_file, revision, trust_remote_code, name).
     """
-    src = open_source(source, **open_kwargs)
+    src = _open(source, **open_kwargs)
     dev = _device(device)
     for layer in _layers(src, progress):
         shape = dict(n_heads=layer.n_heads, n_kv_heads=layer.n_kv_heads, d_model=layer.d_model)
@@ -145,7 +153,7 @@ def score_model(
     `head` is a string column ("all", "0", "1", ...) so CSV and Parquet agree. open_kwargs go to
     loading.open_source (gguf_file, revision, trust_remote_code).
     """
-    src = open_source(source, name=name, **open_kwargs)
+    src = _open(source, name=name, **open_kwargs)
     family = get_family(src.model_type)
     dev = _device(device)
     fixed = dict(model=src.name, model_type=src.model_type, architecture=architecture_of(family, src.config),

@@ -1,18 +1,21 @@
 """The prepared-corpus format (docs/data.md): the one reader, and the names and layout its writer
 (`attention_geometry.data`, `attention-geometry prepare-corpus`) follows.
 
-    DIR/manifest.json    sources with hashes, sizes, special-token ids, the resolved config, versions
+    DIR/manifest.json    sources with hashes, sizes, special-token ids, the resolved config, versions, and
+                         files_sha256: the sha256 of the three files below
     DIR/train.npy        uint16 (vocab <= 65536) or int32 [n_train_blocks, block_len]
     DIR/heldout.npy      the same, held-out split (split by document)
     DIR/tokenizer.json   the `tokenizers` Tokenizer
 
 Each block is [CLS] + block_len - 2 ids of the split's document stream (documents separated by [SEP]) +
 [SEP]. Arrays are memory-mapped and never unpickled. The trainer, the update scores and the tests read a
-corpus only through `load_corpus`.
+corpus only through `load_corpus`. A corpus is identified by its content, not its path (`corpus_sha256`):
+a run resumes on a byte-identical corpus moved elsewhere.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -22,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .errors import UserError
+from .files import file_sha256
 
 __all__ = [
     "FORMAT_VERSION",
@@ -35,6 +39,9 @@ __all__ = [
     "read_manifest",
     "write_manifest",
     "load_corpus",
+    "CONTENT_FILES",
+    "content_sha256",
+    "corpus_sha256",
 ]
 
 FORMAT_VERSION = 1
@@ -49,6 +56,7 @@ SPECIAL_TOKENS: dict[str, str] = {
 MANIFEST = "manifest.json"
 TOKENIZER = "tokenizer.json"
 SPLITS = ("train", "heldout")  # DIR/{split}.npy
+CONTENT_FILES = ("train.npy", "heldout.npy", TOKENIZER)  # what a run reads; their sha256 identify the corpus
 # the manifest fields every reader needs (a corpus written by prepare-corpus has all of them)
 REQUIRED_FIELDS = ("dataset", "block_len", "vocab_size", "special_tokens")
 
@@ -182,3 +190,20 @@ def load_corpus(path: str | os.PathLike, key: str = "corpus") -> Corpus:
     if train.shape[0] == 0:
         raise CorpusError(f"{key}: {p / 'train.npy'} has no blocks (the corpus has no text)")
     return Corpus(p, manifest, train, heldout)
+
+
+def content_sha256(path: str | os.PathLike) -> dict[str, str]:
+    """file name -> sha256 of each CONTENT_FILES file present in corpus DIR (the manifest's files_sha256)."""
+    p = Path(path)
+    return {name: file_sha256(p / name) for name in CONTENT_FILES if (p / name).is_file()}
+
+
+def corpus_sha256(corpus: Corpus) -> str:
+    """The corpus's identity by content: the sha256 of its files' sha256 (the manifest's files_sha256,
+    computed now for a corpus prepared before they were recorded) with block_len, vocab_size and the
+    special-token ids. The same for a byte-identical copy anywhere; what a run's run.yaml records."""
+    files = corpus.manifest.get("files_sha256")
+    if not isinstance(files, dict) or not files:
+        files = content_sha256(corpus.path)
+    ident = {"files_sha256": files, **{k: corpus.manifest[k] for k in ("block_len", "vocab_size", "special_tokens")}}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode("utf-8")).hexdigest()

@@ -1,17 +1,23 @@
-"""File helpers shared by the package: the one atomic writer, the one YAML reader, content hashes.
+"""File helpers shared by the package: the one atomic writer, the one YAML reader, content hashes, the
+checksums of a folder (`checksums.json`) and the pid lock.
 
 Every file or folder the package writes goes through `atomic_path` / `atomic_write_*` (a file) or
-`replace_dir` (a folder written under a temporary name): a reader, or a run killed half-way, sees either the
-old complete file or the new complete one, never a partial one. The data is fsync'd before the rename and
-the folder after it, so a rename that survived a crash points at complete data.
+`replace_dir` / `rotate_dir` (a folder written under a temporary name): a reader, or a run killed half-way,
+sees either the old complete file or the new complete one, never a partial one. The data is fsync'd before
+the rename and the folder after it, so a rename that survived a crash points at complete data. A folder
+written whole can carry `checksums.json` (`write_checksums`): the sha256 and size of each of its files,
+checked by `verify_checksums` before the folder is read, so damage after the write is found.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import json
 import os
 import secrets
 import shutil
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -27,6 +33,13 @@ __all__ = [
     "atomic_write_table",
     "check_table_path",
     "replace_dir",
+    "rotate_dir",
+    "fsync_path",
+    "CHECKSUMS",
+    "ChecksumError",
+    "write_checksums",
+    "verify_checksums",
+    "pid_lock",
     "TABLE_SUFFIXES",
 ]
 
@@ -60,7 +73,7 @@ def read_yaml(path: str | os.PathLike, what: str, error: type[UserError] = UserE
 # ------------------------------------------------------------------------------------------ atomic writes
 
 
-def _fsync_path(path: str | os.PathLike) -> None:
+def fsync_path(path: str | os.PathLike) -> None:
     """fsync a file or a folder (a folder's fsync makes the renames in it durable; not every file system
     allows it, which is harmless)."""
     try:
@@ -85,12 +98,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
         yield tmp
-        _fsync_path(tmp)
+        fsync_path(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_path(path.parent)
+    fsync_path(path.parent)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -140,17 +153,168 @@ def replace_dir(tmp_dir: str | os.PathLike, final_dir: str | os.PathLike) -> Pat
     tmp_dir, final_dir = Path(tmp_dir), Path(final_dir)
     for root, _dirs, files in os.walk(tmp_dir):
         for name in files:
-            _fsync_path(os.path.join(root, name))
-        _fsync_path(root)
+            fsync_path(os.path.join(root, name))
+        fsync_path(root)
     if final_dir.exists():
         old = final_dir.parent / f".old-{final_dir.name}-{os.getpid()}"
         if old.exists():
             shutil.rmtree(old) if old.is_dir() else old.unlink()
         final_dir.rename(old)
         tmp_dir.rename(final_dir)
-        _fsync_path(final_dir.parent)
+        fsync_path(final_dir.parent)
         shutil.rmtree(old) if old.is_dir() else old.unlink()
     else:
         tmp_dir.rename(final_dir)
-        _fsync_path(final_dir.parent)
+        fsync_path(final_dir.parent)
     return final_dir
+
+
+def rotate_dir(tmp_dir: str | os.PathLike, final_dir: str | os.PathLike, previous_dir: str | os.PathLike) -> Path:
+    """Like replace_dir, but the replaced `final_dir` is kept as `previous_dir` (an older `previous_dir` is
+    removed): fsync tmp_dir's files, rename previous -> `.trash-*`, final -> previous, tmp -> final, fsync
+    the parent, then delete the trash. A crash at any point leaves `final_dir` or `previous_dir` complete
+    (between the last two renames only `previous_dir`: a reader looks there when `final_dir` is missing)."""
+    tmp_dir, final_dir, previous_dir = Path(tmp_dir), Path(final_dir), Path(previous_dir)
+    for root, _dirs, files in os.walk(tmp_dir):
+        for name in files:
+            fsync_path(os.path.join(root, name))
+        fsync_path(root)
+    trash = previous_dir.parent / f".trash-{previous_dir.name}-{os.getpid()}"
+    if trash.exists():
+        shutil.rmtree(trash)
+    if previous_dir.exists():
+        previous_dir.rename(trash)
+    if final_dir.exists():
+        final_dir.rename(previous_dir)
+    tmp_dir.rename(final_dir)
+    fsync_path(final_dir.parent)
+    if trash.exists():
+        shutil.rmtree(trash)
+    return final_dir
+
+
+# ------------------------------------------------------------------------------------------ checksums
+
+CHECKSUMS = "checksums.json"  # {"algorithm": "sha256", "files": {name: {"sha256": hex, "bytes": n}}}
+_VERIFIED: dict[str, tuple] = {}  # folder -> the stat signature of its files when last verified (one process)
+
+
+class ChecksumError(UserError):
+    """A folder's file differs from its checksums.json (or that file is unreadable); the message names the
+    file and what differs."""
+
+
+def write_checksums(folder: str | os.PathLike) -> Path:
+    """FOLDER/checksums.json: the sha256 and size of every file directly in FOLDER (dot-files and the
+    checksums file itself aside). Written into a folder still under its temporary name (the folder is then
+    swapped in whole), so a plain write is enough."""
+    folder = Path(folder)
+    files = {p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size}
+             for p in sorted(folder.iterdir())
+             if p.is_file() and p.name != CHECKSUMS and not p.name.startswith(".")}
+    out = folder / CHECKSUMS
+    out.write_text(json.dumps({"algorithm": "sha256", "files": files}, indent=1) + "\n", encoding="utf-8")
+    return out
+
+
+def _signature(folder: Path, names) -> tuple:
+    sig = []
+    for name in sorted(names):
+        st = (folder / name).stat()
+        sig.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(sig)
+
+
+def verify_checksums(folder: str | os.PathLike) -> bool:
+    """Check FOLDER's files against its checksums.json: True when every listed file is there with its
+    recorded size and sha256; False when the folder has no checksums.json (written before checksums were
+    recorded: nothing to check); ChecksumError naming the first file that differs. A folder verified
+    before in this process, with unchanged files (inode, size, mtime; all older than 2 s when verified),
+    is not hashed again."""
+    folder = Path(folder)
+    path = folder / CHECKSUMS
+    if not path.is_file():
+        return False
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+        if not isinstance(files, dict) or not all(isinstance(v, dict) and isinstance(v.get("sha256"), str)
+                                                  and isinstance(v.get("bytes"), int) for v in files.values()):
+            raise ValueError("no mapping of file -> sha256, bytes")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ChecksumError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
+    for name, rec in files.items():
+        f = folder / name
+        if not f.is_file():
+            raise ChecksumError(f"{f}: missing (listed in {CHECKSUMS})")
+        size = f.stat().st_size
+        if size != rec["bytes"]:
+            raise ChecksumError(f"{f}: {size} bytes, {rec['bytes']} when written (truncated or overwritten)")
+    key = str(folder.resolve())
+    sig = _signature(folder, [*files, CHECKSUMS])
+    if _VERIFIED.get(key) == sig:
+        return True
+    for name, rec in files.items():
+        if file_sha256(folder / name) != rec["sha256"]:
+            raise ChecksumError(f"{folder / name}: sha256 differs from the one recorded in {CHECKSUMS} "
+                                "(the file changed after it was written)")
+    if time.time_ns() - max(m for *_, m in sig) > 2 * 10**9:  # a file changed within the clock's
+        _VERIFIED[key] = sig  # granularity could keep its mtime: cache only files older than 2 s (as git does)
+    return True
+
+
+# ----------------------------------------------------------------------------------------------- lock
+
+
+def _read_pid(fd: int) -> int | None:
+    os.lseek(fd, 0, os.SEEK_SET)
+    text = os.read(fd, 64).decode("ascii", "replace").strip()
+    return int(text) if text.isdigit() else None
+
+
+@contextmanager
+def pid_lock(path: str | os.PathLike, what: str, warn=None) -> Iterator[None]:
+    """Hold an exclusive lock on file `path` (fcntl.flock, released by the kernel when the process ends,
+    however it ends) with this process's pid written in, for the block. Held by another process: a
+    UserError `{what} is locked by pid N`. A pid left in the file by a process that died holding it (the
+    lock itself died with it) is taken over, with `warn(message)`. The file is removed when the block ends.
+    A file system without flock support: `warn`, and the block runs unlocked."""
+    import fcntl
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _read_pid(fd)
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise UserError(f"{what} is locked by pid {holder if holder is not None else '?'} (lock file "
+                                f"{path}): wait for that process to end, or stop it") from None
+            if warn:
+                warn(f"{path}: cannot lock ({exc.strerror}); make sure no other process writes {what}")
+            yield
+            return
+        try:  # the holder may have removed the file between our open and our lock: lock the file now there
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        stale = _read_pid(fd)
+        if stale is not None and stale != os.getpid() and warn:
+            warn(f"{what}: taking over the stale lock of pid {stale}, which ended without releasing it ({path})")
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        os.fsync(fd)
+        yield
+    finally:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        os.close(fd)

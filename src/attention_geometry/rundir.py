@@ -3,10 +3,15 @@
     results/runs/{run}/run.yaml                   the resolved run config (also inside every snapshot)
     results/runs/{run}/loss.csv                   loss rows (contract.LOSS_COLUMNS)
     results/runs/{run}/checkpoints/step-XXXXXXX/  weight-only snapshots: model.safetensors + config.json
-    results/runs/{run}/state/                     the newest resumable training state (state.json, ...)
+                                                  (+ tokenizer, model card, run.yaml, checksums.json)
+    results/runs/{run}/state/                     the newest resumable training state (state.json, ...,
+                                                  checksums.json)
+    results/runs/{run}/state.prev/                the state before it, kept for a damaged newest one
+    results/runs/{run}.lock                       held by the `train` process writing the run (pid inside)
 
 The trainer writes these names, the scoring and update commands and the workflow read them, all through
-this module. No torch, no pandas (the workflow imports it at parse time).
+this module. Snapshots and states are checked against their checksums.json (files.verify_checksums) when
+listed or picked for resume. No torch, no pandas (the workflow imports it at parse time).
 """
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .contract import RUN_KEYS
 from .errors import UserError
-from .files import read_yaml
+from .files import CHECKSUMS, ChecksumError, read_yaml, verify_checksums
 
 __all__ = [
     "RUN_YAML",
@@ -27,6 +33,8 @@ __all__ = [
     "TRAIN_LOG",
     "CHECKPOINTS",
     "STATE",
+    "STATE_PREV",
+    "STATE_DAMAGED",
     "SNAPSHOT_FILES",
     "MAX_STEP",
     "run_name",
@@ -35,10 +43,13 @@ __all__ = [
     "snapshot_dir",
     "is_complete_snapshot",
     "list_snapshots",
+    "verify_snapshot",
     "snapshot_steps",
     "read_run_yaml",
     "find_state",
     "state_step",
+    "lock_path",
+    "warn_stderr",
 ]
 
 RUN_YAML = "run.yaml"
@@ -46,6 +57,8 @@ LOSS_CSV = "loss.csv"
 TRAIN_LOG = "train.log"
 CHECKPOINTS = "checkpoints"
 STATE = "state"
+STATE_PREV = "state.prev"  # the state before the newest one (kept: a damaged newest state falls back to it)
+STATE_DAMAGED = "state.damaged"  # a damaged newest state set aside by the trainer when it fell back
 STATE_JSON = "state.json"
 # a snapshot folder is complete when it holds these (it is renamed into place only once written whole)
 SNAPSHOT_FILES = ("model.safetensors", "config.json")
@@ -86,18 +99,38 @@ def is_complete_snapshot(path: str | os.PathLike) -> bool:
     return parse_snapshot(p.name) is not None and p.is_dir() and all((p / f).is_file() for f in SNAPSHOT_FILES)
 
 
-def list_snapshots(run_dir: str | os.PathLike, must_exist: bool = True) -> dict[int, Path]:
+def list_snapshots(run_dir: str | os.PathLike, must_exist: bool = True, verify: bool = True,
+                   warn: Callable[[str], None] | None = None) -> dict[int, Path]:
     """step -> folder of every complete snapshot of a run, in step order. With must_exist, a run without
-    checkpoints/ or without a complete snapshot is a UserError (else: an empty dict)."""
+    checkpoints/ or without a complete snapshot is a UserError (else: an empty dict). With verify (what
+    every reader of the weights wants), each snapshot is checked against its checksums.json: a file that
+    differs is one UserError naming it; snapshots written before checksums were recorded are read
+    unverified, with one warning for the run (`warn`, default: a `warning:` line on stderr)."""
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         if must_exist:
             raise UserError(f"{root}: missing (no weight snapshots)")
         return {}
-    found = {parse_snapshot(p.name): p for p in root.iterdir() if is_complete_snapshot(p)}
+    found = dict(sorted((parse_snapshot(p.name), p) for p in root.iterdir() if is_complete_snapshot(p)))
     if not found and must_exist:
         raise UserError(f"{root}: no step-XXXXXXX snapshot folders (complete: {' + '.join(SNAPSHOT_FILES)})")
-    return dict(sorted(found.items()))
+    if verify:
+        legacy = [p.name for p in found.values() if not verify_snapshot(p)]
+        if legacy:
+            (warn or warn_stderr)(f"{root}: {len(legacy)} of {len(found)} snapshot(s) have no {CHECKSUMS} (written "
+                                  f"before checksums were recorded, e.g. {legacy[0]}): read unverified")
+    return found
+
+
+def verify_snapshot(folder: str | os.PathLike) -> bool:
+    """Check a snapshot (or any model folder with a checksums.json) against it: True when verified, False
+    when it has none (nothing to check); a file that differs is one UserError saying what to do."""
+    folder = Path(folder)
+    try:
+        return verify_checksums(folder)
+    except ChecksumError as exc:
+        raise UserError(f"damaged snapshot: {exc}; restore {folder.name}/ from a copy, or move the run dir aside "
+                        "and train the run again") from None
 
 
 # ---------------------------------------------------------------------------------------------- steps
@@ -155,16 +188,69 @@ def read_run_yaml(run_dir: str | os.PathLike, required: Iterable[str] = RUN_KEYS
 # ---------------------------------------------------------------------------------------------- state
 
 
-def find_state(run_dir: str | os.PathLike) -> Path | None:
-    """The newest complete training state: RUN_DIR/state/ (renamed into place only when complete), or an
-    `.old-state-*` left by a crash between the two renames of a replacement (files.replace_dir)."""
+def warn_stderr(message: str) -> None:
+    """The default `warn` of the readers here: one `warning: ...` line on stderr."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def lock_path(run_dir: str | os.PathLike) -> Path:
+    """`{run_dir}.lock` beside the run dir (outside it, so it stays put when the trainer sets the run dir
+    aside): held by the `train` process writing the run (files.pid_lock)."""
+    p = Path(run_dir)
+    return p.with_name(p.name + ".lock")
+
+
+def _read_step(path: Path) -> int:
+    step = json.loads(path.read_text(encoding="utf-8"))["step"]
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"step {step!r}")
+    return step
+
+
+def _check_state(folder: Path) -> tuple[int, bool]:
+    """(step, verified) of a state folder; ValueError naming the damaged file."""
+    try:
+        verified = verify_checksums(folder)
+    except ChecksumError as exc:
+        raise ValueError(str(exc)) from None
+    path = folder / STATE_JSON
+    try:
+        return _read_step(path), verified
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: {type(exc).__name__}: {exc}") from None
+
+
+def find_state(run_dir: str | os.PathLike, warn: Callable[[str], None] | None = None) -> Path | None:
+    """The newest intact training state of a run (None when it has none): RUN_DIR/state/, else the one
+    before it, RUN_DIR/state.prev/ (files.rotate_dir keeps it), else an `.old-state-*` left by a crash of
+    an older version's replacement. Each is checked against its checksums.json before it is taken:
+
+    - state/ damaged (a file differs from its checksum, state.json unreadable), state.prev/ intact:
+      `warn` names the damaged file and the state taken instead (the trainer then sets the damaged one
+      aside as state.damaged/ and continues from the previous one: docs/contracts.md);
+    - no intact state left, but a damaged one: one UserError naming the file and what to do;
+    - a state written before checksums were recorded: taken unverified, with one warning.
+    """
     out = Path(run_dir)
-    s = out / STATE
-    if (s / STATE_JSON).is_file():
-        return s
-    for o in sorted(out.glob(f".old-{STATE}-*")):
-        if (o / STATE_JSON).is_file():
-            return o
+    warn = warn or warn_stderr
+    damaged: list[str] = []
+    for folder in (out / STATE, out / STATE_PREV, *sorted(out.glob(f".old-{STATE}-*"))):
+        if not folder.is_dir() or (folder.name.startswith(".old-") and not (folder / STATE_JSON).is_file()):
+            continue
+        try:
+            step, verified = _check_state(folder)
+        except ValueError as exc:
+            damaged.append(str(exc))
+            continue
+        if damaged:
+            warn(f"damaged training state: {damaged[0]}; resuming from the previous state {folder} at step {step}")
+        if not verified:
+            warn(f"{folder}: no {CHECKSUMS} (a state written before checksums were recorded): resuming from it "
+                 "unverified")
+        return folder
+    if damaged:
+        raise UserError(f"damaged training state: {damaged[0]}; no intact earlier state to resume from: restore "
+                        f"the file, or move {out} aside to restart the run from step 0")
     return None
 
 
@@ -172,10 +258,7 @@ def state_step(state_dir: str | os.PathLike) -> int:
     """The step a state folder holds (its state.json); a damaged state.json is one UserError naming it."""
     path = Path(state_dir) / STATE_JSON
     try:
-        step = json.loads(path.read_text(encoding="utf-8"))["step"]
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            raise ValueError(f"step {step!r}")
-        return step
+        return _read_step(path)
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{path}: damaged training state ({type(exc).__name__}: {exc}); resume is impossible "
                         f"from it: move {Path(state_dir).name}/ aside to restart the run from step 0") from None

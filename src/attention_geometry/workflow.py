@@ -39,7 +39,7 @@ from .pretrained import (PRETRAINED_COLUMNS, ConfigError, Pretrained, package_di
 from .rundir import run_name, snapshot_dir, snapshot_steps
 
 __all__ = [
-    "ConfigError", "CONFIG_KEY", "Run", "Pretrained", "Plan", "plan", "expand_corpora", "expand_runs",
+    "ConfigError", "CONFIG_KEY", "Run", "Pretrained", "Plan", "plan", "schema_error", "expand_corpora", "expand_runs",
     "resolve_pretrained", "load_catalog", "package_dir", "yaml_text", "csv_text", "PRETRAINED_COLUMNS",
 ]
 
@@ -216,6 +216,7 @@ class Plan:
                 raise ConfigError(f"config figures.skip: {nb!r} is not a notebook of notebooks/catalog.yaml")
         self.notebooks = [nb for nb in self.catalog if nb not in f["skip"]]
         self.config_hash = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        self._inputs: dict[str, str] = {}  # corpus -> corpus_inputs(corpus), computed when first asked for
 
     # ---------------------------------------------------------------- paths
     def res(self, *parts: str) -> str:
@@ -228,6 +229,21 @@ class Plan:
     def run_corpus(self, run: str) -> str:
         """The prepared corpus folder a run trains on."""
         return self.corpus_dir(self.runs[run].dataset)
+
+    def corpus_inputs(self, corpus: str) -> str:
+        """`path sha256` lines of the local input files corpus `corpus` reads (data.sources.input_fingerprint):
+        a parameter of the corpus rule, so input text that changed re-runs it (Snakemake re-runs a job whose
+        parameters changed) instead of answering "nothing to do"."""
+        if corpus not in self._inputs:
+            from .data.config import corpus_config_from_dict
+            from .data.sources import input_fingerprint
+
+            try:
+                cfg = corpus_config_from_dict(self.corpora[corpus], where=f"config corpora.{corpus}")
+                self._inputs[corpus] = "\n".join(input_fingerprint(cfg))
+            except UserError as exc:  # the rule runs and prepare-corpus reports it
+                self._inputs[corpus] = f"unreadable: {exc}"
+        return self._inputs[corpus]
 
     def run_dir(self, run: str) -> str:
         return self.res("runs", run)
@@ -360,6 +376,24 @@ class Plan:
             targets += [self.res("notebooks", f"{nb}.ipynb"), self.res("report", "captions", f"{nb}.rst")]
             targets += [d for d in deps.values() if d.startswith(tables)]
         return list(dict.fromkeys(targets))
+
+
+def schema_error(config: Mapping, schema_path: str, limit: int = 300) -> str | None:
+    """The first way `config` fails config/schema.yaml as one line, `config KEY.PATH: message` (the message
+    cut to `limit` characters), or None when it passes. The Snakefile shows this instead of Snakemake's
+    validation error, which prints the whole schema and config after the message."""
+    import jsonschema
+
+    schema = read_yaml(schema_path, "config schema", ConfigError)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    error = jsonschema.exceptions.best_match(cls(schema).iter_errors(config))
+    if error is None:
+        return None
+    where = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in error.absolute_path).replace(".[", "[")
+    message = " ".join(error.message.split())
+    if len(message) > limit:
+        message = message[:limit] + " ..."
+    return f"config {where or '(top level)'}: {message}"
 
 
 def plan(config: Mapping, repo: str, configfiles: Sequence[str] = (),

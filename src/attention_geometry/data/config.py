@@ -225,8 +225,12 @@ def corpus_config_from_dict(raw: Any, where: str = "corpus config") -> CorpusCon
 
 
 def load_corpus_config(path: str | os.PathLike) -> CorpusConfig:
-    """Read CORPUS.yaml (keys: see CorpusConfig); unknown keys or values raise CorpusError naming them."""
+    """Read CORPUS.yaml (keys: see CorpusConfig); an empty file, a file that is not a mapping, unknown keys or
+    values raise CorpusError naming them."""
     p = Path(path)
     raw = read_yaml(p, "corpus config", CorpusError)
+    if not isinstance(raw, Mapping):  # an empty file would otherwise be the default corpus, silently
+        got = "an empty file" if raw is None else f"a {type(raw).__name__}"
+        raise CorpusError(f"{p}: a corpus config is a mapping of keys (e.g. `dataset: wiki_offline`), got {got}")
     return corpus_config_from_dict(raw, where=str(p))
 

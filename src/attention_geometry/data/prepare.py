@@ -21,11 +21,11 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..corpus import FORMAT_VERSION, CorpusError, block_dtype, read_manifest, write_manifest
-from ..files import replace_dir
+from ..corpus import FORMAT_VERSION, CorpusError, block_dtype, content_sha256, read_manifest, write_manifest
+from ..files import file_sha256, replace_dir
 from . import blocks, wordpiece
 from .config import CorpusConfig, load_corpus_config
-from .sources import READERS
+from .sources import READERS, local_inputs
 
 __all__ = ["corpus_status", "prepare_corpus", "add_arguments_prepare_corpus", "run_prepare_corpus"]
 
@@ -64,9 +64,35 @@ def _remove_stale_tmp(out: Path) -> None:
             shutil.rmtree(p)
 
 
+def input_changes(cfg: CorpusConfig, manifest: dict[str, Any]) -> str | None:
+    """None when the local input files corpus `cfg` reads are those its manifest's `sources` record, with
+    the same sha256 (hub datasets: not checked, their revision pins them); else what changed, in words.
+    wiki_offline's file is compared by content only (its path moves with the environment); an input file
+    added to a folder counts unless max_documents or max_bytes cut the reading short."""
+    if cfg.dataset not in ("wiki_offline", "text_files", "jigsaw"):
+        return None
+    recorded = [s for s in manifest.get("sources") or [] if isinstance(s, dict) and s.get("path")]
+    try:
+        current = local_inputs(cfg)
+    except CorpusError as exc:
+        return str(exc)
+    for i, src in enumerate(recorded):
+        if i >= len(current):
+            return f"{src['path']} is no longer an input"
+        path = current[i]
+        if cfg.dataset != "wiki_offline" and str(path) != src["path"]:
+            return f"input {path} where it read {src['path']}"
+        if not path.is_file() or file_sha256(path) != src.get("sha256"):
+            return f"the content of {path} changed (sha256)"
+    if len(current) > len(recorded) and cfg.max_documents is None and cfg.max_bytes is None:
+        return f"{current[len(recorded)]} is a new input"
+    return None
+
+
 def corpus_status(cfg: CorpusConfig, out: str | os.PathLike) -> str:
-    """"missing" (no OUT), "current" (OUT's manifest has this config), "different" (another config or not a
-    corpus)."""
+    """"missing" (no OUT), "current" (OUT's manifest has this config and its inputs are unchanged:
+    input_changes), "changed" (this config, but input text that changed since), "different" (another
+    config or not a corpus)."""
     p = Path(out)
     if not p.exists():
         return "missing"
@@ -74,12 +100,15 @@ def corpus_status(cfg: CorpusConfig, out: str | os.PathLike) -> str:
         manifest = read_manifest(p)
     except CorpusError:
         return "different"
-    return "current" if manifest.get("config") == json.loads(json.dumps(cfg.to_dict())) else "different"
+    if manifest.get("config") != json.loads(json.dumps(cfg.to_dict())):
+        return "different"
+    return "changed" if input_changes(cfg, manifest) else "current"
 
 
 def prepare_corpus(cfg: CorpusConfig, out: str | os.PathLike, force: bool = False) -> Path:
     """Read, clean, split (by document), tokenize and write the corpus to OUT (see docs/data.md). Nothing is
-    done when OUT already holds this config; another corpus at OUT is an error unless force."""
+    done when OUT already holds this config prepared from the same input text; another corpus at OUT, or
+    input text changed since (corpus_status), is an error unless force."""
     out = Path(out)
     status = corpus_status(cfg, out)
     if status == "current":
@@ -88,6 +117,10 @@ def prepare_corpus(cfg: CorpusConfig, out: str | os.PathLike, force: bool = Fals
     if status == "different" and not force:
         raise CorpusError(f"{out} exists and holds another corpus config (or no manifest): "
                           "use --force to replace it, or another --out")
+    if status == "changed" and not force:
+        why = input_changes(cfg, read_manifest(out))
+        raise CorpusError(f"{out} was prepared from input text that changed since ({why}): use --force to "
+                          "prepare it again from the current text")
     t0 = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(out)
@@ -194,6 +227,7 @@ def _prepare_into(cfg: CorpusConfig, tmp: Path) -> dict[str, Any]:
         "n_heldout_tokens": stats["heldout"]["tokens"],
         "n_bytes": n_bytes,
         "documents_sha256": docs.sha256,
+        "files_sha256": content_sha256(tmp),
         "sources": sources,
         "tokenizer": tok_info,
         "config": cfg.to_dict(),

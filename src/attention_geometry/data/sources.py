@@ -22,7 +22,7 @@ from ..corpus import CorpusError
 from ..files import file_sha256
 from .config import CorpusConfig
 
-__all__ = ["READERS", "wiki_offline_path", "clean"]
+__all__ = ["READERS", "wiki_offline_path", "clean", "local_inputs", "input_fingerprint"]
 
 log = logging.getLogger("attention_geometry.data")
 
@@ -178,3 +178,25 @@ READERS: dict[str, Callable[[CorpusConfig, list], Iterator[Any]]] = {
     "wikipedia": _iter_hub,
     "red_pajama": _iter_hub,
 }
+
+
+def local_inputs(cfg: CorpusConfig) -> list[Path]:
+    """The local files corpus `cfg` reads, in reading order (none for a hub dataset, which its revision
+    pins); CorpusError when one is missing."""
+    if cfg.dataset == "wiki_offline":
+        return [wiki_offline_path()]
+    if cfg.dataset == "text_files":
+        return _expand_paths(cfg)
+    if cfg.dataset == "jigsaw":
+        return [Path(raw).expanduser() for raw in cfg.paths]
+    return []
+
+
+def input_fingerprint(cfg: CorpusConfig) -> list[str]:
+    """`path sha256` of every local input file (or one line saying why they cannot be read): the workflow
+    hands it to the corpus rule as a parameter, so input text that changed re-runs the rule."""
+    try:
+        files = local_inputs(cfg)
+        return [f"{p} {file_sha256(p) if p.is_file() else 'missing'}" for p in files]
+    except (CorpusError, OSError) as exc:
+        return [f"unreadable: {exc}"]

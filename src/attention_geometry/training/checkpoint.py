@@ -1,6 +1,7 @@
 """What the trainer writes into its run directory (the format and its names: attention_geometry.rundir):
-run.yaml, loss.csv, the weight snapshots checkpoints/step-XXXXXXX/ and the resumable state/. Every file
-and folder is written under a temporary name and renamed into place (attention_geometry.files)."""
+run.yaml, loss.csv, the weight snapshots checkpoints/step-XXXXXXX/ and the resumable state/ (with the one
+before it, state.prev/). Every file and folder is written under a temporary name and renamed into place
+(attention_geometry.files); every snapshot and state carries checksums.json (files.write_checksums)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ import torch
 
 from ..contract import LOSS_COLUMNS
 from ..errors import UserError
-from ..files import atomic_write_text, read_yaml, replace_dir
-from ..rundir import LOSS_CSV, RUN_YAML, STATE, snapshot_dir
+from ..files import atomic_write_text, fsync_path, read_yaml, replace_dir, rotate_dir, write_checksums
+from ..rundir import CHECKPOINTS, LOSS_CSV, RUN_YAML, STATE, STATE_DAMAGED, STATE_PREV, snapshot_dir
 from .config import RUNTIME_KEYS
 
-__all__ = ["write_run_yaml", "read_loss_rows", "write_loss_rows", "save_snapshot", "save_state", "load_state"]
+__all__ = ["write_run_yaml", "read_loss_rows", "check_loss_rows", "write_loss_rows", "save_snapshot", "save_state",
+           "load_state", "adopt_state", "remove_leftovers"]
 
 
 def _yaml_dump(obj) -> str:
@@ -29,15 +31,33 @@ def _yaml_dump(obj) -> str:
     return yaml.safe_dump(obj, sort_keys=False)
 
 
-def _write_dir(final: Path, write: Callable[[Path], None]) -> None:
-    """write(tmp) into a fresh `.tmp-{name}-{pid}` beside `final`, then swap it in (files.replace_dir); a
-    crash leaves only a dot-tmp folder."""
+def _write_dir(final: Path, write: Callable[[Path], None], previous: Path | None = None) -> None:
+    """write(tmp) into a fresh `.tmp-{name}-{pid}` beside `final`, add its checksums.json, then swap it in
+    (files.replace_dir; files.rotate_dir when the replaced folder is kept as `previous`); a crash leaves
+    only a dot-tmp folder."""
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     write(tmp)
-    replace_dir(tmp, final)
+    write_checksums(tmp)
+    if previous is None:
+        replace_dir(tmp, final)
+    else:
+        rotate_dir(tmp, final, previous)
+
+
+def remove_leftovers(out: Path) -> list[Path]:
+    """Remove the temporary folders an interrupted trainer left in run dir `out` (`.tmp-*`, `.trash-*`, in
+    it and in checkpoints/); only called with the run's lock held, so no writer owns them. Returns them."""
+    gone = []
+    for root in (out, out / CHECKPOINTS):
+        if root.is_dir():
+            for p in root.iterdir():
+                if p.name.startswith((".tmp-", ".trash-")) and p.is_dir():
+                    shutil.rmtree(p)
+                    gone.append(p)
+    return gone
 
 
 # ----------------------------------------------------------------------------------------------- run.yaml
@@ -51,8 +71,11 @@ def compare_run_yaml(old: dict, new: dict) -> tuple[str, list[str]]:
     would: more steps, every other hyperparameter equal, a schedule that does not depend on max_steps
     (`constant`), and the same snapshot and evaluation steps up to the old last step (which must be a
     snapshot step of the new run too). Anything else is "restart" (docs/workflow.md)."""
-    keys = [k for k in sorted(set(old) | set(new))
-            if k != "runtime" and k not in RUNTIME_KEYS and old.get(k) != new.get(k)]
+    skip = {"runtime", *RUNTIME_KEYS}
+    # the corpus is identified by its content (corpus_sha256), not its path: a corpus moved elsewhere is the
+    # same corpus; a run.yaml written before corpus_sha256 was recorded is compared by the path
+    skip.add("corpus" if old.get("corpus_sha256") and new.get("corpus_sha256") else "corpus_sha256")
+    keys = [k for k in sorted(set(old) | set(new)) if k not in skip and old.get(k) != new.get(k)]
     if not keys:
         return "same", keys
     om, nm = old.get("max_steps"), new.get("max_steps")
@@ -78,8 +101,9 @@ def set_aside(out: Path) -> Path:
 
 def write_run_yaml(out: Path, resolved: dict) -> tuple[str, list[str]]:
     """OUT/run.yaml for the run `resolved`; returns what was found, with the differing keys: "new"
-    (written), "same", "extend" (rewritten with the longer run: compare_run_yaml) or "restart" (nothing
-    written: the caller sets the old run aside and starts afresh)."""
+    (written), "same", "moved" (the same run on the same corpus content at another path: rewritten with the
+    new path), "extend" (rewritten with the longer run: compare_run_yaml) or "restart" (nothing written:
+    the caller sets the old run aside and starts afresh)."""
     path = out / RUN_YAML
     if not path.is_file():
         atomic_write_text(path, _yaml_dump(resolved))
@@ -88,7 +112,9 @@ def write_run_yaml(out: Path, resolved: dict) -> tuple[str, list[str]]:
     if not isinstance(old, dict):
         raise UserError(f"{path}: not a run.yaml (expected a mapping); move the run dir aside or delete it")
     action, keys = compare_run_yaml(old, resolved)
-    if action == "extend":
+    if action == "same" and old.get("corpus") != resolved.get("corpus"):
+        action, keys = "moved", [f"{old.get('corpus')} -> {resolved.get('corpus')}"]
+    if action in ("extend", "moved"):
         atomic_write_text(path, _yaml_dump(resolved))
     return action, keys
 
@@ -115,6 +141,16 @@ def read_loss_rows(out: Path, required: bool = False) -> list[dict]:
     return rows
 
 
+def check_loss_rows(out: Path, rows: list[dict], expected: set[int]) -> None:
+    """Every row step in `expected` (the row steps up to a resumed state's step) must be in `rows`: rows the
+    run does not recompute would be lost otherwise; one UserError naming loss.csv."""
+    missing = sorted(expected - {int(r["step"]) for r in rows})
+    if missing:
+        shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+        raise UserError(f"{out / LOSS_CSV}: damaged loss log (no rows for {len(missing)} step(s) before the state's "
+                        f"step: {shown}); restore it, or move the run dir aside to restart")
+
+
 def write_loss_rows(out: Path, rows: list[dict]) -> None:
     """OUT/loss.csv with the columns contract.LOSS_COLUMNS (csv's default \\r\\n line ends)."""
     buf = io.StringIO()
@@ -128,8 +164,8 @@ def write_loss_rows(out: Path, rows: list[dict]) -> None:
 
 
 def save_snapshot(model, out: Path, step: int, resolved: dict) -> Path:
-    """OUT/checkpoints/step-XXXXXXX/: the model's save_pretrained (model.safetensors, config.json) and
-    run.yaml."""
+    """OUT/checkpoints/step-XXXXXXX/: the model's save_pretrained (model.safetensors, config.json),
+    run.yaml, the corpus's tokenizer, a model card, and checksums.json over all of them."""
     final = snapshot_dir(out, step)
     final.parent.mkdir(parents=True, exist_ok=True)
 
@@ -184,7 +220,8 @@ def model_card(resolved: dict, step: int) -> str:
 
 
 def save_state(model, opt, scaler, out: Path, step: int, resolved: dict) -> None:
-    """OUT/state/: the weights, optimizer, scaler and RNG of `step` (replacing the older state)."""
+    """OUT/state/: the weights, optimizer, scaler and RNG of `step`, with checksums.json; the state it
+    replaces is kept as OUT/state.prev/ (the one before that is removed): files.rotate_dir."""
     from safetensors.torch import save_file
 
     def write(tmp):
@@ -200,15 +237,39 @@ def save_state(model, opt, scaler, out: Path, step: int, resolved: dict) -> None
             "lr_schedule": {"kind": resolved["hyper"]["schedule"], "last_update": step},
         }, indent=1), encoding="utf-8")
 
-    _write_dir(out / STATE, write)
+    _write_dir(out / STATE, write, previous=out / STATE_PREV)
+
+
+def adopt_state(out: Path, chosen: Path) -> Path:
+    """Make `chosen` (the state rundir.find_state picked) OUT/state/ again: a damaged OUT/state/ is set aside
+    as OUT/state.damaged/ (replacing an older one; never read), so the next save_state keeps `chosen` as
+    the previous state. Returns OUT/state."""
+    final = out / STATE
+    if chosen == final:
+        return final
+    if final.exists():
+        damaged = out / STATE_DAMAGED
+        if damaged.exists():
+            shutil.rmtree(damaged)
+        final.rename(damaged)
+    chosen.rename(final)
+    fsync_path(out)
+    return final
 
 
 def load_state(state_dir: Path, model, opt, scaler, dev: torch.device) -> None:
-    """Restore what save_state wrote (weights, optimizer, scaler, RNG) into the freshly built objects."""
+    """Restore what save_state wrote (weights, optimizer, scaler, RNG) into the freshly built objects; a
+    file that cannot be read (a state written before checksums, damaged since) is one UserError."""
     from safetensors.torch import load_file
 
-    model.load_state_dict(load_file(str(state_dir / "model.safetensors"), device=str(dev)))
-    tr = torch.load(state_dir / "training.pt", map_location=dev, weights_only=True)
+    try:
+        weights = load_file(str(state_dir / "model.safetensors"), device=str(dev))
+        tr = torch.load(state_dir / "training.pt", map_location=dev, weights_only=True)
+    except Exception as exc:  # safetensors and torch.load raise various errors on a damaged file
+        raise UserError(f"{state_dir}: unreadable training state ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else ''}); move {state_dir.parent} aside to "
+                        "restart the run from step 0") from None
+    model.load_state_dict(weights)
     opt.load_state_dict(tr["optimizer"])
     if scaler is not None and tr.get("scaler"):
         scaler.load_state_dict(tr["scaler"])

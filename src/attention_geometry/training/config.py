@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..corpus import Corpus, load_corpus
+from ..corpus import Corpus, corpus_sha256, load_corpus
 from ..errors import UserError
 from ..files import read_yaml
 from ..rundir import run_name, snapshot_steps
@@ -180,6 +180,7 @@ def resolve_run(cfg: RunConfig, corpus: Corpus) -> tuple[dict, Hyper]:
         "init": cfg.init,
         "seed": cfg.seed,
         "corpus": str(Path(cfg.corpus).resolve()),
+        "corpus_sha256": corpus_sha256(corpus),  # the corpus's identity on resume (its path may change)
         "corpus_manifest": {k: corpus.manifest[k] for k in ("dataset", "name", "block_len", "vocab_size",
                                                              "special_tokens") if k in corpus.manifest},
         "n_train_blocks": int(corpus.train.shape[0]),

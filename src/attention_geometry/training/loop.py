@@ -12,6 +12,7 @@ import contextlib
 import functools
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +25,11 @@ from torch import nn
 from ..contract import LOSS_COLUMNS, RUN_KEYS
 from ..corpus import Corpus, load_corpus
 from ..errors import UserError
-from ..rundir import TRAIN_LOG, find_state, state_step
+from ..files import pid_lock
+from ..rundir import TRAIN_LOG, find_state, lock_path, state_step, warn_stderr
 from .batches import Order, eval_keys, global_indices, lr_at, make_batch, mask_keys, mask_tokens, n_loss_tokens
-from .checkpoint import (load_state, read_loss_rows, save_snapshot, save_state, set_aside,
-                         write_loss_rows, write_run_yaml)
+from .checkpoint import (adopt_state, check_loss_rows, load_state, read_loss_rows, remove_leftovers, save_snapshot,
+                         save_state, set_aside, write_loss_rows, write_run_yaml)
 from .config import RunConfig, resolve_run
 from .models import Hyper, build_model, hidden_states, lm_loss, symmetry_penalty
 
@@ -323,11 +325,33 @@ def train(cfg: RunConfig, out: str | Path, threads: int | None = None, device: s
         if not dist.is_initialized():
             dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
 
-    try:
-        return _train(_Run(cfg, corpus, resolved, h, out, dev, world, rank, dist), progress)
+    try:  # one writer per run dir: process 0 holds {out}.lock (the other processes are its DDP peers)
+        lock = (pid_lock(lock_path(out), f"run {out}", warn=warn_stderr) if rank == 0 else contextlib.nullcontext())
+        with lock:
+            return _train(_Run(cfg, corpus, resolved, h, out, dev, world, rank, dist), progress)
     finally:
         if dist is not None and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _warn(message: str) -> None:
+    """A warning of process 0: a `warning:` line on stderr and in train.log."""
+    log.warning(message)
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def _resume_state(run: _Run) -> Path | None:
+    """The state to resume from (None: step 0). Process 0 removes what an interrupted run left, picks the
+    newest intact state (rundir.find_state: else the previous one, with a warning) and makes it state/ again
+    (checkpoint.adopt_state); the other processes then take state/."""
+    state = None
+    if run.rank == 0:
+        for p in remove_leftovers(run.out):
+            log.info("removed %s (left by an interrupted run)", p)
+        chosen = find_state(run.out, warn=_warn)
+        state = adopt_state(run.out, chosen) if chosen is not None else None
+    run.barrier()
+    return state if run.rank == 0 else find_state(run.out, warn=lambda _m: None)
 
 
 def _train(run: _Run, progress: bool) -> dict:
@@ -345,26 +369,34 @@ def _train(run: _Run, progress: bool) -> dict:
             change = f"settings changed ({', '.join(keys)}): the previous run is kept at {aside}; starting afresh"
         elif action == "extend":
             change = f"max_steps raised to {max_steps} under a constant schedule: continuing from the newest state"
+        elif action == "moved":
+            change = f"corpus moved ({keys[0]}), the same content (corpus_sha256): continuing"
     run.barrier()
     handler = _setup_logging(out, run.rank)
     if change:
         log.warning("run %s: %s", name, change)
     try:
-        state_dir = find_state(out)
+        state_dir = _resume_state(run)
         start = state_step(state_dir) if state_dir is not None else 0
         if start >= max_steps:
             if run.rank == 0:
                 log.info("run %s already finished at step %d: nothing to do", name, start)
             return {"run": name, "step": start, "status": "finished", "seconds": 0.0, "s_per_step": None}
 
-        prec = _build(run, state_dir)
         snaps, evals = set(resolved["snapshot_steps"]), set(resolved["eval_steps"])
         state_every = resolved["state_every"]
-        row_steps = {s for s in range(start + 1, max_steps + 1)
-                     if s % resolved["log_every"] == 0 or s in evals or s in snaps or s == max_steps
-                     or (state_every and s % state_every == 0)}
+
+        def row_step(s: int) -> bool:
+            return (s % resolved["log_every"] == 0 or s in evals or s in snaps or s == max_steps
+                    or bool(state_every and s % state_every == 0))
+
+        row_steps = {s for s in range(start + 1, max_steps + 1) if row_step(s)}
         kept = ([r for r in read_loss_rows(out, required=True) if int(r["step"]) <= start]
                 if state_dir is not None else [])
+        if state_dir is not None and run.rank == 0:  # the rows up to the state's step are not recomputed
+            check_loss_rows(out, kept, {s for s in range(1, start + 1) if row_step(s)}
+                            | ({0} if resolved["eval_blocks"] > 0 else set()))
+        prec = _build(run, state_dir)
         losses = _LossLog(run, kept, row_steps)  # a resumed run drops the rows after its state's step
         losses.write()
         if run.rank == 0:
