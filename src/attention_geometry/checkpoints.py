@@ -28,7 +28,7 @@ from .extract import LayerQK, architecture_of, get_family, iter_layer_qk, qk_key
 from .files import atomic_write_table, check_table_path
 from .loading import TensorSource, open_source
 from .rundir import list_snapshots, read_run_yaml, verify_snapshot
-from .scores import ScoreError, scores
+from .scores import ScoreError, num_std_arg, scores
 
 __all__ = [
     "LayerMatrix",
@@ -221,7 +221,7 @@ def score_checkpoints(
 def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="FILE", help="output table, .csv or .parquet")
     parser.add_argument("--per-head", action="store_true", help="also one row per head (in addition to head 'all')")
-    parser.add_argument("--num-std", type=float, default=2.0, metavar="K",
+    parser.add_argument("--num-std", type=num_std_arg, default=2.0, metavar="K",
                         help="directionality threshold: mean + K * std of the row/column norms (default 2)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")

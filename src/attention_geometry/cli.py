@@ -2,7 +2,8 @@
 
 Each subcommand lives in the module that does the work, as `add_arguments(parser)` + `run(args) -> int`;
 only the chosen one is imported, so `attention-geometry score ...` does not import the training stack.
-A UserError (bad input) is printed as one line `error: ...` on stderr with exit status 2.
+A UserError (bad input) is printed as one line `error: ...` on stderr with exit status 2; so is a bad
+argument of a subcommand (argparse's own message, without the usage lines: `--help` shows them).
 """
 
 from __future__ import annotations
@@ -41,6 +42,24 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """A subcommand's parser whose errors are one `error: ...` line (exit status 2), as a UserError's."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"error: {message.splitlines()[0] if message else 'bad arguments'} (see {self.prog} --help)\n")
+
+
+def _no_progress_bars() -> None:
+    """Switch off the bars the subcommand does not switch itself: tqdm's, and transformers' / huggingface_hub's
+    (which pass `disable` themselves, so TQDM_DISABLE does not reach them; they read their switch on import)."""
+    os.environ["TQDM_DISABLE"] = "1"
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
+    elif "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
@@ -48,13 +67,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name = argv[0]
     module = importlib.import_module(COMMANDS[name][0])
-    parser = argparse.ArgumentParser(prog=f"attention-geometry {name}", description=COMMANDS[name][1])
+    parser = _OneLineParser(prog=f"attention-geometry {name}", description=COMMANDS[name][1])
     getattr(module, "add_arguments_" + name.replace("-", "_"))(parser)
     if "--no-progress" not in parser._option_string_actions:  # one switch for every subcommand
         parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv[1:])
     if getattr(args, "no_progress", False) or getattr(args, "quiet", False):
-        os.environ["TQDM_DISABLE"] = "1"  # the bars the subcommand does not switch itself
+        _no_progress_bars()
     try:
         return int(getattr(module, "run_" + name.replace("-", "_"))(args) or 0)
     except UserError as exc:

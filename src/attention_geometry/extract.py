@@ -13,6 +13,8 @@ state dict and a streaming safetensors reader.
 
 from __future__ import annotations
 
+import numbers
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
@@ -110,6 +112,10 @@ def _get(config: Any, getter: ConfigGetter, what: str) -> int:
         value = config_field(config, getter)
     if value is None:
         raise ExtractionError(f"config has no {what} ({getter!r})")
+    low = 0 if what == "number of layers" else 1
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:  # "twelve", 12.5, -1
+        name = getter if isinstance(getter, str) else getattr(getter, "__name__", "?")
+        raise ExtractionError(f"config field {name} ({what}) must be an integer >= {low}, got {value!r}")
     return int(value)
 
 
@@ -131,7 +137,10 @@ def stack_info(stack: Stack, config: Any) -> StackInfo:
     d_model = _get(cfg, stack.d_model, "model width")
     if n_kv <= 0 or n_heads % n_kv:
         raise ExtractionError(f"{n_heads} query heads cannot be grouped over {n_kv} key/value heads")
-    positions = stack.positions(cfg) if stack.positions else [{"i": i} for i in range(n_layers)]
+    try:
+        positions = stack.positions(cfg) if stack.positions else [{"i": i} for i in range(n_layers)]
+    except (TypeError, ValueError, ZeroDivisionError) as exc:  # a family's own reading of its config fields
+        raise ExtractionError(f"config fields of the {stack.component} layers are malformed ({exc})") from None
     return StackInfo(stack.component, len(positions), n_heads, n_kv, d_model, tuple(positions))
 
 
@@ -162,10 +171,23 @@ def qk_keys(family: Family, config: Any, keys: Iterable[str]) -> list[tuple[Stac
     out = []
     for stack in family.stacks:
         info = stack_info(stack, config)
+        if stack.positions is None:
+            _no_layers_beyond(stack, info, keyset)
         for layer, pos in enumerate(info.positions):
             names = [stack.q] if stack.k is None else [stack.q, stack.k]
             out.append((stack, info, layer, tuple(_resolve(keyset, t.format(**pos), cache) for t in names)))
     return out
+
+
+def _no_layers_beyond(stack: Stack, info: StackInfo, keys: set[str]) -> None:
+    """Refuse a checkpoint that stores attention weights of layer positions the config does not name (a config
+    of 3 layers read with a 6-layer checkpoint would score the first 3 and say nothing)."""
+    head, _, tail = stack.q.partition("{i}")
+    pattern = re.compile(r"(?:^|.*\.)" + re.escape(head) + r"(\d+)" + re.escape(tail) + "$")
+    extra = sorted({int(m.group(1)) for k in keys if (m := pattern.match(k))} - set(range(info.n_layers)))
+    if extra:
+        raise ExtractionError(f"the config names {info.n_layers} {stack.component} layers, but the checkpoint holds "
+                              f"attention weights of layer {extra[0]} ({stack.q.format(i=extra[0])})")
 
 
 # ----------------------------------------------------------------------------------------------- layouts
@@ -240,6 +262,10 @@ def iter_layer_qk(
     decoder_only = architecture_of(family, config) == "decoder-only"
     for stack, info, layer, names in qk_keys(family, config, keys):
         tensors = [get(n) for n in names]
+        for n, t in zip(names, tensors):
+            if not t.is_floating_point():
+                raise ExtractionError(f"{n}: dtype {str(t.dtype).removeprefix('torch.')} is not a floating-point "
+                                      f"type; query and key weights must be")
         wq, wk = LAYOUTS[stack.layout](tensors, info)
         if wq.shape[1:] != wk.shape[1:]:
             raise ExtractionError(f"{names}: query heads {tuple(wq.shape)} and key heads {tuple(wk.shape)} differ in size")

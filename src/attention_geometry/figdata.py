@@ -31,7 +31,7 @@ import pandas as pd
 from . import analysis
 from .contract import RUN_COLUMNS, SCORES
 from .errors import UserError
-from .files import atomic_write_bytes, atomic_write_table, check_table_path
+from .files import atomic_write_bytes, atomic_write_table, check_table_path, check_writable
 from .stats import t_interval
 
 __all__ = ["WqkExample", "WQK_META", "write_wqk", "read_wqk", "median_symmetry_layer", "SYMMETRY_COLUMNS",
@@ -155,6 +155,7 @@ def add_arguments_extract_wqk(p) -> None:
 def run_extract_wqk(args) -> int:
     if not str(args.out).endswith(".npz"):
         raise UserError(f"{args.out}: the output must end in .npz")
+    check_writable(args.out)
     ex = median_symmetry_layer(args.source, args.name)
     write_wqk(args.out, ex)
     print(f"{args.out}: {ex.name} {ex.component} layer {ex.layer} of {ex.n_layers} ({ex.d_model} x {ex.d_model}), "

@@ -32,6 +32,7 @@ __all__ = [
     "atomic_write_text",
     "atomic_write_table",
     "check_table_path",
+    "check_writable",
     "replace_dir",
     "rotate_dir",
     "fsync_path",
@@ -120,15 +121,34 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
     return atomic_write_bytes(path, text.encode(encoding))
 
 
+def check_writable(path: str | os.PathLike) -> Path:
+    """`path` as a Path if atomic_path can write a file there: not a folder, and the nearest existing folder
+    above it (atomic_path creates the missing ones) is a folder this process may write in; else a UserError.
+    Commands call it before they read or compute anything."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory")
+    parent = path.parent
+    try:
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        ok = parent.is_dir()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write there ({exc.strerror or exc})") from None
+    if not ok:
+        raise UserError(f"{path}: cannot write there ({parent} is not a directory)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{path}: cannot write there ({parent} is not writable)")
+    return path
+
+
 def check_table_path(path: str | os.PathLike) -> Path:
-    """`path` as a Path if atomic_write_table can write a table there (suffix .csv or .parquet, not a folder),
+    """`path` as a Path if atomic_write_table can write a table there (suffix .csv or .parquet; check_writable),
     else a UserError; commands call it before they compute anything."""
     path = Path(path)
     if path.suffix not in TABLE_SUFFIXES:
         raise UserError(f"{path}: unknown output suffix {path.suffix or '(none)'!r}; use .csv or .parquet")
-    if path.is_dir():
-        raise UserError(f"{path}: is a directory")
-    return path
+    return check_writable(path)
 
 
 def atomic_write_table(df: Any, path: str | os.PathLike, **csv_kwargs: Any) -> Path:

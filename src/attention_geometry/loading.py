@@ -5,21 +5,16 @@ model) into a `TensorSource`: `config` (a transformers PretrainedConfig), `name`
 `keys()` and `get(key) -> torch.Tensor`. Extraction (extract.iter_layer_qk) only asks for the q/k tensors,
 so what a source reads is what the scores need.
 
-Loading paths and their memory (docs/cli.md):
-- a directory with config.json and model.safetensors, or sharded safetensors with
-  model.safetensors.index.json: `SafetensorsSource`, a plain reader that parses each file's header itself
-  and reads only the requested tensor's bytes (seek + readinto into a fresh tensor). The model is never
-  built and no file is mapped, so the process holds one layer's q/k tensors at a time.
-- a directory with only pytorch_model.bin (or a sharded .bin index): `torch.load(weights_only=True,
-  mmap=True)`; never plain unpickling.
-- a GGUF file: through transformers' GGUF support (needs `gguf`), which dequantizes the whole model into
-  memory; wrapped as a state dict.
-- a hub id: only config.json and the safetensors (else .bin) files are downloaded at the given revision
-  (snapshot_download), then read as a local directory; trust_remote_code needs a pinned commit hash.
-- an in-memory transformers model: its state dict and config.
+Loading paths (their memory: the table in docs/cli.md): safetensors files (single or sharded) through
+`SafetensorsSource`, a plain reader that parses each header itself and reads only the requested tensor's bytes
+(no model built, no file mapped); pytorch_model.bin through `torch.load(weights_only=True, mmap=True)`, never
+plain unpickling; a GGUF file through transformers' GGUF support (needs `gguf`; the whole model dequantized,
+wrapped as a state dict); a hub id: config.json and the safetensors (else .bin) files downloaded at the given
+revision, then read as a local directory (trust_remote_code needs a pinned commit hash); an in-memory
+transformers model: its state dict and config.
 
-n_params: for files, the sum of numel over every floating-point tensor stored (safetensors headers or .bin
-state dict; integer buffers left out; a tied weight counts once); for a loaded model, num_parameters().
+n_params: for files, the sum of numel over every floating-point tensor stored (safetensors headers or .bin state
+dict; integer buffers left out; a tied weight counts once); for a loaded model, num_parameters().
 """
 
 from __future__ import annotations
@@ -36,67 +31,42 @@ from typing import Any, Mapping
 import torch
 
 from .errors import UserError
-from .extract import get_family
+from .extract import get_family, qk_keys
+from .sources import LoadError, StateDictSource, TensorSource, first_line
 
 __all__ = ["TensorSource", "SafetensorsSource", "StateDictSource", "LoadError", "open_source",
            "read_safetensors_header", "SAFETENSORS_DTYPES"]
 
 
-class LoadError(UserError):
-    """A weights source that cannot be read: missing, truncated or malformed files, an unreachable hub id."""
-
-
 # safetensors dtype codes -> torch dtypes (little-endian on disk)
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64,
+    "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
 }
-for _code, _name in (("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2"), ("U16", "uint16"),
-                     ("U32", "uint32"), ("U64", "uint64")):
-    if hasattr(torch, _name):
-        SAFETENSORS_DTYPES[_code] = getattr(torch, _name)
+SAFETENSORS_DTYPES.update({c: getattr(torch, t) for c, t in (("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2"),
+                           ("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64")) if hasattr(torch, t)})
 
-# The largest header the safetensors format allows (100 MB); a longer one is a corrupt file.
-_MAX_HEADER = 100_000_000
-
-
-class TensorSource:
-    """A model's config and its tensors by name. Subclasses implement keys() and get()."""
-
-    config: Any
-    name: str
-    n_params: int
-
-    @property
-    def model_type(self) -> str:
-        return str(getattr(self.config, "model_type", "") or "")
-
-    def keys(self) -> list[str]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def get(self, key: str) -> torch.Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r}, model_type={self.model_type!r}, n_params={self.n_params})"
+_MAX_HEADER = 100_000_000  # the largest header the safetensors format allows; a longer one is a corrupt file
 
 
 # ---------------------------------------------------------------------------------------- safetensors
 
 
-def read_safetensors_header(path: str | os.PathLike) -> tuple[dict[str, dict], int]:
-    """(tensor entries, byte offset where data starts) of one safetensors file, validated against its size.
+def _reject_constant(name: str) -> Any:  # json.loads takes NaN and Infinity, the format does not
+    raise ValueError(f"{name} is not JSON")
 
-    Each entry is {"dtype", "shape", "data_offsets": [begin, end]} relative to the data start.
-    """
+
+def _nonneg_ints(value: Any, n: int | None = None) -> list[int] | None:
+    """`value` if it is a list of JSON integers in [0, 2**63) (of length n), else None."""
+    ok = isinstance(value, list) and (n is None or len(value) == n)
+    return value if ok and all(type(v) is int and 0 <= v < 2**63 for v in value) else None
+
+
+def read_safetensors_header(path: str | os.PathLike) -> tuple[dict[str, dict], int]:
+    """(tensor entries, byte offset where data starts) of one safetensors file, validated as the safetensors
+    library does: dtype codes, integer shapes and offsets, each tensor's byte size, and offsets that tile the
+    data without overlap or gap up to the end of the file. Each entry is {"dtype", "shape", "data_offsets":
+    [begin, end]} relative to the data start."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -111,26 +81,37 @@ def read_safetensors_header(path: str | os.PathLike) -> tuple[dict[str, dict], i
     except OSError as exc:
         raise LoadError(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:
-        header = json.loads(header_bytes.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LoadError(f"{path}: malformed safetensors header ({exc})") from None
+        header = json.loads(header_bytes.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise LoadError(f"{path}: malformed safetensors header ({first_line(exc)})") from None
     if not isinstance(header, dict):
         raise LoadError(f"{path}: malformed safetensors header (not a JSON object)")
-    header.pop("__metadata__", None)
+    meta = header.pop("__metadata__", None)
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        raise LoadError(f"{path}: malformed safetensors header (__metadata__ is not a map of strings)")
     start = 8 + n
-    available = size - start
+    spans = []
     for key, entry in header.items():
-        try:
-            dtype = SAFETENSORS_DTYPES[entry["dtype"]]
-            shape = [int(s) for s in entry["shape"]]
-            begin, end = (int(o) for o in entry["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise LoadError(f"{path}: malformed safetensors header entry for {key!r}: {entry!r}") from None
-        if min(shape, default=0) < 0 or begin < 0 or end - begin != math.prod(shape) * dtype.itemsize:
+        ok = isinstance(entry, dict) and isinstance(entry.get("dtype"), str) and entry["dtype"] in SAFETENSORS_DTYPES
+        shape = _nonneg_ints(entry.get("shape")) if ok else None
+        offsets = _nonneg_ints(entry.get("data_offsets"), 2) if ok else None
+        if shape is None or offsets is None or offsets[0] > offsets[1]:
+            raise LoadError(f"{path}: malformed safetensors header entry for {key!r}: {entry!r}"[:300])
+        begin, end = offsets
+        if end - begin != math.prod(shape) * SAFETENSORS_DTYPES[entry["dtype"]].itemsize:
             raise LoadError(f"{path}: malformed safetensors header entry for {key!r} (shape {shape}, "
                             f"{entry['dtype']}, offsets {begin}..{end})")
-        if end > available:
+        spans.append((begin, end, key))
+    expected = 0  # the safetensors library's rule: sorted by offsets, each tensor starts where the last ended
+    for begin, end, key in sorted(spans):
+        if begin != expected:
+            raise LoadError(f"{path}: malformed safetensors header: tensor {key!r} starts at data byte {begin}, "
+                            f"not {expected} (overlapping or non-contiguous offsets)")
+        if end > size - start:
             raise LoadError(f"{path}: truncated: tensor {key!r} ends at byte {start + end}, file has {size} bytes")
+        expected = end
+    if start + expected != size:
+        raise LoadError(f"{path}: malformed safetensors file: {size - start - expected} bytes after the last tensor")
     return header, start
 
 
@@ -187,24 +168,14 @@ class SafetensorsSource(TensorSource):
         try:
             with open(path, "rb", buffering=0) as f:
                 f.seek(start + begin)
-                view = memoryview(buf.numpy())
-                got = 0
-                while got < len(view):
-                    n = f.readinto(view[got:])
-                    if not n:
-                        break
+                view, got = memoryview(buf.numpy()), 0
+                while got < len(view) and (n := f.readinto(view[got:])):
                     got += n
         except OSError as exc:
             raise LoadError(f"{path}: cannot read tensor {key!r} ({exc.strerror or exc})") from None
         if got != end - begin:
             raise LoadError(f"{path}: truncated: tensor {key!r} has {got} of {end - begin} bytes")
         return buf.view(dtype).reshape(entry["shape"])
-
-
-def _first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type name when the message is empty), for one-line errors."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _index_files(index: Path, suffix: str) -> dict[str, list[str]]:
@@ -224,29 +195,6 @@ def _index_files(index: Path, suffix: str) -> dict[str, list[str]]:
 
 
 # --------------------------------------------------------------------------------------- state dicts
-
-
-class StateDictSource(TensorSource):
-    """Tensors held in a mapping: a loaded model's state dict, or a .bin state dict loaded with mmap."""
-
-    def __init__(self, tensors: Mapping[str, torch.Tensor], config: Any, name: str, n_params: int | None = None,
-                 model: Any = None):
-        self.tensors = tensors
-        self.config = config
-        self.name = name
-        self.model = model  # the loaded transformers model, when there is one (GGUF, in-memory)
-        if n_params is None:
-            n_params = sum(t.numel() for t in tensors.values() if t.is_floating_point())
-        self.n_params = int(n_params)
-
-    def keys(self) -> list[str]:
-        return list(self.tensors)
-
-    def get(self, key: str) -> torch.Tensor:
-        try:
-            return self.tensors[key].detach()
-        except KeyError:
-            raise LoadError(f"{self.name}: no tensor named {key!r}") from None
 
 
 def _from_model(model: Any, name: str | None = None) -> StateDictSource:
@@ -296,9 +244,9 @@ def _torch_load(path: Path) -> dict[str, torch.Tensor]:
                 raise
             sd = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise LoadError(f"{path}: refused to unpickle (only plain tensors are loaded, weights_only=True): {_first_line(exc)}") from None
+        raise LoadError(f"{path}: refused to unpickle (only plain tensors are loaded, weights_only=True): {first_line(exc)}") from None
     except (RuntimeError, OSError, EOFError, zipfile.BadZipFile, ValueError) as exc:
-        raise LoadError(f"{path}: cannot read ({_first_line(exc)})") from None
+        raise LoadError(f"{path}: cannot read ({first_line(exc)})") from None
     if isinstance(sd, Mapping) and "state_dict" in sd and isinstance(sd["state_dict"], Mapping):
         sd = sd["state_dict"]
     if not isinstance(sd, Mapping) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
@@ -316,8 +264,8 @@ def _check_model_type(config_json: Path) -> str:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise LoadError(f"{config_json}: malformed config ({exc})") from None
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
-    if not model_type:
-        raise LoadError(f"{config_json}: no model_type")
+    if not model_type or not isinstance(model_type, str):
+        raise LoadError(f"{config_json}: model_type must be a non-empty string, got {model_type!r}")
     get_family(model_type)  # UnsupportedArchitecture names it and lists the supported ones
     return model_type
 
@@ -327,12 +275,17 @@ def _load_config(directory: Path, trust_remote_code: bool) -> Any:
     if not config_json.is_file():
         raise LoadError(f"{directory}: no config.json")
     _check_model_type(config_json)
+    try:  # transformers 5 configs validate their field types
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # pragma: no cover - an older huggingface_hub: no validation
+        StrictDataclassError = ValueError
     from transformers import AutoConfig
 
     try:
         return AutoConfig.from_pretrained(str(directory), local_files_only=True, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise LoadError(f"{config_json}: transformers cannot read this config ({_first_line(exc)})") from None
+    except (OSError, ValueError, KeyError, TypeError, StrictDataclassError) as exc:
+        text = " ".join(str(exc).split())  # a validation error names the field on one line and the cause on the next
+        raise LoadError(f"{config_json}: transformers cannot read this config ({text[:300] or type(exc).__name__})") from None
 
 
 # -------------------------------------------------------------------------------------------- dispatch
@@ -418,27 +371,44 @@ def _open_hub(repo_id: str, revision: str, trust_remote_code: bool, name: str | 
             local = snapshot_download(repo_id, revision=revision, allow_patterns=HUB_CONFIG_PATTERNS + HUB_BIN_PATTERNS + extra)
             path = Path(local)
     except (OSError, ValueError) as exc:
-        raise LoadError(f"{repo_id}@{revision}: not a local path, and the hub download failed ({type(exc).__name__}: {_first_line(exc)})") from None
+        raise LoadError(f"{repo_id}@{revision}: not a local path, and the hub download failed ({type(exc).__name__}: {first_line(exc)})") from None
     return _open_dir(path, trust_remote_code, name or repo_id)
 
 
 def _open_gguf(where: str, gguf_file: str, revision: str | None, trust_remote_code: bool, name: str) -> TensorSource:
     try:
-        import gguf  # noqa: F401  (transformers' GGUF support needs it)
+        import gguf
     except ImportError:
         raise LoadError("reading GGUF files needs the `gguf` package (pip install gguf)") from None
     from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils import cached_file
+    from transformers.utils import logging as hf_logging
 
-    kwargs: dict[str, Any] = {"gguf_file": gguf_file, "trust_remote_code": trust_remote_code}
-    if revision:
-        kwargs["revision"] = revision
+    kwargs: dict[str, Any] = {"gguf_file": gguf_file, "trust_remote_code": trust_remote_code,
+                              **({"revision": revision} if revision else {})}
+    what = f"{where}/{gguf_file}"
+    # transformers hands the file's bytes to the gguf package's parser, which fails on a damaged file with
+    # whatever it meets (struct.error, IndexError, numpy's errors): every failure there is this file's
     try:
         config = AutoConfig.from_pretrained(where, **kwargs)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise LoadError(f"{where}/{gguf_file}: cannot read GGUF config ({_first_line(exc)})") from None
-    get_family(config.model_type)
+    except Exception as exc:  # noqa: BLE001
+        raise LoadError(f"{what}: cannot read GGUF config ({type(exc).__name__}: {first_line(exc)})") from None
+    family = get_family(config.model_type)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its load report (missing keys) is checked below, and stderr keeps one line
     try:  # the config is passed on, so the (slow) GGUF metadata is parsed once for it, once for the weights
-        model = AutoModelForCausalLM.from_pretrained(where, config=config, **kwargs)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise LoadError(f"{where}/{gguf_file}: cannot load GGUF weights ({_first_line(exc)})") from None
-    return _from_model(model, name)
+        model, info = AutoModelForCausalLM.from_pretrained(where, config=config, output_loading_info=True, **kwargs)
+        path = cached_file(where, gguf_file, **({"revision": revision} if revision else {}))
+        blocks = {int(m.group(1)) for t in gguf.GGUFReader(path).tensors if (m := re.match(r"blk\.(\d+)\.", t.name))}
+    except Exception as exc:  # noqa: BLE001
+        raise LoadError(f"{what}: cannot load GGUF weights ({type(exc).__name__}: {first_line(exc)})") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    src = _from_model(model, name)
+    layers = [names for *_, names in qk_keys(family, config, src.keys())]
+    lost = set(info.get("missing_keys") or ()).intersection(n for names in layers for n in names)
+    if lost:  # transformers initialized these at random: they are not the file's
+        raise LoadError(f"{what}: stores no tensor for {min(lost)} (its metadata names more than it holds)")
+    if blocks and max(blocks) >= len(layers):  # transformers skips the blocks beyond block_count without a word
+        raise LoadError(f"{what}: stores tensors of block {max(blocks)}, but its metadata names {len(layers)} layers")
+    return src

@@ -114,7 +114,10 @@ def add_arguments_score_null(parser: argparse.ArgumentParser) -> None:
 def run_score_null(args: argparse.Namespace) -> int:
     from .files import atomic_write_table, check_table_path
 
+    from .scores import check_num_std
+
     check_table_path(args.out)
+    check_num_std(args.num_std, "--num-std")
     _check_inits(args.inits)
     _check_samples(args.samples)
     if args.threads < 1:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .contract import TABLE_COLUMNS
 from .errors import UserError
-from .files import atomic_write_text
+from .files import atomic_write_text, check_writable
 
 # the required columns of each contract table (docs/contracts.md)
 KINDS: dict[str, list[str]] = TABLE_COLUMNS
@@ -26,19 +26,24 @@ def read_csv_text(path: str | Path) -> tuple[list[str], list[list[str]]]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such file")
-    with open(path, newline="") as f:
-        reader = csv.reader(f)
-        try:
-            header = next(reader)
-        except StopIteration:
-            raise UserError(f"{path}: empty file (no header line)") from None
-        rows = []
-        for lineno, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            if len(row) != len(header):
-                raise UserError(f"{path}:{lineno}: {len(row)} fields, the header has {len(header)}")
-            rows.append(row)
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            try:
+                header = next(reader)
+            except StopIteration:
+                raise UserError(f"{path}: empty file (no header line)") from None
+            rows = []
+            for lineno, row in enumerate(reader, start=2):
+                if not row:
+                    continue
+                if len(row) != len(header):
+                    raise UserError(f"{path}:{lineno}: {len(row)} fields, the header has {len(header)}")
+                rows.append(row)
+    except (UnicodeDecodeError, csv.Error) as exc:  # a binary file: bytes that are not UTF-8, or NUL bytes
+        raise UserError(f"{path}: not a UTF-8 CSV table ({str(exc).splitlines()[0]})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if len(set(header)) != len(header):
         raise UserError(f"{path}: duplicated column names in the header {header}")
     return header, rows
@@ -51,6 +56,7 @@ def concat_tables(paths: list[str | Path], out: str | Path, kind: str | None = N
         raise UserError("concat-tables: no input tables given")
     if kind is not None and kind not in KINDS:
         raise UserError(f"concat-tables --kind {kind!r}: unknown (one of {', '.join(KINDS)})")
+    check_writable(out)
     columns: list[str] | None = None
     all_rows: list[list[str]] = []
     for path in paths:

@@ -50,9 +50,10 @@ import torch
 from .contract import RUN_KEYS, UPDATE_COLUMNS
 from .corpus import Corpus, load_corpus
 from .errors import UserError
-from .files import atomic_write_table
+from .files import atomic_write_table, check_table_path
+from .loading import read_safetensors_header
 from .rundir import list_snapshots, read_run_yaml
-from .scores import ScoreError, scores
+from .scores import ScoreError, check_num_std, num_std_arg, scores
 from .training import OBJECTIVES, Hyper, make_batch, resolve_hyper
 from .training.batches import IGNORE_INDEX, corrupt, maskable
 from .training.models import self_attentions
@@ -98,8 +99,7 @@ class UpdateConfig:
             raise UserError(f"--batches must be at least 1, got {self.batches}")
         if self.batch_size < 1:
             raise UserError(f"--batch-size must be at least 1, got {self.batch_size}")
-        if not self.num_std >= 0:
-            raise UserError(f"--num-std must be non-negative, got {self.num_std}")
+        check_num_std(self.num_std, "--num-std")
 
 
 def read_run(run_dir: str | os.PathLike) -> dict[str, Any]:
@@ -302,10 +302,11 @@ def qk_gradients(model: torch.nn.Module, batches: Sequence[Mapping[str, torch.Te
 def _snapshot_config(path: Path) -> dict[str, Any]:
     try:
         cfg = json.loads((path / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # JSONDecodeError, UnicodeDecodeError
         raise UserError(f"{path}/config.json: not readable JSON ({exc})") from None
-    if cfg.get("model_type") != "bert":
-        raise UserError(f"{path}/config.json: model_type {cfg.get('model_type')!r}; score-updates supports BERT runs (bert)")
+    if not isinstance(cfg, dict) or cfg.get("model_type") != "bert":
+        raise UserError(f"{path}/config.json: model_type {cfg.get('model_type') if isinstance(cfg, dict) else None!r}; "
+                        "score-updates supports BERT runs (bert)")
     return cfg
 
 
@@ -319,10 +320,11 @@ def load_snapshot_model(path: str | os.PathLike, objective: str, device: str | t
     if is_decoder != (objective == "decoder"):
         raise UserError(f"{path}/config.json: is_decoder={is_decoder} does not fit objective {objective!r} of the run")
     cls = BertLMHeadModel if is_decoder else BertForMaskedLM
+    read_safetensors_header(path / "model.safetensors")  # a truncated or malformed file: one LoadError line
     try:
         model = cls.from_pretrained(str(path), dtype=dtype, attn_implementation="eager", local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: cannot load as {cls.__name__} ({exc})") from None
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise UserError(f"{path}: cannot load as {cls.__name__} ({(str(exc).strip().splitlines() or [type(exc).__name__])[0]})") from None
     return model.to(device).eval()
 
 
@@ -410,7 +412,7 @@ def add_arguments_score_updates(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batches", type=int, default=UpdateConfig.batches, help="held-out batches per snapshot")
     parser.add_argument("--batch-size", type=int, default=UpdateConfig.batch_size, help="blocks per batch")
     parser.add_argument("--seed", type=int, default=UpdateConfig.seed, help="seed of the block choice and the MLM mask")
-    parser.add_argument("--num-std", type=float, default=UpdateConfig.num_std, help="directionality threshold (mean + k std)")
+    parser.add_argument("--num-std", type=num_std_arg, default=UpdateConfig.num_std, help="directionality threshold (mean + k std)")
     parser.add_argument("--mlm-probability", type=float, default=None, help="masked-LM rate (default: run.yaml's, else 0.15)")
     parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, ...)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
@@ -424,6 +426,7 @@ def run_score_updates(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix != ".csv":
         raise UserError(f"--out {out}: expected a .csv file name")
+    check_table_path(out)
     run = read_run(args.run_dir)
     config = UpdateConfig(args.batches, args.batch_size, args.seed, args.num_std, run_masking(run, args.mlm_probability))
     try:
