@@ -230,23 +230,21 @@ def init_table(loss: pd.DataFrame, baseline_init: str = "standard", level: float
                     final_loss_mean=fl.estimate, final_loss_low=fl.low, final_loss_high=fl.high)
         init = key[-1]
         refs = [] if init == baseline_init else [baseline_init]
-        in_group = set(ev.loc[(ev[GROUP_KEYS] == pd.Series(dict(zip(GROUP_KEYS, key[:-1])))).all(axis=1), "init"])
+        group = ev[(ev[GROUP_KEYS] == pd.Series(dict(zip(GROUP_KEYS, key[:-1])))).all(axis=1)]
+        in_group = set(group["init"])
         refs += [controls[init]] if init in controls and controls[init] in in_group else []
         if not refs:
             rows.append({**base, "compared_to": "", "n_pairs": 0, "speedup_text": "baseline"
                          if init == baseline_init else f"no same-seed {baseline_init} run"})
         if init == baseline_init:  # the baseline's loss also where shorter runs are compared with it
-            group = ev[(ev[GROUP_KEYS] == pd.Series(dict(zip(GROUP_KEYS, key[:-1])))).all(axis=1)]
-            hs = {int(h) for o in sorted(in_group - {baseline_init})
-                  for h in contrast_runs(group, o, baseline_init)["horizon"]}
+            hs = {int(h) for o in in_group - {baseline_init} for h in contrast_runs(group, o, baseline_init)["horizon"]}
             for h in sorted(hs - {base["final_step"]}):
                 at = t_interval([float(np.interp(h, r["step"], r["eval_loss"])) for _, r in g.groupby("run")], level)
                 rows.append({**base, "final_step": h, "final_loss_mean": at.estimate, "final_loss_low": at.low,
                              "final_loss_high": at.high, "compared_to": "", "n_pairs": 0,
                              "speedup_text": f"baseline at step {h}"})
         for ref in refs:
-            c = contrast_runs(ev, init, ref)
-            c = c[(c[GROUP_KEYS] == pd.Series(dict(zip(GROUP_KEYS, key[:-1])))).all(axis=1)]
+            c = contrast_runs(group, init, ref)
             gain = paired_interval(c["baseline_final_eval_loss"], c["final_eval_loss"], level)
             sp = t_interval(c["speedup"], level)
             rows.append({**base, "compared_to": ref, "n_pairs": int(len(c)),
@@ -264,10 +262,8 @@ def speedup_text(sp: Interval) -> str:
     """Display string of a signed speed-up summary, in percent ("n/a" without seeds)."""
     if sp.n == 0 or not np.isfinite(sp.estimate):
         return "n/a"
-    txt = f"{100 * sp.estimate:+.1f} %"
-    if np.isfinite(sp.low):
-        txt += f" [{100 * sp.low:+.1f}, {100 * sp.high:+.1f}]"
-    return txt + f" (n={sp.n})"
+    ci = f" [{100 * sp.low:+.1f}, {100 * sp.high:+.1f}]" if np.isfinite(sp.low) else ""
+    return f"{100 * sp.estimate:+.1f} %{ci} (n={sp.n})"
 
 # ------------------------------------------------------------------------------------- correlations
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
@@ -447,9 +443,7 @@ def select_runs(table: pd.DataFrame, runs: Sequence[str], what: str) -> pd.DataF
 
 def as_list(value) -> list:
     """A run name or a list of run names as a list."""
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
+    return [] if value is None else [value] if isinstance(value, str) else list(value)
 
 
 def fmt_median_iqr(median: float, q1: float, q3: float, digits: int = 3) -> str:
