@@ -154,16 +154,16 @@ def test_fresh_clone_redraws_without_training_and_a_notebook_edit_reruns_only_it
 
 
 def _script_json(page: str, name: str):
-    m = re.search(rf"^\s*var {name} = (.*);\s*$", page, re.M)
-    assert m, name
-    return json.loads(m.group(1))
+    """The JSON the report's template assigns to `var NAME = ...;` (an object or a string, on one line)."""
+    found = re.findall(rf"^\s*var {name} = ([{{\"].*);\s*$", page, re.M)
+    assert len(found) == 1, (name, len(found))
+    return json.loads(found[0])
 
 
 def _text(fragment: str) -> str:
     return _words(html.unescape(re.sub(r"<[^>]+>", " ", fragment)))
 
 
-@pytest.mark.slow
 def test_report_from_a_fresh_clone_lists_every_figure_and_table_with_its_caption(clone):
     out = clone / "results" / "report.html"
     snakemake("--report", "results/report.html", cwd=clone)
