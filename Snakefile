@@ -33,6 +33,11 @@ except WorkflowError:
     ) from None
 
 
+# `snakemake --report results/report.html`: this description, then every figure and table with its committed
+# caption (report/captions/, one per entry of notebooks/catalog.yaml).
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/train.smk"

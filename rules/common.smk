@@ -42,7 +42,7 @@ final_snapshot = PLAN.final_snapshot
 null_source_run = PLAN.null_source_run
 
 
-# Small files (configs, captions, the model list) are rendered at parse time and written by a shell
+# Small files (configs, the model list) are rendered at parse time and written by a shell
 # command: a `run:` job would start a whole Snakemake process per file (~10 s of CPU each).
 WRITE_TEXT = "printf '%s' {params.text:q} > {output:q} 2> {log:q}"
 
@@ -53,6 +53,11 @@ def shlex_quote(text):
 
 def report_category(path):
     return "Figures" if path.endswith((".pdf", ".png")) else "Tables"
+
+
+def caption_file(notebook):
+    """The committed report caption of a catalog entry (report/captions/, made by report/make_captions.py)."""
+    return os.path.abspath(os.path.join(workflow.basedir, "report", "captions", f"{notebook}.rst"))
 
 
 TABLES = {
@@ -74,7 +79,7 @@ localrules:
     all,
     write_corpus_config,
     write_run_config,
-    write_caption,
+    record_corpus,
     list_pretrained_models,
 
 

@@ -3,7 +3,11 @@
 # notebook; entries may share a notebook and differ by `constants`). Each notebook rule runs
 #   papermill notebooks/NAME.ipynb {results}/notebooks/NAME.ipynb -y '{"inputs": ..., "outputs": ..., "params": ...}'
 # The notebook file is an input of its own rule only, so editing it re-runs just that figure. The final
-# figures and tables are report() outputs with the catalog's caption (`snakemake --report report.html`).
+# figures and tables are report() outputs with the committed caption report/captions/NAME.rst (written from
+# the catalog by report/make_captions.py; `snakemake --report results/report.html`).
+# A notebook rule depends only on committed files (tables, figdata, resources/, its notebook), and its
+# executed copy is its log, not an output: a fresh clone (no runs, no corpora, no .snakemake/) has every
+# output, so Snakemake never asks for a training or scoring job to redraw a figure.
 
 
 # Figure 1: the summed W_qk of each drawn model's median-symmetry layer (a full GGUF dequantization for
@@ -59,13 +63,13 @@ rule tabulate_symmetry_speedup:
     output:
         runs=report(
             res("tables", "symmetry_speedup_runs.csv"),
-            caption=os.path.abspath(res("report", "captions", "fig_symmetry_speedup.rst")),
+            caption=caption_file("fig_symmetry_speedup"),
             category="Tables",
             subcategory="fig_symmetry_speedup",
         ),
         correlations=report(
             res("tables", "symmetry_speedup_correlations.csv"),
-            caption=os.path.abspath(res("report", "captions", "fig_symmetry_speedup.rst")),
+            caption=caption_file("fig_symmetry_speedup"),
             category="Tables",
             subcategory="fig_symmetry_speedup",
         ),
@@ -86,22 +90,25 @@ rule tabulate_symmetry_speedup:
         " > {log:q} 2>&1"
 
 
-rule write_caption:
+# The one fact of the prepared corpus the reproduction report cites (its manifest's sha256, with its counts),
+# committed with the tables: the report's provenance without the ignored corpus folder.
+rule record_corpus:
+    input:
+        corpus_dir("{corpus}"),
     output:
-        res("report", "captions", "{notebook}.rst"),
-    params:
-        text=lambda w: CATALOG[w.notebook]["caption"].strip() + "\n",
+        res("tables", "corpus_{corpus}.csv"),
     log:
-        res("logs", "captions", "{notebook}.log"),
+        res("logs", "tables", "corpus_{corpus}.log"),
     conda:
         "../envs/figures.yaml"
     shell:
-        WRITE_TEXT
+        "python -c 'import sys; from attention_geometry.workflow import write_corpus_record as w; w(*sys.argv[1:])'"
+        " {input:q} {wildcards.corpus} {output:q} > {log:q} 2>&1"
 
 
 for _nb in NOTEBOOKS:
     _parameters, _deps, _outputs = checked(PLAN.notebook_io, _nb)
-    _caption = os.path.abspath(res("report", "captions", f"{_nb}.rst"))
+    _caption = caption_file(_nb)
 
     rule:
         name:
@@ -110,7 +117,6 @@ for _nb in NOTEBOOKS:
             notebook=notebook_file(CATALOG, _nb),
             **_deps,
         output:
-            executed=res("notebooks", f"{_nb}.ipynb"),
             **{
                 key: report(path, caption=_caption, category=report_category(path), subcategory=_nb)
                 for key, path in _outputs.items()
@@ -118,9 +124,10 @@ for _nb in NOTEBOOKS:
         params:
             parameters=json.dumps(_parameters, sort_keys=True),
         log:
-            res("logs", "notebooks", f"{_nb}.log"),
+            executed=res("notebooks", f"{_nb}.ipynb"),
+            log=res("logs", "notebooks", f"{_nb}.log"),
         conda:
             "../envs/figures.yaml"
         shell:
-            "papermill {input.notebook:q} {output.executed:q} -y {params.parameters:q} --log-output"
-            " --no-progress-bar > {log:q} 2>&1"
+            "papermill {input.notebook:q} {log.executed:q} -y {params.parameters:q} --log-output"
+            " --no-progress-bar > {log.log:q} 2>&1"

@@ -210,8 +210,8 @@ def test_notebook_io_fills_every_catalog_entry():
     assert params["inputs"]["ours_encoder"] == "results/figdata/wqk/runs/tiny-wiki_offline-encoder-standard-s0.npz"
     assert params["inputs"]["smollm2"] == deps["smollm2"] == "results/figdata/wqk/pretrained/smollm2.npz"
     params, deps, _ = p.notebook_io("reproduction_report")
-    assert params["inputs"]["corpus_manifest"] == "results/corpora/wiki_offline/manifest.json"
-    assert deps["corpus_manifest"] == "results/corpora/wiki_offline"  # the corpus is a directory() output
+    # the committed record of the corpus (rule record_corpus), never the ignored corpus folder
+    assert params["inputs"]["corpus_manifest"] == deps["corpus_manifest"] == "results/tables/corpus_wiki_offline.csv"
     assert params["params"]["config_name"] == "config/paper.yaml"
     assert len(params["params"]["config_hash"]) == 16
     params, _, _ = p.notebook_io("figS2_encoder_decoder")
@@ -246,6 +246,8 @@ def test_targets_are_every_notebook_output_and_the_tables_they_read():
     assert "results-smoke/tables/symmetry_speedup_runs.csv" in targets
     assert not any("fig1_wqk_examples" in t for t in targets)
     assert not any("/figdata/" in t for t in targets)
+    # only committed files: the executed notebooks (logs) and the captions (report/captions/) are not targets
+    assert not any(t.endswith((".ipynb", ".rst")) for t in targets)
 
 
 def test_text_writers():

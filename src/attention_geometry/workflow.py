@@ -32,7 +32,7 @@ import yaml
 
 from .contract import RUN_KEYS
 from .errors import UserError
-from .files import read_yaml
+from .files import atomic_write_text, file_sha256, read_yaml
 from .hyper import resolve_hyper
 from .pretrained import (PRETRAINED_COLUMNS, ConfigError, Pretrained, package_dir,  # noqa: F401 (re-exported)
                          pretrained_rows, resolve_pretrained)
@@ -303,9 +303,8 @@ class Plan:
     def placeholders(self) -> dict[str, Callable[[], tuple[str, str | None]]]:
         """Catalog placeholder -> () -> (path given to the notebook, file the rule depends on), evaluated
         only where an entry uses it."""
-        def manifest():
-            corpus = self.run_corpus(self.emergence_runs()["encoder"][0])
-            return os.path.join(corpus, "manifest.json"), corpus  # the corpus is a directory() output
+        def manifest():  # the committed record of the manifest (rule record_corpus), not the ignored corpus
+            return same(self.corpus_record(self.runs[self.emergence_runs()["encoder"][0]].dataset))
 
         def same(path):
             return path, path
@@ -318,6 +317,11 @@ class Plan:
             "fig1_decoder_model": lambda: same(self.pretrained_wqk(self.fig1_model("decoder"))),
             "corpus_manifest": manifest,
         }
+
+    def corpus_record(self, corpus: str) -> str:
+        """{results}/tables/corpus_{corpus}.csv: the facts of a prepared corpus the notebooks cite (rule
+        record_corpus), committed with the tables so that no notebook depends on the ignored corpus."""
+        return self.res("tables", f"corpus_{corpus}.csv")
 
     def notebook_param(self, name: str, notebook: str):
         f = self.config["figures"]
@@ -366,14 +370,14 @@ class Plan:
         return {"inputs": inputs, "outputs": outputs, "params": params}, deps, outputs
 
     def notebook_targets(self) -> list[str]:
-        """Every notebook's outputs, executed copy and report caption, and the tables under {results}/tables
-        that the notebooks read (a table a rule makes for one figure is a result too)."""
+        """Every notebook's outputs and the tables under {results}/tables that the notebooks read (a table a
+        rule makes for one figure is a result too): only committed files, so a fresh clone has every target
+        (the executed notebook is the rule's log; the report captions are committed under report/captions/)."""
         targets = []
         tables = self.res("tables") + os.sep
         for nb in self.notebooks:
             _, deps, outputs = self.notebook_io(nb)
             targets += list(outputs.values())
-            targets += [self.res("notebooks", f"{nb}.ipynb"), self.res("report", "captions", f"{nb}.rst")]
             targets += [d for d in deps.values() if d.startswith(tables)]
         return list(dict.fromkeys(targets))
 
@@ -394,6 +398,28 @@ def schema_error(config: Mapping, schema_path: str, limit: int = 300) -> str | N
     if len(message) > limit:
         message = message[:limit] + " ..."
     return f"config {where or '(top level)'}: {message}"
+
+
+# ------------------------------------------------------------------------------ report and committed facts
+CORPUS_RECORD_COLUMNS = ("corpus", "manifest_sha256", "documents_sha256", "n_documents", "n_tokens",
+                         "n_train_blocks", "n_heldout_blocks", "block_len", "vocab_size")
+
+
+def write_corpus_record(corpus_dir: str, corpus: str, out: str) -> None:
+    """Rule record_corpus: the prepared corpus's manifest sha256 and counts (no machine paths) as one CSV row."""
+    from .corpus import MANIFEST, read_manifest  # numpy: only in the rule's job, never at parse time
+
+    manifest = read_manifest(corpus_dir, corpus)
+    row = {"corpus": corpus, "manifest_sha256": file_sha256(os.path.join(corpus_dir, MANIFEST)),
+           **{k: manifest.get(k, "") for k in CORPUS_RECORD_COLUMNS[2:]}}
+    atomic_write_text(out, csv_text([row], CORPUS_RECORD_COLUMNS))
+
+
+def caption_rst(catalog: Mapping, entry: str) -> str:
+    """report/captions/{entry}.rst (committed; tests/test_report.py checks them against the catalog): the
+    entry's caption and the notebook and rule that make it."""
+    return (f"{' '.join(catalog[entry]['caption'].split())}\n\n"
+            f"Made by ``{notebook_file(catalog, entry)}`` (rule ``make_{entry}``).\n")
 
 
 def plan(config: Mapping, repo: str, configfiles: Sequence[str] = (),

@@ -1,0 +1,185 @@
+"""The report and the committed results (issue 11, points 2 and 3): the report captions are committed and
+match notebooks/catalog.yaml; the notebook rules depend on committed files only; and, in a copy of the
+repository as a fresh clone has it (the tracked files written in checkout order, no results/runs, no
+results/corpora, no .snakemake/), `snakemake -n` schedules no training or scoring job, editing one notebook
+schedules only its own job(s), and `snakemake --report` lists every figure and table with its caption.
+
+The clone tests run Snakemake in a copy under tmp_path (never in the repository's results/ or .snakemake/)."""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attention_geometry.workflow import caption_rst, load_catalog, notebook_file, write_corpus_record
+from test_workflow import job_counts, snakemake  # the same runner and dry-run parser (tests/ is on sys.path)
+from test_workflow_logic import _config, _plan
+
+REPO = Path(__file__).resolve().parents[1]
+
+CATALOG = load_catalog(str(REPO / "notebooks" / "catalog.yaml"))
+# what a notebook edit or a fresh clone may schedule: drawing from committed tables, nothing heavier
+DRAWING = {f"make_{nb}" for nb in CATALOG} | {"tabulate_symmetry_speedup", "all"}
+
+
+def _git_files(*args: str) -> list[str]:
+    out = subprocess.run(["git", "ls-files", "-z", *args], cwd=REPO, capture_output=True, text=True, check=True)
+    return sorted(p for p in out.stdout.split("\0") if p)
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+# ------------------------------------------------------------------------------------------ captions
+
+
+def test_committed_captions_match_the_catalog():
+    """report/captions/ holds exactly one caption per catalog entry, as report/make_captions.py writes it
+    (after editing a caption in the catalog: python report/make_captions.py)."""
+    folder = REPO / "report" / "captions"
+    assert sorted(p.stem for p in folder.glob("*.rst")) == sorted(CATALOG), "run python report/make_captions.py"
+    for name, entry in CATALOG.items():
+        text = (folder / f"{name}.rst").read_text(encoding="utf-8")
+        assert text == caption_rst(CATALOG, name), f"{name}: run python report/make_captions.py"
+        assert _words(entry["caption"]) in _words(text) and notebook_file(CATALOG, name) in text
+    proc = subprocess.run([sys.executable, str(REPO / "report" / "make_captions.py"), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_caption_check_reports_a_drifted_caption(tmp_path, monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("make_captions", REPO / "report" / "make_captions.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    folder = tmp_path / "captions"
+    shutil.copytree(REPO / "report" / "captions", folder)
+    monkeypatch.setattr(mod, "FOLDER", folder)
+    monkeypatch.setattr(sys, "argv", ["make_captions.py", "--check"])
+    assert mod.main() == 0
+    (folder / "fig3_emergence.rst").write_text("an old caption\n")
+    (folder / "gone.rst").write_text("a removed entry\n")
+    assert mod.main() == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "report/captions/fig3_emergence.rst: differs from notebooks/catalog.yaml", "report/captions/gone.rst: left over"]
+    monkeypatch.setattr(sys, "argv", ["make_captions.py"])
+    assert mod.main() == 0
+    assert (folder / "fig3_emergence.rst").read_text() == caption_rst(CATALOG, "fig3_emergence")
+    assert not (folder / "gone.rst").exists()
+
+
+# ------------------------------------------------------------------------------------------ dependencies
+
+
+def test_notebook_rules_read_only_committed_files():
+    """Every input of every notebook rule of the default config is a file under version control, so no
+    notebook needs a run folder, a corpus or a scoring output that a clone does not have."""
+    tracked = set(_git_files()) | set(_git_files("--others", "--exclude-standard"))
+    p = _plan(_config("config.yaml"))
+    for nb in p.notebooks:
+        _, deps, _ = p.notebook_io(nb)
+        for key, path in deps.items():
+            assert path in tracked, (nb, key, path)
+
+
+def test_corpus_record(tmp_path):
+    corpus = tmp_path / "wiki_offline"
+    corpus.mkdir()
+    manifest = {"n_documents": 3, "n_tokens": 40, "block_len": 8, "vocab_size": 64, "documents_sha256": "ab",
+                "n_train_blocks": 4, "n_heldout_blocks": 1, "sources": [{"path": "/a/machine/path"}]}
+    (corpus / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "t" / "corpus_wiki_offline.csv"
+    write_corpus_record(str(corpus), "wiki_offline", str(out))
+    sha = hashlib.sha256((corpus / "manifest.json").read_bytes()).hexdigest()
+    assert out.read_text() == ("corpus,manifest_sha256,documents_sha256,n_documents,n_tokens,n_train_blocks,"
+                               f"n_heldout_blocks,block_len,vocab_size\nwiki_offline,{sha},ab,3,40,4,1,8,64\n")
+
+
+# ------------------------------------------------------------------------------------------ a fresh clone
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory) -> Path:
+    """The files a clone of this working tree has (tracked, plus new files not ignored), written one after
+    the other in path order as `git clone` does, so their modification times increase in that order."""
+    dest = tmp_path_factory.mktemp("clone")
+    for rel in _git_files() + _git_files("--others", "--exclude-standard"):
+        src = REPO / rel
+        if src.is_file() and not src.is_symlink():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest / rel)
+    for ignored in ("results/runs", "results/corpora", "results/notebooks", "results/report", ".snakemake"):
+        assert not (dest / ignored).exists(), ignored
+    return dest
+
+
+def _edit(path: Path):
+    """A real edit of a notebook (its metadata), not just a newer mtime."""
+    nb = json.loads(path.read_text())
+    nb["metadata"]["edited_by_test"] = nb["metadata"].get("edited_by_test", 0) + 1
+    path.write_text(json.dumps(nb, indent=1))
+
+
+@pytest.mark.slow
+def test_fresh_clone_redraws_without_training_and_a_notebook_edit_reruns_only_its_jobs(clone):
+    # a fresh clone: whatever is out of date by the checkout's modification times is drawn again from the
+    # committed tables; no corpus, training, scoring or W_qk extraction is scheduled
+    counts = job_counts(snakemake("-n", cwd=clone).stdout)
+    assert set(counts) <= DRAWING, counts
+    # `snakemake --touch` marks the committed results current; then nothing is to be done
+    snakemake("--touch", "--cores", "1", cwd=clone)
+    proc = snakemake("-n", cwd=clone)
+    assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-2000:]
+    # editing one notebook schedules its own job only
+    _edit(clone / "notebooks" / "fig3_emergence.ipynb")
+    assert job_counts(snakemake("-n", cwd=clone).stdout) == {"make_fig3_emergence": 1, "all": 1}
+    _edit(clone / "notebooks" / "reproduction_report.ipynb")
+    assert job_counts(snakemake("-n", cwd=clone).stdout) == {"make_fig3_emergence": 1, "make_reproduction_report": 1,
+                                                             "all": 1}
+    # a notebook shared by three entries (Figures 2, S1, S2) schedules those three
+    snakemake("--touch", "--cores", "1", cwd=clone)
+    _edit(clone / "notebooks" / "pretrained_scores_vs_params.ipynb")
+    counts = job_counts(snakemake("-n", cwd=clone).stdout)
+    shared = {nb for nb in CATALOG if notebook_file(CATALOG, nb) == "notebooks/pretrained_scores_vs_params.ipynb"}
+    assert counts == {**{f"make_{nb}": 1 for nb in shared}, "all": 1} and len(shared) == 3
+
+
+def _script_json(page: str, name: str):
+    """The JSON the report's template assigns to `var NAME = ...;` (an object or a string, on one line)."""
+    found = re.findall(rf"^\s*var {name} = ([{{\"].*);\s*$", page, re.M)
+    assert len(found) == 1, (name, len(found))
+    return json.loads(found[0])
+
+
+def _text(fragment: str) -> str:
+    return _words(html.unescape(re.sub(r"<[^>]+>", " ", fragment)))
+
+
+def test_report_from_a_fresh_clone_lists_every_figure_and_table_with_its_caption(clone):
+    out = clone / "results" / "report.html"
+    snakemake("--report", "results/report.html", cwd=clone)
+    page = out.read_text(encoding="utf-8")
+    results = _script_json(page, "results")
+    assert "Reproduction of Saponati et al." in _text(_script_json(page, "workflow_desc"))
+    expected = {}
+    for nb, entry in CATALOG.items():
+        for template in entry["outputs"].values():
+            expected[template.replace("{results}", "results")] = (f"make_{nb}", entry["caption"])
+    speedup = CATALOG["fig_symmetry_speedup"]["caption"]
+    for name in ("symmetry_speedup_runs.csv", "symmetry_speedup_correlations.csv"):
+        expected[f"results/tables/{name}"] = ("tabulate_symmetry_speedup", speedup)
+    assert set(results) == set(expected)
+    for path, (rule, caption) in expected.items():
+        record = results[path]
+        assert record["job_properties"]["rule"] == rule, path
+        assert _words(caption) in _text(record["caption"]), path
+        assert record["data_uri"].startswith("data:"), path  # the file itself is embedded
