@@ -7,7 +7,7 @@ import shlex
 
 from snakemake.exceptions import WorkflowError
 
-from attention_geometry.workflow import ConfigError, alternation, notebook_file, plan, yaml_text
+from attention_geometry.workflow import ConfigError, alternation, notebook_file, plan, slurm_resources, yaml_text
 
 if config["offline"]:
     # Nothing waits on the Hugging Face hub: every job inherits these (local and SLURM jobs alike, since
@@ -33,6 +33,7 @@ UPDATE_RUNS = PLAN.update_runs
 PRETRAINED = PLAN.pretrained  # model key -> workflow.Pretrained
 CATALOG = PLAN.catalog  # notebooks/catalog.yaml
 NOTEBOOKS = PLAN.notebooks  # the catalog entries made with this config
+TRAIN_SLURM = slurm_resources(config["training"])  # e.g. a GPU partition for training only
 
 res = PLAN.res
 corpus_dir = PLAN.corpus_dir

@@ -44,6 +44,7 @@ rule train_model:
         gpu=config["training"]["gpus"],
         mem_mb=config["training"]["mem_mb"],
         runtime=config["training"]["runtime"],
+        **TRAIN_SLURM,
     log:
         res("logs", "train", "{run}.log"),
     benchmark:

@@ -189,6 +189,17 @@ def test_training_resources_follow_the_config(tmp_path):
     assert "threads: 2" in block
     assert "gpu=3" in block and "mem_mb=1234" in block and "runtime=77" in block
     assert "--threads 2" in proc.stdout
+    assert "slurm_partition" not in proc.stdout  # unset: the profile's default-resources decide
+
+    # a SLURM partition and account for the training jobs only (a GPU partition), none for the other rules
+    cfg["training"].update(slurm_partition="gpu-a100", slurm_account="lab42")
+    path.write_text(yaml.safe_dump(cfg))
+    proc = snakemake("-n", "--cores", "4", "--configfile", str(path), "--config", f"results={tmp_path}/r")
+    blocks = [b for b in re.split(r"\n(?=\[\w{3} \w{3} )", proc.stdout) if "rule " in b]  # one per job
+    train = [b for b in blocks if "rule train_model:" in b]
+    other = [b for b in blocks if "rule train_model:" not in b]
+    assert len(train) == 5 and all("slurm_partition=gpu-a100" in b and "slurm_account=lab42" in b for b in train)
+    assert other and not any("slurm_" in b for b in other)
 
 
 def _bad_config(tmp_path, mutate):

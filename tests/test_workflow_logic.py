@@ -280,3 +280,10 @@ def test_explicit_steps_and_every_together_are_refused(pair):
     groups["main"]["runs"][1].update({pair[0]: [0, 30, 60], pair[1]: 30})
     with pytest.raises(ConfigError, match=f"give {pair[0]} or {pair[1]}, not both"):
         expand_runs(groups, ["c1"])
+
+
+def test_slurm_resources_only_what_is_set():
+    assert workflow.slurm_resources({"gpus": 1}) == {}
+    assert workflow.slurm_resources({"slurm_partition": "gpu"}) == {"slurm_partition": "gpu"}
+    assert workflow.slurm_resources({"slurm_partition": "gpu", "slurm_account": "a1", "mem_mb": 5}) == {
+        "slurm_partition": "gpu", "slurm_account": "a1"}

@@ -40,7 +40,8 @@ from .rundir import run_name, snapshot_dir, snapshot_steps
 
 __all__ = [
     "ConfigError", "CONFIG_KEY", "Run", "Pretrained", "Plan", "plan", "schema_error", "expand_corpora", "expand_runs",
-    "resolve_pretrained", "load_catalog", "package_dir", "yaml_text", "csv_text", "PRETRAINED_COLUMNS",
+    "resolve_pretrained", "load_catalog", "slurm_resources", "package_dir", "yaml_text", "csv_text",
+    "PRETRAINED_COLUMNS",
 ]
 
 
@@ -420,6 +421,12 @@ def caption_rst(catalog: Mapping, entry: str) -> str:
     entry's caption and the notebook and rule that make it."""
     return (f"{' '.join(catalog[entry]['caption'].split())}\n\n"
             f"Made by ``{notebook_file(catalog, entry)}`` (rule ``make_{entry}``).\n")
+
+
+def slurm_resources(section: Mapping) -> dict[str, str]:
+    """The SLURM resources a config section sets for its rules' jobs (`slurm_partition`, `slurm_account`),
+    only those given: an absent key leaves the profile's default-resources in force."""
+    return {k: str(section[k]) for k in ("slurm_partition", "slurm_account") if section.get(k)}
 
 
 def plan(config: Mapping, repo: str, configfiles: Sequence[str] = (),
