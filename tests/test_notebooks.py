@@ -161,6 +161,7 @@ PARAMS = {
     "margins": {"symmetry": 0.05, "directionality": 0.05, "loss": 0.01, "speedup": 0.05},
     "horizon_snapshots": 3,
     "config_hash": "0123abcd",
+    "code_version": "0123456789abcdef0123456789abcdef01234567",
     "config_name": "config/test.yaml",
 }
 
@@ -204,6 +205,7 @@ def test_notebook_runs_and_writes_outputs(name, workspace):
         assert by["a"] == "holds"  # encoder above decoder in symmetry
         assert by["e"] == "holds"  # decoders keep less of the tie
         assert "0123abcd" in Path(outputs["md"]).read_text()
+        assert "0123456789abcdef0123456789abcdef01234567" in Path(outputs["md"]).read_text()  # the code commit
     if name == "table1_symmetric_init":
         t = pd.read_csv(outputs["csv"])
         ours = t[(t["source"] == "ours") & (t["objective"] == "encoder")]

@@ -5,6 +5,7 @@ check that the rules use it."""
 from __future__ import annotations
 
 import copy
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -287,3 +288,23 @@ def test_slurm_resources_only_what_is_set():
     assert workflow.slurm_resources({"slurm_partition": "gpu"}) == {"slurm_partition": "gpu"}
     assert workflow.slurm_resources({"slurm_partition": "gpu", "slurm_account": "a1", "mem_mb": 5}) == {
         "slurm_partition": "gpu", "slurm_account": "a1"}
+
+
+def test_code_version_is_the_commit_and_flags_changes_outside_results(tmp_path):
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    assert workflow.code_version(str(tmp_path)).startswith("unknown")  # not a git checkout
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "t.csv").write_text("a\n1\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    head = git("rev-parse", "HEAD")
+    assert workflow.code_version(str(tmp_path)) == head
+    (tmp_path / "results" / "t.csv").write_text("a\n2\n")  # the outputs themselves: not a code change
+    (tmp_path / "results" / "new.png").write_text("png")
+    assert workflow.code_version(str(tmp_path)) == head
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert workflow.code_version(str(tmp_path)) == head + " + uncommitted changes outside results/"

@@ -1,5 +1,6 @@
 """Pretrained models of the workflow config (`pretrained:`): where each model's files are, how `attention-geometry
-score` is called on them, and their provenance (machine-independent origin, sha256 of the weight files read).
+score` is called on them, and their provenance (machine-independent origin, sha256 of the weight files read); and the code's own
+provenance, `code_version` (the git commit).
 Torch-free; `workflow.plan` uses it at Snakemake's parse time."""
 
 from __future__ import annotations
@@ -115,3 +116,20 @@ def pretrained_rows(pretrained: Mapping[str, Pretrained]) -> list[dict]:
     return [{"key": key, "name": m.name, "origin": m.origin, "revision": m.revision, "pinned": m.pinned,
              "sha256": " ".join(f"{os.path.basename(f)}:{file_sha256(f)}" for f in m.weight_files())}
             for key, m in pretrained.items()]
+
+
+def code_version(repo: str) -> str:
+    """The git commit of the workflow's code, with " + uncommitted changes" when a tracked or new file outside
+    results/ differs from it (results/ holds the committed outputs themselves, written before they are
+    committed); "unknown (...)" outside a git checkout."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=normal", "--", ".", ":(exclude)results")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    return commit + (" + uncommitted changes outside results/" if dirty else "")

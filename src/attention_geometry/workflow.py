@@ -35,12 +35,12 @@ from .errors import UserError
 from .files import atomic_write_text, file_sha256, read_yaml
 from .hyper import resolve_hyper
 from .pretrained import (PRETRAINED_COLUMNS, ConfigError, Pretrained, package_dir,  # noqa: F401 (re-exported)
-                         pretrained_rows, resolve_pretrained)
+                         code_version, pretrained_rows, resolve_pretrained)
 from .rundir import run_name, snapshot_dir, snapshot_steps
 
 __all__ = [
     "ConfigError", "CONFIG_KEY", "Run", "Pretrained", "Plan", "plan", "schema_error", "expand_corpora", "expand_runs",
-    "resolve_pretrained", "load_catalog", "slurm_resources", "package_dir", "yaml_text", "csv_text",
+    "resolve_pretrained", "load_catalog", "slurm_resources", "code_version", "package_dir", "yaml_text", "csv_text",
     "PRETRAINED_COLUMNS",
 ]
 
@@ -332,6 +332,8 @@ class Plan:
             return self.ablation_runs()
         if name == "config_hash":
             return self.config_hash
+        if name == "code_version":
+            return code_version(self.repo)
         if name == "config_name":
             return ", ".join(os.path.relpath(p, self.repo) for p in self.configfiles) or "config/config.yaml"
         if name in f and name not in _NOT_NOTEBOOK_PARAMS:
