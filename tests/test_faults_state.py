@@ -147,6 +147,23 @@ def test_snapshots_carry_checksums_and_a_zeroed_key_tensor_is_refused(tmp_path, 
     assert not (tmp_path / "x.csv").exists()
 
 
+def test_score_updates_verifies_the_snapshots_it_reads_only(tmp_path, six, corpus):
+    out, _ = six  # snapshots at steps 0, 3, 6
+    name, a, b = _safetensors_tensor(out / "checkpoints" / "step-0000006" / "model.safetensors", "attention.self.key.weight")
+    with open(out / "checkpoints" / "step-0000006" / "model.safetensors", "r+b") as f:
+        f.seek(a)
+        f.write(b"\x00" * ((b - a) // 2))
+    args = ("score-updates", str(out), "--corpus", str(corpus), "--batches", "1", "--batch-size", "8", "--no-progress")
+    # step 0 reads snapshots 0 and 3 (its applied update): the damaged step 6 is never read
+    ok = _cli(*args, "--steps", "0", "--out", str(tmp_path / "u0.csv"))
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr
+    # step 3 reads snapshot 6 for its applied update: refused with one line naming it
+    bad = _cli(*args, "--steps", "3", "--out", str(tmp_path / "u3.csv"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "damaged snapshot: " in bad.stderr and "step-0000006/model.safetensors: sha256 differs" in bad.stderr
+    assert not (tmp_path / "u3.csv").exists()
+
+
 def test_legacy_snapshots_are_read_with_one_warning(six, capsys):
     out, _ = six
     from attention_geometry.checkpoints import score_checkpoints

@@ -21,7 +21,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from .contract import RUN_KEYS
 from .errors import UserError
@@ -43,6 +43,7 @@ __all__ = [
     "snapshot_dir",
     "is_complete_snapshot",
     "list_snapshots",
+    "verify_snapshots",
     "verify_snapshot",
     "snapshot_steps",
     "read_run_yaml",
@@ -115,11 +116,18 @@ def list_snapshots(run_dir: str | os.PathLike, must_exist: bool = True, verify: 
     if not found and must_exist:
         raise UserError(f"{root}: no step-XXXXXXX snapshot folders (complete: {' + '.join(SNAPSHOT_FILES)})")
     if verify:
-        legacy = [p.name for p in found.values() if not verify_snapshot(p)]
-        if legacy:
-            (warn or warn_stderr)(f"{root}: {len(legacy)} of {len(found)} snapshot(s) have no {CHECKSUMS} (written "
-                                  f"before checksums were recorded, e.g. {legacy[0]}): read unverified")
+        verify_snapshots(found, warn)
     return found
+
+
+def verify_snapshots(snapshots: Mapping[int, Path], warn: Callable[[str], None] | None = None) -> None:
+    """verify_snapshot for each of `snapshots` (step -> folder of one run; a reader that reads only some of
+    them verifies only those), with one warning for those written before checksums were recorded."""
+    legacy = [p.name for p in snapshots.values() if not verify_snapshot(p)]
+    if legacy:
+        root = next(iter(snapshots.values())).parent
+        (warn or warn_stderr)(f"{root}: {len(legacy)} of {len(snapshots)} snapshot(s) have no {CHECKSUMS} (written "
+                              f"before checksums were recorded, e.g. {legacy[0]}): read unverified")
 
 
 def verify_snapshot(folder: str | os.PathLike) -> bool:

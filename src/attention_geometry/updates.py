@@ -52,7 +52,7 @@ from .corpus import Corpus, load_corpus
 from .errors import UserError
 from .files import atomic_write_table, check_table_path
 from .loading import read_safetensors_header
-from .rundir import list_snapshots, read_run_yaml
+from .rundir import list_snapshots, read_run_yaml, verify_snapshots
 from .scores import ScoreError, check_num_std, num_std_arg, scores
 from .training import OBJECTIVES, Hyper, make_batch, resolve_hyper
 from .training.batches import IGNORE_INDEX, corrupt, maskable
@@ -370,7 +370,7 @@ def score_updates(
     run = read_run(run_dir)
     if config is None:
         config = UpdateConfig(masking=run_masking(run))
-    snapshots = list_snapshots(run_dir)
+    snapshots = list_snapshots(run_dir, verify=False)  # verified below: only the snapshots read
     all_steps = list(snapshots)
     if steps is None:
         steps = all_steps
@@ -379,6 +379,8 @@ def score_updates(
         if missing:
             raise UserError(f"{run_dir}/checkpoints has no snapshot for step(s) {missing}; available: {all_steps}")
         steps = sorted(set(int(s) for s in steps))
+    read = set(steps) | {min((s for s in all_steps if s > step), default=step) for step in steps}
+    verify_snapshots({s: snapshots[s] for s in sorted(read)})
     corpus = load_corpus(corpus_dir)
     batches = make_batches(corpus, run["objective"], config)
     label = {k: run[k] for k in LABEL_KEYS}
