@@ -34,6 +34,8 @@ CUDA: tokens/s and model-FLOPs utilization of `--size` (default bert-base) at th
 512, batch 32, bf16 autocast), for the encoder and decoder objectives. FLOPs per step = 6 * (non-embedding
 params) * tokens + 12 * layers * hidden * seq * tokens (attention scores) + 6 * hidden * vocab * predicted
 tokens (output layer); peak = --peak-tflops (default: looked up from the device name, bf16 dense).
+--runs RUN_DIR...: the same count and peak for finished training runs (the loop's s/step from train.log, the
+shape from run.yaml); benchmarks/gpu_check.sh reports its runs with it.
 """
 
 from __future__ import annotations
@@ -341,12 +343,59 @@ def cpu_main(args) -> None:
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 
+def peak_tflops(device_name: str, override: float | None = None) -> float | None:
+    """The device's dense bf16 peak in TFLOP/s: `override`, else PEAK_BF16_TFLOPS by name (None: unknown)."""
+    return override or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in device_name), None)
+
+
+def body_params(model) -> int:
+    """Parameters outside the embeddings (the 6 N part of the FLOP count)."""
+    return sum(p.numel() for n, p in model.named_parameters() if "embeddings" not in n)
+
+
+def gpu_step_flops(h, n_body: int, n_pred: int) -> int:
+    """Model FLOPs of one training step (CUDA count): 6 * body params * tokens, attention scores
+    12 * layers * hidden * seq * tokens, output layer 6 * hidden * vocab * predicted positions."""
+    L = h.seq_len
+    tokens = h.batch_size * L
+    return 6 * n_body * tokens + 12 * h.num_layers * h.hidden_size * L * tokens + 6 * h.hidden_size * h.vocab_size * n_pred
+
+
+def runs_main(args) -> None:
+    """Tokens/s and MFU of finished runs (e.g. those benchmarks/gpu_check.sh trains through the workflow):
+    the loop's s/step from each run's train.log, the shape from its run.yaml, peak from the device name."""
+    import re
+
+    import yaml
+
+    from attention_geometry.hyper import Hyper
+
+    name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    peak = peak_tflops(name, args.peak_tflops)
+    print(f"device {name}, bf16 peak {peak} TFLOP/s")
+    for run_dir in map(Path, args.runs):
+        run = yaml.safe_load((run_dir / "run.yaml").read_text())
+        h = Hyper(**run["hyper"])
+        done = re.findall(r"done: (\d+) steps in ([\d.]+) s \(([\d.]+) s/step in the loop\)",
+                          (run_dir / "train.log").read_text())
+        if not done:
+            sys.exit(f"error: {run_dir / 'train.log'}: no `done:` line (the run did not finish here)")
+        steps, per = int(done[-1][0]), float(done[-1][2])
+        model = build_model(run["size"], run["objective"], "standard", 0, _hyper=h)
+        flops = gpu_step_flops(h, body_params(model), expected_predicted(h, run["objective"]))
+        mfu = flops / per / (peak * 1e12) if peak else float("nan")
+        world = run.get("runtime", {}).get("world_size", 1)
+        print(f"{run['run']}: {steps} steps, {h.precision}, {world} process(es), batch {h.batch_size} x seq "
+              f"{h.seq_len}: {per * 1000:.2f} ms/step, {h.batch_size * h.seq_len / per:,.0f} tokens/s, "
+              f"{flops / per / 1e12:.2f} TFLOP/s, MFU {mfu:.2%} of the bf16 peak")
+
+
 def cuda_main(args) -> None:
     from attention_geometry.training.models import lm_loss
 
     dev = torch.device("cuda")
     name = torch.cuda.get_device_name(dev)
-    peak = args.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+    peak = peak_tflops(name, args.peak_tflops)
     h = resolve_hyper(args.size, {"vocab_size": 30522})
     B, L, V = h.batch_size, h.seq_len, h.vocab_size
     print(f"{args.size} on {name}: batch {B}, seq {L}, bf16 autocast, peak {peak} TFLOP/s")
@@ -355,8 +404,7 @@ def cuda_main(args) -> None:
         opt = torch.optim.AdamW(model.parameters(), lr=h.lr, betas=tuple(h.betas), fused=True)
         fwd = (torch.compile(lambda x, y: lm_loss(model, x, y, objective)) if args.compile
                else (lambda x, y: lm_loss(model, x, y, objective)))
-        n_emb = sum(p.numel() for n, p in model.named_parameters() if "embeddings" in n)
-        n_body = sum(p.numel() for p in model.parameters()) - n_emb
+        n_body = body_params(model)
         g = torch.Generator(device=dev).manual_seed(0)
         times = []
         for i in range(args.warmup + args.steps):
@@ -380,7 +428,7 @@ def cuda_main(args) -> None:
                 times.append(time.perf_counter() - t)
         per = float(np.median(times))
         tokens = B * L
-        flops = 6 * n_body * tokens + 12 * h.num_layers * h.hidden_size * L * tokens + 6 * h.hidden_size * V * n_pred
+        flops = gpu_step_flops(h, n_body, n_pred)
         mfu = flops / per / (peak * 1e12) if peak else float("nan")
         print(f"{objective:<8} {per:.4f} s/step  {tokens / per:,.0f} tokens/s  {flops / per / 1e12:.1f} TFLOP/s  "
               f"MFU {mfu:.1%}")
@@ -402,8 +450,13 @@ def main(argv=None) -> None:
     p.add_argument("--group", default="main", help="CPU only: the training group of --config (default main)")
     p.add_argument("--size", default="bert-base", help="CUDA only: the size to measure")
     p.add_argument("--peak-tflops", type=float, default=None, help="CUDA only: the device's bf16 peak")
+    p.add_argument("--runs", nargs="+", metavar="RUN_DIR",
+                   help="report tokens/s and MFU of these finished runs instead of measuring (gpu_check.sh)")
     args = p.parse_args(argv)
-    (cuda_main if args.device == "cuda" else cpu_main)(args)
+    if args.runs:
+        runs_main(args)
+    else:
+        (cuda_main if args.device == "cuda" else cpu_main)(args)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -32,43 +31,11 @@ from .checkpoint import (adopt_state, check_loss_rows, load_state, read_loss_row
                          save_state, set_aside, write_loss_rows, write_run_yaml)
 from .config import RunConfig, resolve_run
 from .models import Hyper, build_model, hidden_states, lm_loss, symmetry_penalty
+from .runtime import _autocast, _dist_env, _pick_device, _precision, keep_large_allocations_on_heap
 
 __all__ = ["train", "lr_at", "global_indices", "mask_tokens", "make_batch", "evaluate", "LOSS_COLUMNS"]
 
 log = logging.getLogger("attention_geometry.training")
-
-
-# ------------------------------------------------------------------------------------------- runtime
-
-
-def _dist_env() -> tuple[int, int, int]:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    return world, rank, local
-
-
-def _pick_device(device: str, local_rank: int) -> torch.device:
-    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise UserError("device: cuda requested but no CUDA device is available")
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
-
-
-def _precision(h: Hyper, device: torch.device) -> str:
-    if h.precision != "auto":
-        return h.precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return "fp32"
-
-
-def _autocast(device: torch.device, amp_dtype: torch.dtype | None):
-    if amp_dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=amp_dtype)
 
 
 class _LossModule(nn.Module):
@@ -313,6 +280,7 @@ def train(cfg: RunConfig, out: str | Path, threads: int | None = None, device: s
         raise UserError(f"overrides.batch_size: {h.batch_size} is not divisible by processes x grad_accum "
                         f"({world} x {h.grad_accum})")
     dev = _pick_device(device_name, local_rank)
+    keep_large_allocations_on_heap()
     if threads:
         torch.set_num_threads(threads)
     out = Path(out)

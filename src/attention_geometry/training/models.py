@@ -210,16 +210,21 @@ class _SumCrossEntropy(torch.autograd.Function):
     """sum_i (logsumexp(logits_i) - logits_i[label_i]), with the softmax kept for the backward pass: the
     same value and gradient as F.cross_entropy(..., reduction="sum") (tested). On one CPU thread at
     [2016, 2048] it is several times faster than F.cross_entropy: it skips log_softmax's slow backward
-    kernel, and forward and backward make few passes over the [N, V] logits (logsumexp and softmax are
-    fused kernels; the backward scales the kept softmax in place)."""
+    kernel, and forward and backward make few passes over the [N, V] logits: one softmax (a fused kernel),
+    whose label entries give the loss, -log p_i[label_i]; only rows where that entry underflows (below
+    1e-30, a logit gap of ~69 nats) take logsumexp. The backward scales the kept softmax in place."""
 
     @staticmethod
     def forward(ctx, logits, labels):
-        lse = torch.logsumexp(logits, -1)
-        loss = (lse - logits.gather(-1, labels[:, None]).squeeze(-1)).sum()
         p = torch.softmax(logits, -1)
+        p_label = p.gather(-1, labels[:, None]).squeeze(-1)
+        per_row = p_label.log().neg_()
+        tiny = p_label < 1e-30
+        if bool(tiny.any()):
+            x = logits[tiny]
+            per_row[tiny] = torch.logsumexp(x, -1) - x.gather(-1, labels[tiny][:, None]).squeeze(-1)
         ctx.save_for_backward(p, labels)
-        return loss
+        return per_row.sum()
 
     @staticmethod
     def backward(ctx, grad):
