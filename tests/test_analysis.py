@@ -245,6 +245,26 @@ def test_model_table_sides_and_head_filter():
     assert t.loc["paper", "directionality_median"] == pytest.approx(-0.4)
 
 
+def test_model_table_flags_our_caveated_model_types():
+    ours = pd.DataFrame({
+        "model": ["g", "g", "s", "s"], "model_type": ["gemma3_text", "gemma3_text", "llama", "llama"],
+        "modality": "text", "architecture": "decoder-only", "component": "decoder", "n_params": 10,
+        "layer": [0, 1, 0, 1], "head": "all", "symmetry": [0.1, 0.2, 0.3, 0.4], "directionality": 0.0})
+    t = A.model_table(ours, None).set_index("model")
+    assert t.loc["g", "caveat"] == A.OUR_CAVEATS["gemma3_text"] and t.loc["s", "caveat"] == ""
+    assert t.loc["g", "symmetry_median"] == pytest.approx(0.15)
+    # a table without model_type (older score tables) has no caveats
+    assert (A.model_table(ours.drop(columns="model_type"), None)["caveat"] == "").all()
+
+
+def test_our_caveats_are_the_families_with_per_head_qk_norms():
+    """OUR_CAVEATS (torch-free, for the notebooks) lists exactly the registered families whose note says they
+    normalize every query and key head (q_norm, k_norm)."""
+    from attention_geometry.extract import FAMILIES
+
+    assert {t for t, f in FAMILIES.items() if "q_norm" in f.note} == set(A.OUR_CAVEATS)
+
+
 # ------------------------------------------------------------------------------------- run symmetry
 def _training_scores(spec: dict[str, tuple[str, str, int, dict[int, list[float]]]]) -> pd.DataFrame:
     rows = []
@@ -291,3 +311,24 @@ def test_tables_render():
     assert "0.123" in md and "bert_x" in md and "nan" not in md
     tex = A.latex_table(df)
     assert r"bert\_x" in tex and "0.123" in tex and r"\toprule" in tex
+
+
+def test_package_versions_name_the_source_tree_when_the_project_is_not_installed(monkeypatch):
+    """Under --sdm conda the package runs from the checkout's src/ on PYTHONPATH, not installed: the report
+    names the version of that code (pyproject.toml's), not "not installed"."""
+    import importlib.metadata
+    import tomllib
+
+    assert A.package_versions(["numpy", "no-such-dist-zz"]) == {"numpy": np.__version__,
+                                                                "no-such-dist-zz": "not installed"}
+    real = importlib.metadata.version
+
+    def version(name):
+        if name == "attention-geometry":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert A.package_versions(["attention-geometry"]) == {
+        "attention-geometry": f"{pyproject['project']['version']} (source tree)"}

@@ -95,12 +95,12 @@ def pretrained_rows(n_per_class):
     return pd.DataFrame(rows)
 
 
-def build(seeds=(0, 1, 2), swap=False, null=True, n_models=1, training=None, **kw):
+def build(seeds=(0, 1, 2), swap=False, null=True, n_models=1, training=None, pretrained=None, **kw):
     enc = [run_name("encoder", "standard", s) for s in seeds]
     dec = [run_name("decoder", "standard", s) for s in seeds]
     loss = loss_rows(seeds)
     out = C.reproduction_claims(
-        training=score_rows(seeds) if training is None else training, loss=loss, updates=update_rows(seeds), pretrained=pretrained_rows(n_models),
+        training=score_rows(seeds) if training is None else training, loss=loss, updates=update_rows(seeds), pretrained=pretrained_rows(n_models) if pretrained is None else pretrained,
         null=null_rows() if null else None,
         emergence_runs={"encoder": dec, "decoder": enc} if swap else {"encoder": enc, "decoder": dec},
         ablation_runs=sorted(loss["run"].unique()), margins=MARGINS, horizon_snapshots=3, level=0.95, **kw)
@@ -214,6 +214,19 @@ def test_pretrained_models_are_the_unit():
     assert (g1["estimate"], g1["low"], g1["high"]) == pytest.approx((np.mean(enc) - np.mean(dec), ci.low, ci.high))
     assert g1["p_value"] == pytest.approx(sps.ttest_ind(enc, dec, equal_var=False).pvalue)
     assert three.loc["g2", "estimate"] == pytest.approx(-0.41 + 0.105) and three.loc["g2", "verdict"] == "holds"
+
+
+def test_pretrained_caveat_named_in_the_claims():
+    """A model whose logits no fixed bilinear form gives (Gemma 3's q/k norm) stays in g1/g2, named in the note."""
+    rows = pretrained_rows(3).assign(model_type="bert")
+    rows.loc[rows["model"] == "decoder-only-1", "model_type"] = "gemma3_text"
+    c = build(pretrained=rows)
+    for cid in ("g1", "g2"):
+        assert c.loc[cid, "n"] == 6
+        assert "Caveat: decoder-only-1 (q/k normalized per head: no fixed bilinear form" in c.loc[cid, "note"]
+    plain = build(pretrained=pretrained_rows(3).assign(model_type="bert"))
+    assert "Caveat" not in plain.loc["g1", "note"]
+    assert plain.loc["g1", "estimate"] == c.loc["g1", "estimate"]
 
 
 def test_update_claims_on_seeds():

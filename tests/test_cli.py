@@ -30,7 +30,7 @@ def test_one_progress_switch_for_every_subcommand_and_every_rule_uses_it():
                              capture_output=True, text=True, check=False)
         assert out.returncode == 0 and "--no-progress" in out.stdout, (name, out.stderr[-500:])
     # the rules' logs are files: no carriage-return bar streams in them
-    calls = re.findall(r'"attention-geometry ([a-z-]+)([^"]*)"', "".join(
+    calls = re.findall(r'python -m attention_geometry ([a-z-]+)([^"]*)"', "".join(
         p.read_text() for p in sorted((ROOT / "rules").glob("*.smk"))))
     assert len(calls) >= 9
     assert all(rest.startswith(" --no-progress") for _, rest in calls), calls

@@ -10,7 +10,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import BertConfig, BertModel
 
-from attention_geometry import loading
+from attention_geometry import safetensors_io
 from attention_geometry.errors import UserError
 from attention_geometry.extract import UnsupportedArchitecture
 from attention_geometry.loading import LoadError, SafetensorsSource, StateDictSource, open_source
@@ -101,7 +101,7 @@ def test_streaming_reads_only_requested_bytes(saved, monkeypatch):
         def seek(self, *a):
             return self.f.seek(*a)
 
-    monkeypatch.setattr(loading, "open", lambda *a, **k: Counting(real_open(*a, **k)), raising=False)
+    monkeypatch.setattr(safetensors_io, "open", lambda *a, **k: Counting(real_open(*a, **k)), raising=False)
     from attention_geometry.checkpoints import score_model
 
     score_model(d, progress=False)
@@ -307,3 +307,52 @@ def test_remote_code_refusal_is_one_cli_line(tmp_path):
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: facebook/MobileLLM-125M: trust_remote_code")
     assert not out.exists()
+
+
+def test_default_name_is_the_repo_id_the_folder_records(saved, tmp_path):
+    """`--name` unset: a model card that loads exactly one repo id, or a hub cache snapshot, names the model;
+    otherwise the folder's name (config.json's _name_or_path, the model it was loaded from, never)."""
+    m, d = saved
+    assert json.loads((d / "config.json").read_text()).get("_name_or_path", "") in ("", str(d))
+    assert open_source(d).name == "tiny-bert"  # no card
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "_name_or_path": "base-org/base-model"}))
+    assert open_source(d).name == "tiny-bert"
+    (d / "README.md").write_text("# tiny\n```python\nmodel = SentenceTransformer('my-org/tiny-bert-v2')\n"
+                                 "tok = AutoTokenizer.from_pretrained(\"my-org/tiny-bert-v2\")\n```\n")
+    assert open_source(d).name == "my-org/tiny-bert-v2"
+    assert open_source(d, name="mine").name == "mine"  # an explicit --name wins
+    # a card that loads two repos (e.g. a base and this model) does not say which is this one
+    (d / "README.md").write_text("AutoModel.from_pretrained('org/a')\nAutoModel.from_pretrained('org/b')\n")
+    assert open_source(d).name == "tiny-bert"
+    snap = tmp_path / "hub" / "models--some-org--tiny-bert" / "snapshots" / "0123abcd"
+    m.save_pretrained(snap)
+    assert open_source(snap).name == "some-org/tiny-bert"
+
+
+def test_default_name_of_a_gguf_file_is_its_source_repo(tmp_path):
+    from attention_geometry import loading
+
+    gguf = pytest.importorskip("gguf")
+
+    def write(path, **fields):
+        w = gguf.GGUFWriter(str(path), "llama")
+        for key, value in fields.items():
+            w.add_string(key, value)
+        w.add_tensor("blk.0.attn_q.weight", torch.zeros(4, 4).numpy())
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return gguf.GGUFReader(str(path))
+
+    converted = write(tmp_path / "model.Q8_0.gguf", **{"general.name": "Some Run Name",
+                                                      "general.source.huggingface.repository": "org/Model-1B"})
+    assert loading.gguf_model_name(converted, "model.Q8_0.gguf") == "org/Model-1B"
+    bare = write(tmp_path / "other.gguf", **{"general.name": "Some Run Name"})
+    assert loading.gguf_model_name(bare, "other.gguf") == "other"
+    # the q/k reader's header gives the same labels
+    from attention_geometry.gguf_qk import read_gguf_header
+
+    assert loading.gguf_model_name(read_gguf_header(tmp_path / "model.Q8_0.gguf"), "model.Q8_0.gguf") == "org/Model-1B"
+    assert loading.gguf_model_name(read_gguf_header(tmp_path / "other.gguf"), "other.gguf") == "other"

@@ -13,9 +13,7 @@ Conventions used throughout:
 
 from __future__ import annotations
 
-import importlib.metadata
 import math
-import platform
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -27,7 +25,14 @@ from .files import file_sha256  # noqa: F401  (notebooks call analysis.file_sha2
 from .stats import (  # noqa: F401  (re-exported: notebooks and older code call analysis.t_interval etc.)
     Interval, check_level, common_target, first_reaching_step, paired_interval, signed_speedup, t_interval,
     welch_interval)
+from .provenance import machine, package_versions  # noqa: F401  (the report notebook calls analysis.*)
 
+
+# Our pretrained models whose attention logits no fixed bilinear form x_i^T M x_j gives exactly, by model_type
+# (the score rows' column): their rows carry this caveat in model_table, Figure 2 and the claims. Gemma 3
+# RMS-normalizes every query and key head (q_norm, k_norm; docs/architectures/text.md), so its logits are
+# x_i^T W_q^T G W_k x_j / (rms(q_i) rms(k_j)) with a per-token-pair scale M leaves out.
+OUR_CAVEATS = {"gemma3_text": "q/k normalized per head"}
 
 
 # --------------------------------------------------------------------------------------------- checks
@@ -91,15 +96,16 @@ def summarize_over_layers(scores: pd.DataFrame, by: Sequence[str],
 def model_table(ours: pd.DataFrame | None, paper: pd.DataFrame | None,
                 caveats: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per model and component: median and IQR over layers of s and d, ours and the paper's side by side
-    (column `source` = "ours" | "paper"). Ours: summed rows of the score table; the paper's: its distinct
-    score sets, with the caveat flag."""
+    (column `source` = "ours" | "paper"). Ours: summed rows of the score table, flagged by OUR_CAVEATS; the
+    paper's: its distinct score sets, with the caveat flag."""
     keys = ["source", "model", "modality", "architecture", "component", "n_params"]
     parts = []
     if ours is not None and len(ours):
         o = summed_rows(ours)
         require_columns(o, ["model", "modality", "architecture", "component", "n_params", "layer", *SCORES],
                         "our pretrained scores")
-        o = o.assign(source="ours", caveat="")
+        cav = o["model_type"].map(OUR_CAVEATS).fillna("") if "model_type" in o.columns else ""
+        o = o.assign(source="ours", caveat=cav)
         parts.append(summarize_over_layers(o, keys + ["caveat"]))
     if paper is not None and len(paper):
         p = distinct_paper_models(paper)
@@ -352,25 +358,6 @@ def correlation_table(table: pd.DataFrame, xs: Sequence[str], ys: Sequence[str],
                 rows.append({**dict(zip(by, key)), "x": x, "y": y, "n": iv.n, "spearman": iv.estimate,
                              "low": iv.low, "high": iv.high})
     return pd.DataFrame(rows)
-
-
-# --------------------------------------------------------------------------------------- provenance
-def package_versions(names: Iterable[str]) -> dict[str, str]:
-    """Installed distribution versions ("not installed" where missing)."""
-    out = {}
-    for n in names:
-        try:
-            out[n] = importlib.metadata.version(n)
-        except importlib.metadata.PackageNotFoundError:
-            out[n] = "not installed"
-    return out
-
-
-def machine() -> dict[str, str]:
-    import os
-
-    return {"platform": platform.platform(), "machine": platform.machine(), "python": platform.python_version(),
-            "cpus": str(os.cpu_count())}
 
 
 def markdown_table(df: pd.DataFrame, floatfmt: str = ".3f") -> str:

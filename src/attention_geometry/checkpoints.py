@@ -233,7 +233,8 @@ def add_arguments_score(parser: argparse.ArgumentParser) -> None:
     _common_arguments(parser)
     parser.add_argument("--gguf-file", metavar="F", help="GGUF file inside SOURCE (a directory or hub id)")
     parser.add_argument("--revision", metavar="R", help="hub revision: branch, tag or commit (default main)")
-    parser.add_argument("--name", metavar="LABEL", help="value of the model column (default: folder name or hub id)")
+    parser.add_argument("--name", metavar="LABEL", help="value of the model column (default: the repo id the "
+                        "files record, else the hub id, folder or file name: docs/cli.md)")
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="let transformers run the model repository's own code (off by default)")
 

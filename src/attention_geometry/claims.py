@@ -18,6 +18,8 @@ import pandas as pd
 
 from . import analysis as A
 from .errors import UserError
+from .paper_claims import fmt_estimate as _fmt
+from .paper_claims import paper_pair_gap, paper_symmetric_init  # noqa: F401 (re-exported)
 from .stats import (horizon_stat, p_floor, sign_flip_p, t_interval, verdict, welch_interval, welch_p)
 
 CLAIM_COLUMNS = ["id", "claim", "kind", "unit", "n", "prediction", "estimate", "low", "high", "margin", "test",
@@ -81,14 +83,6 @@ def untested_row(cid: str, claim: str, kind: str, unit: str, reason: str, paper:
     return row
 
 
-def _fmt(est: float, low: float = math.nan, high: float = math.nan, n: int | None = None, pct: bool = False) -> str:
-    f = (lambda v: f"{100 * v:+.1f} %") if pct else (lambda v: f"{v:+.3f}")
-    if not np.isfinite(est):
-        return "n/a"
-    s = f(est) + (f" [{f(low)}, {f(high)}]" if np.isfinite(low) else "")
-    return s + (f" (n = {n})" if n is not None else "")
-
-
 # -------------------------------------------------------------------------------- paired contrasts
 def paired_by_seed(a: pd.DataFrame, b: pd.DataFrame, column: str) -> tuple[pd.DataFrame, list[str]]:
     """Per-seed values of `column` of two per-run tables, joined on seed within each (size, dataset) cell
@@ -117,54 +111,6 @@ def _runs_of(table: pd.DataFrame, runs: Sequence[str], objective: str, init: str
 def _horizon_note(h: pd.DataFrame) -> str:
     steps = sorted({s for x in h["steps_used"] for s in str(x).split(",")}, key=int)
     return f"Per-seed statistic: median over layers and the snapshots at steps {', '.join(steps)}."
-
-
-# ----------------------------------------------------------------------------------- paper figures
-def paper_pair_gap(paper_training: pd.DataFrame | None, score: str, sign_dec_minus_enc: bool, level: float) -> str:
-    """The paper's encoder-decoder gap of `score` over its (model, dataset) pairs at its final step: per
-    pair the median over layers of each objective, the paired interval over the pairs."""
-    if paper_training is None or paper_training.empty:
-        return "n/a"
-    p = paper_training[paper_training["step"] == paper_training["step"].max()]
-    med = p.groupby(["model", "dataset", "objective"])[score].median().unstack("objective").dropna()
-    d = med["decoder"] - med["encoder"] if sign_dec_minus_enc else med["encoder"] - med["decoder"]
-    iv = t_interval(d, level)
-    what = "decoder - encoder" if sign_dec_minus_enc else "encoder - decoder"
-    return (f"{_fmt(iv.estimate, iv.low, iv.high)} ({what}, n = {iv.n} (model, dataset) pairs, median over "
-            f"layers at step {int(p['step'].max())}; range {d.min():+.3f} to {d.max():+.3f})")
-
-
-def paper_symmetric_init(paper_loss: pd.DataFrame | None, paper_table1: pd.DataFrame | None,
-                         paper_rebuttal: pd.DataFrame | None, what: str, level: float) -> str:
-    """The paper's figures for symmetric vs standard init: `what` = "loss" (final training-loss gain per
-    (model, dataset) pair; bert-large held-out gains of the rebuttal) or "speedup" (the signed speed-up at
-    the common target computed on its training-loss curves; its published Table 1)."""
-    parts = []
-    if paper_loss is not None and len(paper_loss):
-        vals = []
-        for _, g in paper_loss.groupby(["model", "dataset"], sort=True):
-            st = g[g["init"] == "standard"].sort_values("step")
-            sy = g[g["init"] == "symmetric"].sort_values("step")
-            if st.empty or sy.empty:
-                continue
-            if what == "loss":
-                vals.append(float(st["train_loss"].iloc[-1] - sy["train_loss"].iloc[-1]))
-            else:
-                vals.append(A.signed_speedup(st["step"], st["train_loss"], sy["step"], sy["train_loss"]))
-        iv = t_interval(vals, level)
-        parts.append(f"{_fmt(iv.estimate, iv.low, iv.high, pct=what != 'loss')} over n = {iv.n} (model, dataset) "
-                     f"pairs, {'final training-loss gain' if what == 'loss' else 'signed speed-up at the common target of its training-loss curves'}")
-    if what == "speedup" and paper_table1 is not None and len(paper_table1):
-        parts.append("published Table 1: " + "; ".join(
-            f"{r.model} {r.dataset} " + (f"{r.speedup_percent:g} %" if str(r.reached).lower() == "true" else "none")
-            for r in paper_table1.itertuples()))
-    if paper_rebuttal is not None and len(paper_rebuttal) and {"init", "eval_loss"} <= set(paper_rebuttal.columns):
-        r = paper_rebuttal.pivot_table(index=["model", "dataset", "step"], columns="init", values="eval_loss")
-        if {"standard", "symmetric"} <= set(r.columns) and what == "loss":
-            gains = (r["standard"] - r["symmetric"]).dropna()
-            parts.append("rebuttal held-out loss gains: " + "; ".join(
-                f"{m} {d} {int(s)} steps {g:+.4f}" for (m, d, s), g in gains.items()))
-    return "; ".join(parts) if parts else "n/a"
 
 
 # ------------------------------------------------------------------------------------------ claims
@@ -235,7 +181,11 @@ def _pretrained_rows(pretrained, paper_pretrained, caveats, margins, level) -> l
             continue
         a, b = (dd, e) if sign < 0 else (e, dd)
         iv = welch_interval(a, b, level)
-        models = ", ".join(t.loc[t["architecture"].isin(["encoder-only", "decoder-only"]), "model"].astype(str))
+        both = t[t["architecture"].isin(["encoder-only", "decoder-only"])]
+        models = ", ".join(both["model"].astype(str))
+        flagged = [f"{m} ({c}: no fixed bilinear form gives its logits exactly)"
+                   for m, c in zip(both["model"].astype(str), both["caveat"]) if c]
+        caveat = (" Caveat: " + "; ".join(flagged) + ".") if flagged else ""
         what = "decoder - encoder" if sign < 0 else "encoder - decoder"
         row = {"id": cid, "claim": claim, "kind": "also", "unit": "model", "n": int(e.size + dd.size),
                "prediction": _pred(sign, margin), "estimate": iv.estimate, "low": iv.low, "high": iv.high,
@@ -245,12 +195,12 @@ def _pretrained_rows(pretrained, paper_pretrained, caveats, margins, level) -> l
             row.update(verdict="descriptive", low=math.nan, high=math.nan, p_value=math.nan,
                        note=f"Descriptive: {e.size} encoder and {dd.size} decoder model(s) ({models}); at least "
                             f"{MIN_N} models per class are needed for a verdict, and layers of one model are not "
-                            "independent models." + (f" {OPPOSITE}" if np.sign(iv.estimate) == -sign else ""))
+                            "independent models." + (f" {OPPOSITE}" if np.sign(iv.estimate) == -sign else "") + caveat)
         else:
             v = verdict(iv.low, iv.high, sign, margin)
             row.update(verdict=v, note=" ".join([_why(v, sign, iv.low, iv.high, margin, level)]
                                                 + ([OPPOSITE] if np.sign(iv.estimate) == -sign else [])
-                                                + [f"Models: {models}."]))
+                                                + [f"Models: {models}.{caveat}"]))
         rows.append(row)
     return rows
 

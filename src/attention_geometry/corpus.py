@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .errors import UserError
-from .files import file_sha256
+from .files import atomic_write_text, csv_text, file_sha256
 
 __all__ = [
     "FORMAT_VERSION",
@@ -207,3 +207,15 @@ def corpus_sha256(corpus: Corpus) -> str:
         files = content_sha256(corpus.path)
     ident = {"files_sha256": files, **{k: corpus.manifest[k] for k in ("block_len", "vocab_size", "special_tokens")}}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+CORPUS_RECORD_COLUMNS = ("corpus", "manifest_sha256", "documents_sha256", "n_documents", "n_tokens",
+                         "n_train_blocks", "n_heldout_blocks", "block_len", "vocab_size")
+
+
+def write_corpus_record(corpus_dir: str, corpus: str, out: str) -> None:
+    """Rule record_corpus: the prepared corpus's manifest sha256 and counts (no machine paths) as one CSV row."""
+    manifest = read_manifest(corpus_dir, corpus)
+    row = {"corpus": corpus, "manifest_sha256": file_sha256(os.path.join(corpus_dir, MANIFEST)),
+           **{k: manifest.get(k, "") for k in CORPUS_RECORD_COLUMNS[2:]}}
+    atomic_write_text(out, csv_text([row], CORPUS_RECORD_COLUMNS))

@@ -11,8 +11,10 @@ checked by `verify_checksums` before the folder is read, so damage after the wri
 
 from __future__ import annotations
 
+import csv
 import errno
 import hashlib
+import io
 import json
 import os
 import secrets
@@ -20,12 +22,14 @@ import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Iterator
 
 from .errors import UserError
 
 __all__ = [
     "file_sha256",
+    "join_files",
     "read_yaml",
     "atomic_path",
     "atomic_write_bytes",
@@ -54,6 +58,30 @@ def file_sha256(path: str | os.PathLike) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def join_files(parts: list[str | os.PathLike], dest: str | os.PathLike, sha256: str) -> Path:
+    """Concatenate `parts` in order into `dest` (atomically, see atomic_path), checking that the whole has the
+    hex SHA-256 `sha256`; a missing part or another hash raises UserError and leaves no file. A `dest` that
+    already has that hash is kept as it is."""
+    dest = Path(dest)
+    if dest.is_file() and file_sha256(dest) == sha256:
+        return dest
+    h = hashlib.sha256()
+    with atomic_path(dest) as tmp:
+        with open(tmp, "wb") as out:
+            for part in parts:
+                try:
+                    with open(part, "rb") as fh:
+                        for chunk in iter(lambda: fh.read(1 << 20), b""):
+                            h.update(chunk)
+                            out.write(chunk)
+                except OSError as exc:
+                    raise UserError(f"{part}: cannot read part of {dest.name} ({exc.strerror or exc})") from None
+        if h.hexdigest() != sha256:
+            raise UserError(f"{dest.name}: the {len(parts)} parts joined have sha256 {h.hexdigest()}, not the "
+                            f"recorded {sha256} (a damaged or different part)")
+    return dest
 
 
 def read_yaml(path: str | os.PathLike, what: str, error: type[UserError] = UserError) -> Any:
@@ -338,3 +366,13 @@ def pid_lock(path: str | os.PathLike, what: str, warn=None) -> Iterator[None]:
         except FileNotFoundError:
             pass
         os.close(fd)
+
+
+def csv_text(rows: Iterable[Mapping], columns: Sequence[str]) -> str:
+    """Rows as CSV text with exactly `columns`, in that order (a row's other keys are left out)."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({c: row[c] for c in columns})
+    return buf.getvalue()

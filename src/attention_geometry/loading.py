@@ -8,9 +8,12 @@ so what a source reads is what the scores need.
 Loading paths (their memory: the table in docs/cli.md): safetensors files (single or sharded) through
 `SafetensorsSource`, a plain reader that parses each header itself and reads only the requested tensor's bytes
 (no model built, no file mapped); pytorch_model.bin through `torch.load(weights_only=True, mmap=True)`, never
-plain unpickling; a GGUF file through transformers' GGUF support (needs `gguf`; the whole model dequantized,
-wrapped as a state dict); a hub id: config.json and the safetensors (else .bin) files downloaded at the given
-revision, then read as a local directory (trust_remote_code needs a pinned commit hash); an in-memory
+plain unpickling; a GGUF file through `gguf_qk.GGUFSource` (only the q/k tensors read and dequantized) for
+llama, mistral, qwen2 and gemma3 files, else through transformers' GGUF support (the whole model dequantized,
+wrapped as a state dict; `open_gguf_transformers`); both need `gguf`; a hub id: config.json and the safetensors (else .bin) files downloaded at the given
+revision, then read as a local directory (trust_remote_code needs a pinned commit hash), except that online,
+for safetensors weights, only config.json (and the index) is downloaded and the weights are read by HTTP range
+requests, headers and q/k tensors only (hub.py; the download stays the fallback); an in-memory
 transformers model: its state dict and config.
 
 n_params: for files, the sum of numel over every floating-point tensor stored (safetensors headers or .bin state
@@ -20,11 +23,8 @@ dict; integer buffers left out; a tied weight counts once); for a loaded model, 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
-import struct
-import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -32,166 +32,13 @@ import torch
 
 from .errors import UserError
 from .extract import get_family, qk_keys
+from .safetensors_io import (N_PARAMS_KEY, SAFETENSORS_DTYPES, LocalFile, SafetensorsSource,  # noqa: F401
+                             _index_files, read_safetensors_header)
 from .sources import LoadError, StateDictSource, TensorSource, first_line
 
-__all__ = ["TensorSource", "SafetensorsSource", "StateDictSource", "LoadError", "open_source",
-           "read_safetensors_header", "SAFETENSORS_DTYPES"]
-
-
-# safetensors dtype codes -> torch dtypes (little-endian on disk)
-SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64,
-    "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
-}
-SAFETENSORS_DTYPES.update({c: getattr(torch, t) for c, t in (("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2"),
-                           ("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64")) if hasattr(torch, t)})
-
-_MAX_HEADER = 100_000_000  # the largest header the safetensors format allows; a longer one is a corrupt file
-
-
-# ---------------------------------------------------------------------------------------- safetensors
-
-
-def _reject_constant(name: str) -> Any:  # json.loads takes NaN and Infinity, the format does not
-    raise ValueError(f"{name} is not JSON")
-
-
-def _nonneg_ints(value: Any, n: int | None = None) -> list[int] | None:
-    """`value` if it is a list of JSON integers in [0, 2**63) (of length n), else None."""
-    ok = isinstance(value, list) and (n is None or len(value) == n)
-    return value if ok and all(type(v) is int and 0 <= v < 2**63 for v in value) else None
-
-
-def read_safetensors_header(path: str | os.PathLike) -> tuple[dict[str, dict], int]:
-    """(tensor entries, byte offset where data starts) of one safetensors file, validated as the safetensors
-    library does: dtype codes, integer shapes and offsets, each tensor's byte size, and offsets that tile the
-    data without overlap or gap up to the end of the file. Each entry is {"dtype", "shape", "data_offsets":
-    [begin, end]} relative to the data start."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            raw = f.read(8)
-            if len(raw) < 8:
-                raise LoadError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
-            (n,) = struct.unpack("<Q", raw)
-            if n > _MAX_HEADER or 8 + n > size:
-                raise LoadError(f"{path}: malformed or truncated safetensors file (header of {n} bytes, file of {size})")
-            header_bytes = f.read(n)
-    except OSError as exc:
-        raise LoadError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        header = json.loads(header_bytes.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-        raise LoadError(f"{path}: malformed safetensors header ({first_line(exc)})") from None
-    if not isinstance(header, dict):
-        raise LoadError(f"{path}: malformed safetensors header (not a JSON object)")
-    meta = header.pop("__metadata__", None)
-    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
-        raise LoadError(f"{path}: malformed safetensors header (__metadata__ is not a map of strings)")
-    start = 8 + n
-    spans = []
-    for key, entry in header.items():
-        ok = isinstance(entry, dict) and isinstance(entry.get("dtype"), str) and entry["dtype"] in SAFETENSORS_DTYPES
-        shape = _nonneg_ints(entry.get("shape")) if ok else None
-        offsets = _nonneg_ints(entry.get("data_offsets"), 2) if ok else None
-        if shape is None or offsets is None or offsets[0] > offsets[1]:
-            raise LoadError(f"{path}: malformed safetensors header entry for {key!r}: {entry!r}"[:300])
-        begin, end = offsets
-        if end - begin != math.prod(shape) * SAFETENSORS_DTYPES[entry["dtype"]].itemsize:
-            raise LoadError(f"{path}: malformed safetensors header entry for {key!r} (shape {shape}, "
-                            f"{entry['dtype']}, offsets {begin}..{end})")
-        spans.append((begin, end, key))
-    expected = 0  # the safetensors library's rule: sorted by offsets, each tensor starts where the last ended
-    for begin, end, key in sorted(spans):
-        if begin != expected:
-            raise LoadError(f"{path}: malformed safetensors header: tensor {key!r} starts at data byte {begin}, "
-                            f"not {expected} (overlapping or non-contiguous offsets)")
-        if end > size - start:
-            raise LoadError(f"{path}: truncated: tensor {key!r} ends at byte {start + end}, file has {size} bytes")
-        expected = end
-    if start + expected != size:
-        raise LoadError(f"{path}: malformed safetensors file: {size - start - expected} bytes after the last tensor")
-    return header, start
-
-
-class SafetensorsSource(TensorSource):
-    """Streaming reader of a directory of safetensors files: headers parsed once, tensors read on request.
-
-    get(key) seeks to the tensor's bytes and reads them into a new tensor (no mmap of the file, no model).
-    """
-
-    def __init__(self, directory: str | os.PathLike, config: Any, name: str | None = None):
-        self.directory = Path(directory)
-        self.config = config
-        self.name = name or self.directory.name
-        index = self.directory / "model.safetensors.index.json"
-        single = self.directory / "model.safetensors"
-        if index.is_file():
-            files = _index_files(index, ".safetensors")
-        elif single.is_file():
-            files = {single.name: None}
-        else:
-            raise LoadError(f"{self.directory}: no model.safetensors or model.safetensors.index.json")
-        self._entries: dict[str, tuple[Path, int, dict]] = {}
-        n_params = 0
-        for fname, expected in files.items():
-            path = self.directory / fname
-            if not path.is_file():
-                raise LoadError(f"{path}: missing (listed in {index.name})")
-            header, start = read_safetensors_header(path)
-            if expected is not None:
-                missing = sorted(set(expected) - set(header))
-                if missing:
-                    raise LoadError(f"{path}: lacks tensor {missing[0]!r} that {index.name} places there")
-            for key, entry in header.items():
-                if key in self._entries:
-                    raise LoadError(f"{path}: tensor {key!r} is also stored in {self._entries[key][0].name}")
-                self._entries[key] = (path, start, entry)
-                if SAFETENSORS_DTYPES[entry["dtype"]].is_floating_point:
-                    n_params += math.prod(int(s) for s in entry["shape"])
-        self.n_params = n_params
-        if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
-            raise LoadError("the streaming safetensors reader needs a little-endian machine")
-
-    def keys(self) -> list[str]:
-        return list(self._entries)
-
-    def get(self, key: str) -> torch.Tensor:
-        try:
-            path, start, entry = self._entries[key]
-        except KeyError:
-            raise LoadError(f"{self.directory}: no tensor named {key!r}") from None
-        begin, end = entry["data_offsets"]
-        dtype = SAFETENSORS_DTYPES[entry["dtype"]]
-        buf = torch.empty(end - begin, dtype=torch.uint8)
-        try:
-            with open(path, "rb", buffering=0) as f:
-                f.seek(start + begin)
-                view, got = memoryview(buf.numpy()), 0
-                while got < len(view) and (n := f.readinto(view[got:])):
-                    got += n
-        except OSError as exc:
-            raise LoadError(f"{path}: cannot read tensor {key!r} ({exc.strerror or exc})") from None
-        if got != end - begin:
-            raise LoadError(f"{path}: truncated: tensor {key!r} has {got} of {end - begin} bytes")
-        return buf.view(dtype).reshape(entry["shape"])
-
-
-def _index_files(index: Path, suffix: str) -> dict[str, list[str]]:
-    """file name -> tensor names, from a transformers *.index.json weight map."""
-    try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise TypeError
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
-        raise LoadError(f"{index}: malformed index (needs a non-empty JSON object 'weight_map')") from None
-    files: dict[str, list[str]] = {}
-    for key, fname in weight_map.items():
-        if not isinstance(fname, str) or not fname.endswith(suffix) or "/" in fname or "\\" in fname:
-            raise LoadError(f"{index}: weight_map entry {key!r} -> {fname!r} is not a {suffix} file in this folder")
-        files.setdefault(fname, []).append(key)
-    return files
+__all__ = ["TensorSource", "SafetensorsSource", "StateDictSource", "LoadError", "LocalFile", "open_source",
+           "open_gguf_transformers",
+           "read_safetensors_header", "SAFETENSORS_DTYPES", "N_PARAMS_KEY"]
 
 
 # --------------------------------------------------------------------------------------- state dicts
@@ -229,7 +76,9 @@ def _load_bin(directory: Path, config: Any, name: str | None) -> StateDictSource
         if not path.is_file():
             raise LoadError(f"{path}: missing" + (f" (listed in {index.name})" if index.is_file() else ""))
         tensors.update(_torch_load(path))
-    return StateDictSource(tensors, config, name or directory.name)
+    source = StateDictSource(tensors, config, name or directory.name)
+    source.directory = directory
+    return source
 
 
 def _torch_load(path: Path) -> dict[str, torch.Tensor]:
@@ -320,16 +169,15 @@ def open_source(source: Any, *, gguf_file: str | None = None, revision: str | No
     text = os.fspath(source)
     path = Path(text).expanduser()
     if path.is_file() and path.suffix == ".gguf" and not gguf_file:
-        return _open_gguf(str(path.parent), path.name, None, trust_remote_code, name or path.stem)
+        return _open_gguf(str(path.parent), path.name, None, trust_remote_code, name)
     if gguf_file:
         if path.is_dir():
             if not (path / gguf_file).is_file():
                 raise LoadError(f"{path / gguf_file}: GGUF file does not exist")
-            return _open_gguf(str(path), gguf_file, None, trust_remote_code, name or Path(gguf_file).stem)
+            return _open_gguf(str(path), gguf_file, None, trust_remote_code, name)
         if path.exists() or not looks_like_hub_id(text):
             raise LoadError(f"{text}: not a directory (a GGUF file needs the directory or hub id that holds it)")
-        return _open_gguf(text, gguf_file, _pinned(text, revision, trust_remote_code), trust_remote_code,
-                          name or Path(gguf_file).stem)
+        return _open_gguf(text, gguf_file, _pinned(text, revision, trust_remote_code), trust_remote_code, name)
     if path.is_dir():
         return _open_dir(path, trust_remote_code, name)
     if path.exists():
@@ -348,8 +196,26 @@ def _pinned(repo_id: str, revision: str | None, trust_remote_code: bool) -> str:
     return revision
 
 
+_CARD_ID = re.compile(r"""(?:from_pretrained|SentenceTransformer)\(\s*['"]([\w.-]+/[\w.-]+)['"]""")
+
+
+def dir_model_name(path: Path) -> str:
+    """The default `model` label of a local model folder: the repo id where the folder records it, else the
+    folder's name. Recorded: a hub cache snapshot (models--ORG--NAME/snapshots/HASH), or a model card
+    (README.md) whose code loads exactly one repo id (`from_pretrained('ORG/NAME')`,
+    `SentenceTransformer('ORG/NAME')`). config.json's `_name_or_path` is not used: it names the model the
+    weights were loaded from before saving (for all-MiniLM-L6-v2 its base, nreimers/MiniLM-L6-H384-uncased)."""
+    path = path.resolve()
+    if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+        return path.parent.parent.name[len("models--"):].replace("--", "/", 1)
+    card = path / "README.md"
+    ids = set(_CARD_ID.findall(card.read_text(encoding="utf-8", errors="replace"))) if card.is_file() else set()
+    return ids.pop() if len(ids) == 1 else path.name
+
+
 def _open_dir(path: Path, trust_remote_code: bool, name: str | None) -> TensorSource:
     config = _load_config(path, trust_remote_code)
+    name = name or dir_model_name(path)
     if (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file():
         return SafetensorsSource(path, config, name)
     if (path / "pytorch_model.bin").is_file() or (path / "pytorch_model.bin.index.json").is_file():
@@ -360,8 +226,23 @@ def _open_dir(path: Path, trust_remote_code: bool, name: str | None) -> TensorSo
 
 
 def _open_hub(repo_id: str, revision: str, trust_remote_code: bool, name: str | None) -> TensorSource:
+    """A hub model: safetensors weights read by range requests (hub.py) when the hub allows, else downloaded."""
+    import httpx2
     from huggingface_hub import snapshot_download
 
+    from .hub import RangesUnsupported, hub_safetensors
+
+    failed = f"{repo_id}@{revision}: not a local path, and the hub download failed"
+    try:
+        remote = hub_safetensors(repo_id, revision, trust_remote_code)
+    except (OSError, ValueError, httpx2.HTTPError) as exc:
+        raise LoadError(f"{failed} ({type(exc).__name__}: {first_line(exc)})") from None
+    if remote is not None:
+        local, revision, open_file = remote  # the commit, from here on
+        try:
+            return SafetensorsSource(local, _load_config(local, trust_remote_code), name or repo_id, open_file)
+        except RangesUnsupported:
+            pass  # a server without range requests (a mirror, a proxy): download the files instead
     extra = ["*.py"] if trust_remote_code else []
     try:
         local = snapshot_download(repo_id, revision=revision,
@@ -370,16 +251,54 @@ def _open_hub(repo_id: str, revision: str, trust_remote_code: bool, name: str | 
         if not any(path.glob("*.safetensors")):
             local = snapshot_download(repo_id, revision=revision, allow_patterns=HUB_CONFIG_PATTERNS + HUB_BIN_PATTERNS + extra)
             path = Path(local)
-    except (OSError, ValueError) as exc:
-        raise LoadError(f"{repo_id}@{revision}: not a local path, and the hub download failed ({type(exc).__name__}: {first_line(exc)})") from None
+    except (OSError, ValueError, httpx2.HTTPError) as exc:
+        raise LoadError(f"{failed} ({type(exc).__name__}: {first_line(exc)})") from None
     return _open_dir(path, trust_remote_code, name or repo_id)
 
 
-def _open_gguf(where: str, gguf_file: str, revision: str | None, trust_remote_code: bool, name: str) -> TensorSource:
+def gguf_model_name(reader, gguf_file: str) -> str:
+    """The default `model` label of a GGUF file (a gguf.GGUFReader, or the gguf_qk.GGUFHeader of the q/k
+    reader): the repo it was converted from (metadata `general.source.huggingface.repository`), else the file
+    name without .gguf (`general.name` is the converter's free text: SmolLM2-135M-Instruct's says 'Smollm2 135M
+    8k Lc100K Mix1 Ep2')."""
+    key = "general.source.huggingface.repository"
+    if hasattr(reader, "metadata"):  # a GGUFHeader: values already parsed
+        repo = reader.metadata.get(key)
+        return repo if isinstance(repo, str) else Path(gguf_file).stem
+    field = reader.fields.get(key)
+    return str(field.contents()) if field is not None else Path(gguf_file).stem
+
+
+def _open_gguf(where: str, gguf_file: str, revision: str | None, trust_remote_code: bool,
+               name: str | None) -> TensorSource:
+    """The q/k reader (gguf_qk.GGUFSource) for the architectures it reads, else transformers' whole-model load."""
     try:
-        import gguf
+        import gguf  # noqa: F401
     except ImportError:
         raise LoadError("reading GGUF files needs the `gguf` package (pip install gguf)") from None
+    from .gguf_qk import QK_ARCHITECTURES, GGUFSource, gguf_architecture, read_gguf_header
+
+    path = os.path.join(where, gguf_file)
+    if revision is not None:  # a hub repository: the file is downloaded whole (once, into the hub cache)
+        from transformers.utils import cached_file
+
+        try:
+            path = cached_file(where, gguf_file, revision=revision)
+        except (OSError, ValueError) as exc:
+            raise LoadError(f"{where}@{revision}/{gguf_file}: the hub download failed ({type(exc).__name__}: "
+                            f"{first_line(exc)})") from None
+    header = read_gguf_header(path)
+    if gguf_architecture(header) in QK_ARCHITECTURES:
+        return GGUFSource(path, header, name or gguf_model_name(header, gguf_file))
+    return open_gguf_transformers(where, gguf_file, revision, trust_remote_code, name)
+
+
+def open_gguf_transformers(where: str, gguf_file: str, revision: str | None, trust_remote_code: bool,
+                           name: str | None) -> StateDictSource:
+    """A GGUF file loaded whole by transformers (every tensor dequantized to float32, wrapped as a state dict
+    with the model in `.model`): the path of the architectures the q/k reader does not read, and the
+    reference the q/k reader is tested against."""
+    import gguf
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import cached_file
     from transformers.utils import logging as hf_logging
@@ -399,7 +318,9 @@ def _open_gguf(where: str, gguf_file: str, revision: str | None, trust_remote_co
     try:  # the config is passed on, so the (slow) GGUF metadata is parsed once for it, once for the weights
         model, info = AutoModelForCausalLM.from_pretrained(where, config=config, output_loading_info=True, **kwargs)
         path = cached_file(where, gguf_file, **({"revision": revision} if revision else {}))
-        blocks = {int(m.group(1)) for t in gguf.GGUFReader(path).tensors if (m := re.match(r"blk\.(\d+)\.", t.name))}
+        reader = gguf.GGUFReader(path)
+        blocks = {int(m.group(1)) for t in reader.tensors if (m := re.match(r"blk\.(\d+)\.", t.name))}
+        name = name or gguf_model_name(reader, gguf_file)
     except Exception as exc:  # noqa: BLE001
         raise LoadError(f"{what}: cannot load GGUF weights ({type(exc).__name__}: {first_line(exc)})") from None
     finally:

@@ -286,17 +286,21 @@ def scores_vs_params(axes: Sequence[plt.Axes], table: pd.DataFrame, hue: str = "
                      label_ours: bool = True) -> None:
     """Two panels (symmetry, directionality): per model the median over layers with IQR bars vs n_params
     (log x). Colour = `hue`; filled circles = ours, squares = the paper's; the paper's caveat-flagged points
-    are drawn hollow with an x and named in the legend as not comparable. `table` is analysis.model_table."""
+    are drawn hollow with an x and named in the legend as not comparable, ours (analysis.OUR_CAVEATS) as
+    hollow circles, their caveat named in the legend. `table` is analysis.model_table."""
     palette = _palette(table[hue].unique())
     for ax, v in zip(axes, ("symmetry", "directionality")):
         for (src, h, cav), g in table.groupby(["source", hue, "caveat"], sort=True):
             y, lo, hi = g[f"{v}_median"], g[f"{v}_q1"], g[f"{v}_q3"]
             flagged = bool(cav)
             who = "ours" if src == "ours" else "paper (published)"
-            label = f"{who}, {h}" + (f", {cav}: not comparable" if flagged else "")
+            # the paper's flagged points were scored another way; ours are the model's W_qk, but no fixed
+            # bilinear form gives that model's logits (analysis.OUR_CAVEATS)
+            why = "not comparable" if src != "ours" else "no fixed bilinear form"
+            label = f"{who}, {h}" + (f", {cav}: {why}" if flagged else "")
             ax.errorbar(g["n_params"], y, yerr=[y - lo, hi - y], fmt="none", ecolor=palette[h], alpha=0.35,
                         elinewidth=0.8, zorder=1)
-            ax.scatter(g["n_params"], y, marker="X" if flagged else SOURCE_MARKERS[src],
+            ax.scatter(g["n_params"], y, marker="X" if flagged and src != "ours" else SOURCE_MARKERS[src],
                        s=(46 if src == "ours" else 18),
                        facecolors=("none" if flagged else palette[h]), edgecolors=palette[h],
                        linewidths=(0.9 if flagged else (1.2 if src == "ours" else 0.3)),

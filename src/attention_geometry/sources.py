@@ -9,7 +9,7 @@ import torch
 
 from .errors import UserError
 
-__all__ = ["LoadError", "TensorSource", "StateDictSource", "first_line"]
+__all__ = ["LoadError", "TensorSource", "StateDictSource", "first_line", "read_span"]
 
 
 class LoadError(UserError):
@@ -22,6 +22,7 @@ class TensorSource:
     config: Any
     name: str
     n_params: int
+    directory: Any = None  # the local folder holding config.json (files and hub sources), else None
 
     @property
     def model_type(self) -> str:
@@ -33,8 +34,30 @@ class TensorSource:
     def get(self, key: str) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def spec(self, key: str) -> tuple[torch.dtype, list[int]]:
+        """(dtype, shape) of a tensor; a source that knows them without reading the tensor overrides this."""
+        t = self.get(key)
+        return t.dtype, list(t.shape)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, model_type={self.model_type!r}, n_params={self.n_params})"
+
+
+def read_span(path: str, offset: int, nbytes: int, what: str) -> torch.Tensor:
+    """`nbytes` bytes of file `path` from byte `offset`, read into a fresh uint8 tensor (no mapping); a short
+    read or an OS error raises LoadError naming `what` (the tensor)."""
+    buf = torch.empty(nbytes, dtype=torch.uint8)
+    try:
+        with open(path, "rb", buffering=0) as f:
+            f.seek(offset)
+            view, got = memoryview(buf.numpy()), 0
+            while got < len(view) and (n := f.readinto(view[got:])):
+                got += n
+    except OSError as exc:
+        raise LoadError(f"{path}: cannot read {what} ({exc.strerror or exc})") from None
+    if got != nbytes:
+        raise LoadError(f"{path}: truncated: {what} has {got} of {nbytes} bytes")
+    return buf
 
 
 def first_line(exc: BaseException) -> str:

@@ -1,0 +1,156 @@
+"""Hub scoring reads only the safetensors headers and the q/k tensors (HTTP range requests, hub.py), measured
+against a local range-capable server standing in for the hub (tests/fakehub.py); a server without range
+support falls back to the download; `prefetch-qk` writes the q/k subset that scoring then reads offline."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+import torch
+from safetensors import safe_open
+
+import fakehub
+from attention_geometry.checkpoints import score_model
+from attention_geometry.cli import main
+from attention_geometry.loading import LoadError, open_source
+
+REPO = "org/tiny-llama"
+QK = ("self_attn.q_proj.weight", "self_attn.k_proj.weight")
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    return fakehub.tiny_llama(tmp_path / "tiny-llama")
+
+
+@pytest.fixture
+def online(monkeypatch, tmp_path):
+    """huggingface_hub pointed at a local endpoint, online, with an empty cache (its constants are read at
+    import, so they are set here rather than through HF_ENDPOINT / HF_HUB_OFFLINE)."""
+    from huggingface_hub import constants
+
+    def point(url):
+        monkeypatch.setattr(constants, "ENDPOINT", url)
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    return point
+
+
+def expected_bytes(d):
+    """(weight-file bytes a q/k-only reader needs: each shard's 8-byte length + header + its q/k tensors,
+    the checkpoint's weight-file bytes), computed with the safetensors library."""
+    need = total = 0
+    for f in sorted(d.glob("*.safetensors")):
+        (n,) = struct.unpack("<Q", f.read_bytes()[:8])
+        need += 8 + n
+        total += f.stat().st_size
+        with safe_open(str(f), framework="pt") as st:
+            need += sum(st.get_tensor(k).numel() * 2 for k in st.keys() if k.endswith(QK))
+    return need, total
+
+
+def same_scores(a, b):
+    assert list(a.columns) == list(b.columns) and len(a) == len(b) > 0
+    assert (a.drop(columns=["symmetry", "directionality"]) == b.drop(columns=["symmetry", "directionality"])).all().all()
+    for c in ("symmetry", "directionality"):
+        assert (a[c] - b[c]).abs().max() <= 1e-6
+
+
+def test_hub_scoring_reads_only_headers_and_qk_tensors(checkpoint, online):
+    ref = score_model(checkpoint, per_head=True, progress=False, name=REPO)
+    with fakehub.serve({REPO: checkpoint}) as (hub, url):
+        online(url)
+        src = open_source(REPO)
+        assert src.n_params == ref.n_params[0]
+        df = score_model(src, per_head=True, progress=False)
+    same_scores(df, ref)
+    need, total = expected_bytes(checkpoint)
+    weights = sum(v for k, v in hub.sent.items() if k.endswith(".safetensors"))
+    assert weights == need and need < total / 10
+    small = {f"{REPO}/config.json", f"{REPO}/model.safetensors.index.json"}
+    assert set(hub.sent) - small == {f"{REPO}/{f.name}" for f in checkpoint.glob("*.safetensors")}
+    assert hub.total_sent == need + sum((checkpoint / k.split("/")[-1]).stat().st_size for k in small)
+    ranged = [r for m, p, r in hub.requests if p.endswith(".safetensors")]
+    assert ranged and all(r and r.startswith("bytes=") for r in ranged)  # never a whole weight file
+    assert all(f"/resolve/{fakehub.COMMIT}/" in p for m, p, r in hub.requests if "/resolve/" in p)  # one commit
+
+
+def test_a_connection_lost_mid_tensor_is_resumed(checkpoint, online):
+    ref = score_model(checkpoint, progress=False, name=REPO)
+    with fakehub.serve({REPO: checkpoint}) as (hub, url):
+        online(url)
+        hub.drop_after = 1000  # the first weight-file body longer than this is cut after 1000 bytes
+        df = score_model(REPO, progress=False)
+    same_scores(df, ref)
+    assert hub.drop_after is None  # the cut happened
+    need, _ = expected_bytes(checkpoint)
+    weights = sum(v for k, v in hub.sent.items() if k.endswith(".safetensors"))
+    assert need <= weights <= need + 1000  # the rest was asked for, not the whole span again
+    spans = [(p, *map(int, r[6:].split("-"))) for m, p, r in hub.requests if p.endswith(".safetensors")]
+    resumed = [(a, b) for a, b in zip(spans, spans[1:]) if a[0] == b[0] and a[2] == b[2]]  # same file, same end
+    assert len(resumed) == 1 and 0 <= resumed[0][1][1] - resumed[0][0][1] <= 1000
+
+
+def test_server_without_ranges_falls_back_to_the_download(checkpoint, online):
+    ref = score_model(checkpoint, progress=False, name=REPO)
+    with fakehub.serve({REPO: checkpoint}, ranges=False) as (hub, url):
+        online(url)
+        df = score_model(REPO, progress=False)
+    same_scores(df, ref)
+    for f in checkpoint.glob("*.safetensors"):  # downloaded whole
+        assert hub.sent[f"{REPO}/{f.name}"] >= f.stat().st_size
+
+
+def test_prefetch_then_score_offline(checkpoint, online, tmp_path, monkeypatch):
+    ref = score_model(checkpoint, per_head=True, progress=False, name=REPO)
+    out = tmp_path / "hub-qk" / "tiny-llama"
+    with fakehub.serve({REPO: checkpoint}) as (hub, url):
+        online(url)
+        assert main(["prefetch-qk", REPO, "--out", str(out), "--no-progress"]) == 0
+    need, total = expected_bytes(checkpoint)
+    assert sum(v for k, v in hub.sent.items() if k.endswith(".safetensors")) == need
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert (out / "config.json").read_bytes() == (checkpoint / "config.json").read_bytes()
+    with safe_open(str(out / "model.safetensors"), framework="pt") as st:  # the library reads what we wrote
+        assert sorted(st.keys()) == sorted(f"model.layers.{i}.{t}" for i in range(3) for t in QK)
+        assert st.metadata()["attention_geometry.origin"] == f"{REPO}@{fakehub.COMMIT}"
+        for k in st.keys():
+            ref_file = json.loads((checkpoint / "model.safetensors.index.json").read_text())["weight_map"][k]
+            with safe_open(str(checkpoint / ref_file), framework="pt") as full:
+                assert torch.equal(st.get_tensor(k), full.get_tensor(k))
+    assert (out / "model.safetensors").stat().st_size < total / 10
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # the server is gone; nothing may reach for it
+    df = score_model(out, per_head=True, progress=False, name=REPO)
+    same_scores(df, ref)  # n_params included: the full checkpoint's, from the subset's metadata
+
+
+def test_prefetch_of_a_bin_folder(tmp_path):
+    # a .bin-only model (read weights-only, the download fallback's format) gives the same subset
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(3)
+    m = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=32, max_position_embeddings=16), add_pooling_layer=False)
+    d = tmp_path / "bert-bin"
+    m.config.save_pretrained(d)
+    torch.save(m.state_dict(), d / "pytorch_model.bin")
+    assert main(["prefetch-qk", str(d), "--out", str(tmp_path / "qk"), "--no-progress"]) == 0
+    same_scores(score_model(tmp_path / "qk", progress=False, name="b"), score_model(d, progress=False, name="b"))
+    with safe_open(str(tmp_path / "qk" / "model.safetensors"), framework="pt") as st:
+        assert len(st.keys()) == 4 and all(k.endswith(("query.weight", "key.weight")) for k in st.keys())
+
+
+def test_gated_repo_without_token_is_one_line(checkpoint, online, monkeypatch):
+    with fakehub.serve({REPO: checkpoint}) as (hub, url):
+        online(url)
+        hub.status = 401  # every weight-file read refused, as the hub does for a gated model without a token
+        with pytest.raises(LoadError) as e:
+            open_source(REPO)
+    assert "\n" not in str(e.value) and "model-00001-of-00002.safetensors" in str(e.value)
+    assert "gated or private" in str(e.value) and "HF_TOKEN" in str(e.value)
