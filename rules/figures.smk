@@ -30,7 +30,7 @@ rule extract_run_wqk:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry extract-wqk --no-progress {params.snapshot:q} --name {wildcards.run} --out {output:q} > {log:q} 2>&1"
+        "python -m attention_geometry extract-wqk --no-progress {params.snapshot:q} --name {wildcards.run} --out {output:q} > {log:q} 2>&1"
 
 
 rule extract_pretrained_wqk:
@@ -52,7 +52,7 @@ rule extract_pretrained_wqk:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry extract-wqk --no-progress {params.path:q} --name {params.name:q} --out {output:q} > {log:q} 2>&1"
+        "python -m attention_geometry extract-wqk --no-progress {params.path:q} --name {params.name:q} --out {output:q} > {log:q} 2>&1"
 
 
 # The symmetry vs loss-gain/speed-up tables of the ablation runs (drawn by fig_symmetry_speedup).
@@ -84,7 +84,7 @@ rule tabulate_symmetry_speedup:
     conda:
         "../envs/figures.yaml"
     shell:
-        "attention-geometry symmetry-speedup --no-progress --scores {input.scores:q} --loss {input.loss:q} --runs {params.runs}"
+        "python -m attention_geometry symmetry-speedup --no-progress --scores {input.scores:q} --loss {input.loss:q} --runs {params.runs}"
         " --baseline-init {params.baseline} --ci-level {params.level} --bootstrap-resamples {params.resamples}"
         " --bootstrap-seed {params.seed} --out-runs {output.runs:q} --out-correlations {output.correlations:q}"
         " > {log:q} 2>&1"
@@ -102,8 +102,24 @@ rule record_corpus:
     conda:
         "../envs/figures.yaml"
     shell:
-        "python -c 'import sys; from attention_geometry.workflow import write_corpus_record as w; w(*sys.argv[1:])'"
+        "python -c 'import sys; from attention_geometry.corpus import write_corpus_record as w; w(*sys.argv[1:])'"
         " {input:q} {wildcards.corpus} {output:q} > {log:q} 2>&1"
+
+
+# The config that made each committed result (attention_geometry.config_records), written from the config
+# alone (no inputs: where results exist they were checked against it at parse time, and missing results
+# are made from the current config).
+rule record_config:
+    output:
+        res("config", "{key}.yaml"),
+    params:
+        text=lambda w: record_text(RECORDS[w.key][1]),
+    log:
+        res("logs", "config", "{key}.log"),
+    conda:
+        "../envs/figures.yaml"
+    shell:
+        WRITE_TEXT
 
 
 for _nb in NOTEBOOKS:

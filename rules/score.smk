@@ -2,6 +2,24 @@
 # then the tidy tables of the data contracts (attention-geometry concat-tables).
 
 
+# A hub model's q/k tensors and config (only their bytes are read, by HTTP range requests), fetched on the
+# submitting host (a local rule: compute nodes may have no internet); score_pretrained reads them offline.
+rule prefetch_qk:
+    output:
+        directory(res("hub-qk", "{model}")),
+    params:
+        hub_id=lambda w: PRETRAINED[w.model].hub_id,
+        args=lambda w: " ".join(shlex_quote(a) for a in PRETRAINED[w.model].fetch_args),
+    log:
+        res("logs", "prefetch_qk", "{model}.log"),
+    wildcard_constraints:
+        model=alternation(PLAN.prefetched),
+    conda:
+        "../envs/score.yaml"
+    shell:
+        "python -m attention_geometry prefetch-qk --no-progress {params.hub_id:q} --out {output:q} {params.args} > {log:q} 2>&1"
+
+
 rule score_pretrained:
     input:
         lambda w: PRETRAINED[w.model].inputs,
@@ -10,6 +28,7 @@ rule score_pretrained:
     params:
         source=lambda w: PRETRAINED[w.model].source,
         args=lambda w: " ".join(shlex_quote(a) for a in PRETRAINED[w.model].args),
+        env=lambda w: PRETRAINED[w.model].offline_env,
     threads: config["scoring"]["threads"]
     resources:
         mem_mb=config["scoring"]["mem_mb"],
@@ -21,7 +40,25 @@ rule score_pretrained:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry score --no-progress {params.source:q} --out {output:q} {params.args} > {log:q} 2>&1"
+        "{params.env} python -m attention_geometry score --no-progress {params.source:q} --out {output:q} {params.args} > {log:q} 2>&1"
+
+
+rule join_pretrained_parts:
+    # a GGUF file shipped split over packages (config gguf_parts), joined once and its sha256 checked
+    input:
+        lambda w: PRETRAINED[w.model].parts,
+    output:
+        res("pretrained", "files", "{model}", "{gguf}"),
+    wildcard_constraints:
+        gguf=r"[^/]+\.gguf",
+    params:
+        sha256=lambda w: PRETRAINED[w.model].sha256,
+    log:
+        res("logs", "join_pretrained_parts", "{model}-{gguf}.log"),
+    conda:
+        "../envs/score.yaml"
+    shell:
+        "python -m attention_geometry join-parts --no-progress {input:q} --sha256 {params.sha256} --out {output:q} > {log:q} 2>&1"
 
 
 rule list_pretrained_models:
@@ -55,7 +92,7 @@ rule score_checkpoints:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry score-checkpoints --no-progress {params.run_dir:q} --out {output:q} > {log:q} 2>&1"
+        "python -m attention_geometry score-checkpoints --no-progress {params.run_dir:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule score_updates:
@@ -79,7 +116,7 @@ rule score_updates:
     conda:
         "../envs/train.yaml"
     shell:
-        "attention-geometry score-updates --no-progress {params.run_dir:q} --corpus {input.corpus:q} --out {output:q}"
+        "python -m attention_geometry score-updates --no-progress {params.run_dir:q} --corpus {input.corpus:q} --out {output:q}"
         " --steps {params.steps} --batches {params.batches} > {log:q} 2>&1"
 
 
@@ -105,7 +142,7 @@ rule score_null_inits:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry score-null --no-progress --run-config {input.config:q} --inits {params.inits}"
+        "python -m attention_geometry score-null --no-progress --run-config {input.config:q} --inits {params.inits}"
         " --samples {params.samples} --threads {threads} --out {output:q} > {log:q} 2>&1"
 
 
@@ -119,7 +156,7 @@ rule concat_pretrained_scores:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry concat-tables --no-progress {input:q} --kind pretrained_scores --out {output:q} > {log:q} 2>&1"
+        "python -m attention_geometry concat-tables --no-progress {input:q} --kind pretrained_scores --out {output:q} > {log:q} 2>&1"
 
 
 rule concat_training_scores:
@@ -132,7 +169,7 @@ rule concat_training_scores:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry concat-tables --no-progress {input:q} --kind training_scores --out {output:q} > {log:q} 2>&1"
+        "python -m attention_geometry concat-tables --no-progress {input:q} --kind training_scores --out {output:q} > {log:q} 2>&1"
 
 
 # loss.csv grows while a run trains (and must survive a kill for resume), so it is not a declared output;
@@ -149,7 +186,7 @@ rule concat_training_loss:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry concat-tables --no-progress {params.files:q} --kind training_loss --out {output:q} > {log:q} 2>&1"
+        "python -m attention_geometry concat-tables --no-progress {params.files:q} --kind training_loss --out {output:q} > {log:q} 2>&1"
 
 
 rule concat_update_scores:
@@ -162,4 +199,4 @@ rule concat_update_scores:
     conda:
         "../envs/score.yaml"
     shell:
-        "attention-geometry concat-tables --no-progress {input:q} --kind update_scores --out {output:q} > {log:q} 2>&1"
+        "python -m attention_geometry concat-tables --no-progress {input:q} --kind update_scores --out {output:q} > {log:q} 2>&1"

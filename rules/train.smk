@@ -38,10 +38,12 @@ rule train_model:
         out=lambda w, output: os.path.dirname(output.done),
         final=lambda w: final_snapshot(w.run),
         device=config["training"]["device"],
+        launch=TRAIN_LAUNCH.prefix,
+        threads=TRAIN_LAUNCH.threads,
     threads: config["training"]["threads"]
     priority: lambda w: RUNS[w.run].priority
     resources:
-        gpu=config["training"]["gpus"],
+        **TRAIN_LAUNCH.resources,
         mem_mb=config["training"]["mem_mb"],
         runtime=config["training"]["runtime"],
         **TRAIN_SLURM,
@@ -52,7 +54,8 @@ rule train_model:
     conda:
         "../envs/train.yaml"
     shell:
-        "attention-geometry train --no-progress --config {input.config:q} --out {params.out:q} --threads {threads}"
+        "{params.launch} python -m attention_geometry train --no-progress --config {input.config:q} --out {params.out:q}"
+        " --threads {params.threads}"
         " --device {params.device} >> {log:q} 2>&1;"
         " test -d {params.final:q} || {{ echo 'error: training of {wildcards.run} ended without its final"
         " snapshot {params.final}' >> {log:q}; exit 1; }}"

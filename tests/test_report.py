@@ -19,8 +19,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from attention_geometry.workflow import caption_rst, load_catalog, notebook_file, write_corpus_record
+from attention_geometry.corpus import write_corpus_record
+from attention_geometry.workflow import caption_rst, load_catalog, notebook_file
 from test_workflow import job_counts, snakemake  # the same runner and dry-run parser (tests/ is on sys.path)
 from test_workflow_logic import _config, _plan
 
@@ -109,9 +111,12 @@ def test_corpus_record(tmp_path):
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory) -> Path:
+    return _clone_into(tmp_path_factory.mktemp("clone"))
+
+
+def _clone_into(dest: Path) -> Path:
     """The files a clone of this working tree has (tracked, plus new files not ignored), written one after
     the other in path order as `git clone` does, so their modification times increase in that order."""
-    dest = tmp_path_factory.mktemp("clone")
     for rel in _git_files() + _git_files("--others", "--exclude-standard"):
         src = REPO / rel
         if src.is_file() and not src.is_symlink():
@@ -120,6 +125,40 @@ def clone(tmp_path_factory) -> Path:
     for ignored in ("results/runs", "results/corpora", "results/notebooks", "results/report", ".snakemake"):
         assert not (dest / ignored).exists(), ignored
     return dest
+
+
+def test_a_clone_with_an_edited_config_stops_instead_of_drawing_old_tables(tmp_path):
+    """Committed tables made with another config than the clone's (config/config.yaml edited after cloning):
+    the workflow stops with one line naming exactly the results that config feeds and the `rm` that remakes
+    them; after that `rm`, a dry run schedules their training and scoring (no drawing from old data). A
+    notebook constant edited names only drawn results, never a training table."""
+    wf = _clone_into(tmp_path / "clone")
+    path = wf / "config" / "config.yaml"
+    original = path.read_text()
+    cfg = yaml.safe_load(original)
+    cfg["training"]["groups"]["main"]["settings"]["max_steps"] = 3000
+    path.write_text(yaml.safe_dump(cfg))
+    proc = snakemake("-n", cwd=wf, check=False)
+    assert proc.returncode != 0
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("config: ")]
+    assert len(lines) == 1 and "results/tables/training_scores.csv" in lines[0], proc.stderr[-3000:]
+    assert "pretrained_scores.csv" not in lines[0]
+    rm = lines[0].split("`rm ", 1)[1].split("`", 1)[0].split()
+    subprocess.run(["rm", *rm], cwd=wf, check=True)
+    counts = job_counts(snakemake("-n", cwd=wf).stdout)
+    n_runs = len(_plan(_config("config.yaml")).runs)
+    assert counts["train_model"] == counts["score_checkpoints"] == n_runs
+    assert counts["concat_training_scores"] == counts["concat_training_loss"] == 1
+    assert counts["record_config"] == sum(1 for p in rm if p.startswith("results/config/"))
+    assert "score_pretrained" not in counts and "concat_pretrained_scores" not in counts
+
+    cfg = yaml.safe_load(original)
+    cfg["figures"]["ci_level"] = 0.9
+    path.write_text(yaml.safe_dump(cfg))
+    proc = snakemake("-n", cwd=wf, check=False)
+    line = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("config: ")]
+    assert len(line) == 1 and "results/figures/fig3_emergence.pdf" in line[0]
+    assert "training_scores.csv" not in line[0] and "null_scores.csv" not in line[0]
 
 
 def _edit(path: Path):

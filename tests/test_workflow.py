@@ -110,6 +110,7 @@ def test_dry_run_default_config_has_every_run_and_figure():
     assert counts["score_checkpoints"] == len(names)
     assert counts["score_null_inits"] == 1
     assert counts["score_pretrained"] == len(cfg["pretrained"])
+    assert "prefetch_qk" not in counts  # the default's models are local files (pip packages): nothing to fetch
     catalog = yaml.safe_load((REPO / "notebooks" / "catalog.yaml").read_text())
     for nb in catalog:
         assert counts.get(f"make_{nb}") == 1, nb
@@ -151,6 +152,17 @@ def test_dry_run_paper_config():
     assert counts["score_pretrained"] > 100
     # the default config is not merged into the paper config
     assert "wiki_offline" not in proc.stdout
+    # each hub model (not a GGUF file) is prefetched once, on the submitting host, and scored from that folder
+    hub = {k for k, m in cfg["pretrained"].items() if "hub_id" in m and "gguf_file" not in m}
+    jobs = job_files(proc.stdout + proc.stderr)
+    fetched = {os.path.basename(outs[0]): outs[0] for rule, _, outs in jobs if rule == "prefetch_qk"}
+    assert counts["prefetch_qk"] == len(fetched) == len(hub) > 100 and set(fetched) == hub
+    assert all(f == os.path.join(cfg["results"], "hub-qk", k) for k, f in fetched.items())
+    local = re.search(r"^localrules:\n((?:    \w+,\n)+)", (REPO / "rules" / "common.smk").read_text(), re.M)
+    assert "prefetch_qk" in local.group(1).replace(",", " ").split()  # a local rule: it runs on the login node
+    scored = {os.path.basename(outs[0])[:-4]: ins for rule, ins, outs in jobs if rule == "score_pretrained"}
+    assert all(scored[k] == [fetched[k]] for k in hub)
+    assert all(fetched.keys().isdisjoint(ins) for k, ins in scored.items() if k not in hub)
 
 
 def test_paper_training_asks_for_gpus_and_pretrained_revisions_are_listed():
@@ -178,6 +190,37 @@ def test_smoke_config_dry_run_writes_only_under_its_results_root(tmp_path):
                 assert path.strip().startswith(f"{tmp_path}/r/"), line
 
 
+def test_hub_model_is_prefetched_then_scored_offline(tmp_path):
+    # rule prefetch_qk fetches the hub model's q/k (from a local stand-in for the hub) and score_pretrained
+    # scores that folder with the hub switched off; the rows equal those of scoring the checkpoint itself
+    import fakehub
+    from attention_geometry.checkpoints import score_model
+
+    ckpt = fakehub.tiny_llama(tmp_path / "tiny-llama")
+    cfg = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    cfg.update(offline=False, results=str(tmp_path / "r"))
+    cfg["pretrained"]["tiny"] = {"hub_id": "org/tiny-llama", "revision": "main", "name": "org/tiny-llama"}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    with fakehub.serve({"org/tiny-llama": ckpt}) as (hub, url):
+        env = dict(_env(), HF_HUB_OFFLINE="0", TRANSFORMERS_OFFLINE="0", HF_ENDPOINT=url, HF_HOME=str(tmp_path / "hf"))
+        proc = subprocess.run([SNAKEMAKE, "--cores", "1", "--nolock", "--configfile", str(tmp_path / "c.yaml"),
+                               "--", str(tmp_path / "r" / "pretrained" / "tiny.csv")],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert job_counts(proc.stdout + proc.stderr) == {"prefetch_qk": 1, "score_pretrained": 1}
+    fetched = sorted(p.name for p in (tmp_path / "r" / "hub-qk" / "tiny").iterdir() if p.name != ".snakemake_timestamp")
+    assert fetched == ["config.json", "model.safetensors"]
+    assert [p for m, p, r in hub.requests if "/revision/" in p] == ["api/models/org/tiny-llama/revision/main"]  # once
+    assert sum(v for k, v in hub.sent.items() if k.endswith(".safetensors")) < sum(
+        f.stat().st_size for f in ckpt.glob("*.safetensors")) / 10
+    import pandas as pd
+
+    got = pd.read_csv(tmp_path / "r" / "pretrained" / "tiny.csv")
+    ref = score_model(ckpt, progress=False, name="org/tiny-llama")
+    assert (got[["layer", "n_params", "n_heads", "n_kv_heads"]].values == ref[["layer", "n_params", "n_heads", "n_kv_heads"]].values).all()
+    assert (got[["symmetry", "directionality"]] - ref[["symmetry", "directionality"]]).abs().max().max() <= 1e-6
+
+
 def test_training_resources_follow_the_config(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
     cfg["training"].update(threads=2, gpus=3, mem_mb=1234, runtime=77)
@@ -188,7 +231,9 @@ def test_training_resources_follow_the_config(tmp_path):
     block = block[: block.index("\n\n")]
     assert "threads: 2" in block
     assert "gpu=3" in block and "mem_mb=1234" in block and "runtime=77" in block
-    assert "--threads 2" in proc.stdout
+    # three processes under torchrun (one per GPU) share the job's two threads
+    assert "torchrun --standalone --nnodes 1 --nproc-per-node 3 --no-python python -m attention_geometry train" in proc.stdout
+    assert "--threads 1" in proc.stdout
     assert "slurm_partition" not in proc.stdout  # unset: the profile's default-resources decide
 
     # a SLURM partition and account for the training jobs only (a GPU partition), none for the other rules
@@ -500,3 +545,64 @@ def test_hard_kill_of_the_whole_workflow_resumes_with_the_readme_command(tmp_pat
     assert r.returncode == 0, r.stderr[-2000:]
     final = "checkpoints/step-0000300/model.safetensors"
     assert (runs / run / final).read_bytes() == (fresh / final).read_bytes()
+
+
+@pytest.mark.slow
+def test_two_gpus_train_as_two_ddp_processes_through_the_rule(tmp_path, monkeypatch):
+    """`training.gpus: 2` on CPU: rule train_model starts the trainer under torchrun with two gloo processes;
+    their loss log equals a one-process run of the same RUN.yaml (the same global batch, split in two), and
+    run.yaml records both processes."""
+    from attention_geometry.training import load_run_config, train
+
+    wf = copy_workflow(tmp_path / "wf")
+    cfg = yaml.safe_load((wf / "config" / "smoke.yaml").read_text())
+    cfg["results"] = "results-ddp"
+    cfg["training"].update(gpus=2, threads=2)
+    cfg["training"]["groups"] = {"main": {
+        "settings": {"max_steps": 8, "snapshot_every": 4, "eval_every": 4, "eval_blocks": 8},
+        "runs": [{"size": "tiny", "corpus": "wiki_offline", "objective": ["encoder", "decoder"], "init": "standard",
+                  "seed": 0, "overrides": {"batch_size": 8, "grad_accum": 2}}]}}
+    cfg["updates"]["steps"] = [0]
+    (wf / "config" / "ddp.yaml").write_text(yaml.safe_dump(cfg))
+    run = "tiny-wiki_offline-encoder-standard-s0"
+    proc = snakemake("--configfile", "config/ddp.yaml", "--cores", "2", "-p", f"results-ddp/runs/{run}/train.done",
+                     cwd=wf)
+    assert "torchrun --standalone --nnodes 1 --nproc-per-node 2 --no-python python -m attention_geometry train" in (
+        proc.stdout + proc.stderr)
+    two = wf / "results-ddp" / "runs" / run
+    assert yaml.safe_load((two / "run.yaml").read_text())["runtime"] == {"threads": 1, "device": "cpu",
+                                                                       "world_size": 2}
+    one = tmp_path / "one"
+    monkeypatch.chdir(wf)  # RUN.yaml names the corpus relative to the workflow
+    train(load_run_config(wf / "results-ddp" / "configs" / "runs" / f"{run}.yaml"), one, threads=1, progress=False)
+    r1, r2 = _csv_rows(one / "loss.csv"), _csv_rows(two / "loss.csv")
+    assert [r["step"] for r in r1] == [r["step"] for r in r2] == [str(s) for s in range(9)]
+    for a, b in zip(r1, r2):
+        for col in ("train_loss", "eval_loss"):
+            assert (a[col] == "") == (b[col] == "")
+            if a[col]:
+                assert float(b[col]) == pytest.approx(float(a[col]), rel=1e-4), (a["step"], col)
+
+
+def test_gpu_check_script_without_cuda_and_its_config(tmp_path):
+    """benchmarks/gpu_check.sh parses; without CUDA it prints one line, runs nothing and exits 0; its config
+    is a valid workflow config that trains the two bert-mini runs on cuda in bf16 through train_model."""
+    script = REPO / "benchmarks" / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    import torch
+
+    if not torch.cuda.is_available():
+        work = tmp_path / "work"
+        proc = subprocess.run(["bash", str(script), str(work)], cwd=REPO, env=_env(), capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0 and proc.stderr == ""
+        assert proc.stdout.splitlines() == [
+            "gpu_check: no CUDA device here (torch.cuda.is_available() is not True): nothing run"]
+        assert not work.exists()
+    runs = [f"{tmp_path}/r/runs/bert-mini-wiki_offline-{o}-standard-s0/train.done" for o in ("encoder", "decoder")]
+    proc = snakemake(*runs, "-n", "-p", "--configfile", "benchmarks/gpu_check.yaml", "--config",
+                     f"results={tmp_path}/r")
+    assert job_counts(proc.stdout)["train_model"] == 2
+    assert proc.stdout.count("--device cuda") == 2 and "torchrun" not in proc.stdout
+    cfg = yaml.safe_load((REPO / "benchmarks" / "gpu_check.yaml").read_text())
+    assert cfg["training"]["groups"]["main"]["runs"][0]["overrides"]["precision"] == "bf16"

@@ -5,14 +5,18 @@ check that the rules use it."""
 from __future__ import annotations
 
 import copy
+import json
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from attention_geometry import rundir, workflow
+from attention_geometry import launch, rundir, workflow
 from attention_geometry.contract import RUN_KEYS
+from attention_geometry.errors import UserError
 from attention_geometry.workflow import ConfigError, expand_runs, plan, resolve_pretrained
 
 REPO = Path(__file__).resolve().parents[1]
@@ -153,6 +157,60 @@ def test_resolve_pretrained_sources_and_arguments():
         resolve_pretrained({"x": {"package": "no_such_package_xyz"}})
 
 
+def test_hub_models_are_scored_offline_from_their_prefetched_qk_subset():
+    cfg = _config()
+    cfg["pretrained"] = {**cfg["pretrained"],
+                         "hub": {"hub_id": "org/hub", "revision": "main", "name": "org/hub"},
+                         "code": {"hub_id": "org/code", "revision": "a" * 40, "trust_remote_code": True},
+                         "hubgguf": {"hub_id": "org/q", "gguf_file": "m.gguf"}}
+    p = _plan(cfg)
+    assert p.prefetched == ["hub", "code"]  # hub models with safetensors/.bin weights; not packages, not GGUF
+    hub, code, gguf = (p.pretrained[k] for k in ("hub", "code", "hubgguf"))
+    assert hub.source == p.res("hub-qk", "hub") and hub.inputs == [hub.source] == [hub.path]
+    assert (hub.hub_id, hub.fetch_args, hub.args) == ("org/hub", ["--revision", "main"], ["--name", "org/hub"])
+    assert code.fetch_args == ["--revision", "a" * 40, "--trust-remote-code"]
+    assert code.args == ["--trust-remote-code", "--name", "org/code"]
+    assert hub.origin == "hub:org/hub@main" and not hub.pinned and hub.weight_files() == []
+    # the scoring job of a model read from local files runs offline; a hub GGUF file is still read online
+    assert hub.offline_env == code.offline_env == p.pretrained["minilm"].offline_env == "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1"
+    assert gguf.offline_env == "" and not gguf.hub_id and gguf.inputs == [] and gguf.source == "org/q"
+
+
+def test_resolve_pretrained_joined_gguf(tmp_path):
+    import hashlib
+
+    from attention_geometry.files import join_files
+    from attention_geometry.pretrained import pretrained_rows
+
+    digest = hashlib.sha256(b"abcdef").hexdigest()
+    m = {"package": "whole", "gguf_file": "m.gguf", "gguf_parts": ["p1/data/m.part0", "p2/data/m.part1"],
+         "sha256": digest, "name": "org/m"}
+    r = resolve_pretrained({"g": m}, find_package=_fake_package, joined_dir="/res/pretrained/files")["g"]
+    assert r.parts == ["/site-packages/p1/data/m.part0", "/site-packages/p2/data/m.part1"]
+    assert r.file == r.path == "/res/pretrained/files/g/m.gguf" and r.inputs == [r.file] and r.pinned
+    assert r.args == ["--gguf-file", "m.gguf", "--name", "org/m"] and r.sha256 == digest
+    assert r.origin == "pip:whole/m.gguf (joined: pip:p1/data/m.part0 + pip:p2/data/m.part1)"
+    assert pretrained_rows({"g": r})[0]["sha256"] == f"m.gguf:{digest}"  # recorded, before any join
+    with pytest.raises(ConfigError, match="needs package, gguf_file and sha256"):
+        resolve_pretrained({"g": {k: v for k, v in m.items() if k != "sha256"}}, find_package=_fake_package,
+                           joined_dir="/x")
+    with pytest.raises(ConfigError, match="is not PACKAGE/PATH"):
+        resolve_pretrained({"g": {**m, "gguf_parts": ["nofolder"]}}, find_package=_fake_package, joined_dir="/x")
+    # the workflow's plan joins into {results}/pretrained/files
+    assert _plan(_config("config.yaml")).pretrained["gemma3"].file == \
+        "results/pretrained/files/gemma3/gemma-3-270m-q4_k_m.gguf"
+
+    (tmp_path / "a").write_bytes(b"abc")
+    (tmp_path / "b").write_bytes(b"def")
+    out = join_files([tmp_path / "a", tmp_path / "b"], tmp_path / "j" / "m.gguf", digest)
+    assert out.read_bytes() == b"abcdef"
+    with pytest.raises(UserError, match="have sha256 .* not the recorded"):
+        join_files([tmp_path / "b", tmp_path / "a"], tmp_path / "k.gguf", digest)  # the wrong order
+    with pytest.raises(UserError, match="cannot read part"):
+        join_files([tmp_path / "a", tmp_path / "missing"], tmp_path / "k.gguf", digest)
+    assert not (tmp_path / "k.gguf").exists() and not list(tmp_path.glob(".k.gguf*"))
+
+
 def test_pretrained_models_csv():
     p = _plan(_config())
     # no machine path in the committed table: the installed distribution and version the files came from
@@ -183,7 +241,7 @@ def test_emergence_runs_null_source_and_paths():
     cfg = _config("config.yaml")
     p = _plan(cfg)
     em = p.emergence_runs()
-    assert em["encoder"] == [f"tiny-wiki_offline-encoder-standard-s{s}" for s in (0, 1, 2)]
+    assert em["encoder"] == [f"tiny-wiki_offline-encoder-standard-s{s}" for s in range(5)]  # 5 encoder seeds (D3)
     assert em["decoder"] == [f"tiny-wiki_offline-decoder-standard-s{s}" for s in (0, 1, 2)]
     assert p.null_source_run() == em["encoder"][0]
     assert p.ablation_runs() == p.groups["main"]
@@ -288,6 +346,86 @@ def test_slurm_resources_only_what_is_set():
     assert workflow.slurm_resources({"slurm_partition": "gpu"}) == {"slurm_partition": "gpu"}
     assert workflow.slurm_resources({"slurm_partition": "gpu", "slurm_account": "a1", "mem_mb": 5}) == {
         "slurm_partition": "gpu", "slurm_account": "a1"}
+
+
+def test_shell_prefix_runs_the_checkouts_package_in_any_python(tmp_path):
+    """The rules' shell prefix: the checkout's src/ wins over whatever the job's Python has installed (here this
+    venv's attention_geometry), a path with a space, a quote or braces stays one word through Snakemake's
+    formatting (str.format), no inherited PYTHONPATH is needed (Snakemake removes it under --sdm conda), and a
+    failing command in a pipe still fails the job."""
+    repo = tmp_path / "a b'c{x}"
+    pkg = repo / "src" / "attention_geometry"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text("import sys; print('checkout', sys.argv[1:])\n")
+    prefix = workflow.shell_prefix(str(repo)).format()
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+
+    def bash(cmd):
+        return subprocess.run(["bash", "-c", prefix + cmd], env=env, capture_output=True, text=True)
+
+    assert bash("python -m attention_geometry score x").stdout == "checkout ['score', 'x']\n"
+    assert bash("false | cat").returncode != 0
+    # and the real package runs as `python -m attention_geometry` (its __main__: the console script's CLI)
+    prefix = workflow.shell_prefix(str(REPO)).format()
+    real = bash("python -m attention_geometry --help")
+    assert real.returncode == 0 and "prepare-corpus" in real.stdout, real.stderr[-2000:]
+
+
+def test_train_launch_one_process_torchrun_per_gpu():
+    one = launch.train_launch({"gpus": 1, "threads": 4})
+    assert (one.prefix, one.processes, one.threads, one.resources) == ("", 1, 4, {"gpu": 1})
+    assert launch.train_launch({"gpus": 0, "threads": 2}).prefix == ""
+    four = launch.train_launch({"gpus": 4, "threads": 8})
+    assert shlex.split(four.prefix) == ["torchrun", "--standalone", "--nnodes", "1", "--nproc-per-node", "4",
+                                        "--no-python"]
+    assert (four.processes, four.threads, four.resources) == (4, 2, {"gpu": 4})  # 8 threads shared by 4
+    assert launch.train_launch({"gpus": 3, "threads": 2}).threads == 1
+
+
+def _fake_bin(folder: Path, name: str, body: str) -> None:
+    path = folder / name
+    path.write_text(f"#!{sys.executable}\nimport json, os, subprocess, sys\n{body}")
+    path.chmod(0o755)
+
+
+def test_train_launch_several_nodes_runs_one_torchrun_per_node_meeting_on_the_first(tmp_path):
+    multi = launch.train_launch({"gpus": 4, "threads": 16, "nodes": 2})
+    assert multi.resources == {"nodes": 2, "mpi": "srun", "tasks": 2, "slurm_extra": "--gpus-per-node=4"}
+    assert multi.threads == 4 and multi.processes == 4
+    # Run the prefix as the rule's shell would, with stand-ins for srun (two tasks, the variables srun sets in
+    # each), scontrol (the node names of a nodelist) and torchrun (records its arguments): quoting and the
+    # rendezvous endpoint are checked on what torchrun would receive.
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    _fake_bin(bin_, "srun", (
+        "args = sys.argv[1:]\n"
+        "opts = {}\n"
+        "while args[0].startswith('--'):\n"
+        "    opts[args[0]] = args[1]; args = args[2:]\n"
+        "json.dump(opts, open(os.environ['OUT'] + '/srun.json', 'w'))\n"
+        "for rank in range(int(opts['--ntasks'])):\n"
+        "    env = {**os.environ, 'SLURM_STEP_NODELIST': 'gpu[07-08]', 'SLURM_PROCID': str(rank)}\n"
+        "    subprocess.run(args, env=env, check=True)\n"))
+    _fake_bin(bin_, "scontrol", "assert sys.argv[1:] == ['show', 'hostnames', 'gpu[07-08]'], sys.argv\n"
+                                "print('gpu07'); print('gpu08')\n")
+    _fake_bin(bin_, "torchrun", "json.dump(sys.argv[1:], open(os.environ['OUT'] + '/torchrun-'"
+                                " + os.environ['SLURM_PROCID'] + '.json', 'w'))\n")
+    command = f"{multi.prefix} python -m attention_geometry train --config {shlex.quote(str(tmp_path / 'a b.yaml'))}"
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "OUT": str(tmp_path), "SLURM_JOB_ID": "4242"}
+    subprocess.run(["bash", "-c", command], env=env, check=True)
+    srun = json.loads((tmp_path / "srun.json").read_text())
+    assert srun == {"--nodes": "2", "--ntasks": "2", "--ntasks-per-node": "1", "--cpus-per-task": "16",
+                    "--gpus-per-node": "4"}
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"torchrun-{rank}.json").read_text()) == [
+            "--nnodes", "2", "--nproc-per-node", "4", "--rdzv-backend", "c10d", "--rdzv-id", "4242",
+            "--rdzv-endpoint", "gpu07:29500", "--no-python",
+            "python", "-m", "attention_geometry", "train", "--config", str(tmp_path / "a b.yaml")]
+    # CPU nodes: one gloo process per node, no GPU option
+    cpu = launch.train_launch({"gpus": 0, "threads": 2, "nodes": 3})
+    assert "--nproc-per-node 1" in cpu.prefix and "gpus" not in cpu.prefix
+    assert cpu.resources == {"nodes": 3, "mpi": "srun", "tasks": 3}
 
 
 def test_code_version_is_the_commit_and_flags_changes_outside_results(tmp_path):

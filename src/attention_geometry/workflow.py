@@ -6,7 +6,9 @@
     runs         run name -> Run (its identity, its group settings merged with the entry's, its groups)
     groups       group name -> run names, in config order
     update_runs  the runs whose W_qk updates are scored (`updates.group` x `updates.inits`)
-    pretrained   model key -> Pretrained (where the files are, the CLI arguments, the pinned revision)
+    pretrained   model key -> Pretrained (where the files are, the CLI arguments, the pinned revision); a hub
+                 model is scored offline from {results}/hub-qk/{key}/, its q/k subset (rule prefetch_qk)
+    prefetched   the keys of those hub models
     catalog      notebooks/catalog.yaml; `notebooks` the entries made with this config
 
 and answers the rules' questions (paths, the emergence and ablation runs, every notebook's papermill
@@ -18,13 +20,12 @@ No torch, no pandas, no Snakemake: the tests call it directly (tests/test_workfl
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import itertools
 import json
 import os
 import re
+import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -32,7 +33,7 @@ import yaml
 
 from .contract import RUN_KEYS
 from .errors import UserError
-from .files import atomic_write_text, file_sha256, read_yaml
+from .files import atomic_write_text, csv_text, file_sha256, read_yaml  # noqa: F401 (csv_text re-exported)
 from .hyper import resolve_hyper
 from .pretrained import (PRETRAINED_COLUMNS, ConfigError, Pretrained, package_dir,  # noqa: F401 (re-exported)
                          code_version, pretrained_rows, resolve_pretrained)
@@ -41,7 +42,7 @@ from .rundir import run_name, snapshot_dir, snapshot_steps
 __all__ = [
     "ConfigError", "CONFIG_KEY", "Run", "Pretrained", "Plan", "plan", "schema_error", "expand_corpora", "expand_runs",
     "resolve_pretrained", "load_catalog", "slurm_resources", "code_version", "package_dir", "yaml_text", "csv_text",
-    "PRETRAINED_COLUMNS",
+    "PRETRAINED_COLUMNS", "shell_prefix",
 ]
 
 
@@ -179,15 +180,6 @@ def yaml_text(data) -> str:
     return yaml.safe_dump(data, sort_keys=True)
 
 
-def csv_text(rows: Iterable[Mapping], columns: Sequence[str]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({c: row[c] for c in columns})
-    return buf.getvalue()
-
-
 def alternation(names: Iterable[str]) -> str:
     """A wildcard constraint matching exactly `names` (none: matches nothing)."""
     return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
@@ -210,7 +202,9 @@ class Plan:
             if group not in self.groups:
                 raise ConfigError(f"config: group {group!r} is not a key of training.groups ({', '.join(self.groups)})")
         self.update_runs = select_update_runs(self.runs, self.groups, config["updates"])
-        self.pretrained = resolve_pretrained(config["pretrained"], find_package)
+        self.pretrained = resolve_pretrained(config["pretrained"], find_package, self.res("hub-qk"),
+                                             joined_dir=self.res("pretrained", "files"))
+        self.prefetched = [k for k, m in self.pretrained.items() if m.hub_id]  # rule prefetch_qk's models
         self.catalog = load_catalog(os.path.join(repo, "notebooks", "catalog.yaml"))
         for nb in f["skip"]:
             if nb not in self.catalog:
@@ -404,20 +398,6 @@ def schema_error(config: Mapping, schema_path: str, limit: int = 300) -> str | N
 
 
 # ------------------------------------------------------------------------------ report and committed facts
-CORPUS_RECORD_COLUMNS = ("corpus", "manifest_sha256", "documents_sha256", "n_documents", "n_tokens",
-                         "n_train_blocks", "n_heldout_blocks", "block_len", "vocab_size")
-
-
-def write_corpus_record(corpus_dir: str, corpus: str, out: str) -> None:
-    """Rule record_corpus: the prepared corpus's manifest sha256 and counts (no machine paths) as one CSV row."""
-    from .corpus import MANIFEST, read_manifest  # numpy: only in the rule's job, never at parse time
-
-    manifest = read_manifest(corpus_dir, corpus)
-    row = {"corpus": corpus, "manifest_sha256": file_sha256(os.path.join(corpus_dir, MANIFEST)),
-           **{k: manifest.get(k, "") for k in CORPUS_RECORD_COLUMNS[2:]}}
-    atomic_write_text(out, csv_text([row], CORPUS_RECORD_COLUMNS))
-
-
 def caption_rst(catalog: Mapping, entry: str) -> str:
     """report/captions/{entry}.rst (committed; tests/test_report.py checks them against the catalog): the
     entry's caption and the notebook and rule that make it."""
@@ -429,6 +409,18 @@ def slurm_resources(section: Mapping) -> dict[str, str]:
     """The SLURM resources a config section sets for its rules' jobs (`slurm_partition`, `slurm_account`),
     only those given: an absent key leaves the profile's default-resources in force."""
     return {k: str(section[k]) for k in ("slurm_partition", "slurm_account") if section.get(k)}
+
+
+def shell_prefix(repo: str) -> str:
+    """What rules/common.smk puts before every rule's shell command (`shell.prefix`): Snakemake's own bash
+    prefix (`set -euo pipefail`), then this checkout's src/ on PYTHONPATH, so `python -m attention_geometry`,
+    `python -m papermill` and `python -c` run the checkout's package with the `python` of the job's
+    environment (the venv of `make setup`, or the rule's env under `--sdm conda`). A conda env built from
+    envs/*.yaml does not contain the package (conda runs its pip section from a copy under .snakemake/conda/,
+    where no path to the checkout can be written), and Snakemake removes PYTHONPATH from a conda job's
+    environment; the prefix runs after the env's activation. Braces are doubled: Snakemake formats it."""
+    words = f"set -euo pipefail; export PYTHONPATH={shlex.quote(os.path.join(os.path.abspath(repo), 'src'))}; "
+    return words.replace("{", "{{").replace("}", "}}")
 
 
 def plan(config: Mapping, repo: str, configfiles: Sequence[str] = (),

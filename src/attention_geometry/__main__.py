@@ -1,0 +1,8 @@
+"""`python -m attention_geometry COMMAND ...`: the `attention-geometry` CLI without its console script (the
+workflow's rules run it so, with the checkout's src/ on PYTHONPATH: workflow.python_command)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,97 @@
+"""Config records (attention_geometry.config_records): each committed result's record holds only the config
+parts that feed it, and committed results whose record differs from the current config stop the workflow
+with one line (issue 11, point 3). The workflow-level check, in a copy of the repository as a clone has it,
+is in tests/test_report.py."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+from attention_geometry.config_records import record_path, record_text, records, stale_error
+from attention_geometry.files import atomic_write_text
+from test_workflow_logic import _config, _plan  # the validated-config helpers (tests/ is on sys.path)
+
+
+def _changed(a: dict, b: dict) -> set[str]:
+    return {k for k in a if record_text(a[k][1]) != record_text(b[k][1])}
+
+
+def _default():
+    return _config("config.yaml")
+
+
+def test_each_record_holds_only_the_config_that_feeds_its_results():
+    base = _default()
+    rec = records(_plan(base))
+    assert {"training_scores", "training_loss", "update_scores", "null_scores", "pretrained_scores",
+            "pretrained_models", "symmetry_speedup", "corpus_wiki_offline"} <= set(rec)
+    assert {k for k in rec if k.startswith("wqk_")} == {
+        "wqk_run_tiny-wiki_offline-encoder-standard-s0", "wqk_run_tiny-wiki_offline-decoder-standard-s0",
+        "wqk_pretrained_minilm", "wqk_pretrained_smollm2"}
+    notebooks = {k for k in rec if k.startswith("make_")}
+    assert len(notebooks) == len(_plan(base).notebooks) >= 10
+
+    # a notebook constant: the records of what draws with it, never a training or scoring table's
+    cfg = copy.deepcopy(base)
+    cfg["figures"]["ci_level"] = 0.9
+    changed = _changed(rec, records(_plan(cfg)))
+    assert "symmetry_speedup" in changed and changed - {"symmetry_speedup"} <= notebooks
+    assert "make_fig3_emergence" in changed and "make_fig1_wqk_examples" not in changed
+
+    # a run setting: the tables made from the runs, and Figure 1's matrix of that run
+    cfg = copy.deepcopy(base)
+    cfg["training"]["groups"]["main"]["settings"]["max_steps"] = 3000
+    changed = _changed(rec, records(_plan(cfg)))
+    assert {"training_scores", "training_loss", "update_scores", "null_scores",
+            "wqk_run_tiny-wiki_offline-encoder-standard-s0"} <= changed
+    assert not changed & {"pretrained_scores", "pretrained_models", "corpus_wiki_offline", "wqk_pretrained_minilm"}
+
+    # a pretrained entry: its tables and its Figure 1 matrix only
+    cfg = copy.deepcopy(base)
+    cfg["pretrained"]["minilm"]["revision"] = "0" * 40
+    assert _changed(rec, records(_plan(cfg))) == {"pretrained_scores", "pretrained_models", "wqk_pretrained_minilm"}
+
+    # machine settings (threads, device, GPUs) and provenance (the commit, the whole-config hash) are not parts
+    cfg = copy.deepcopy(base)
+    cfg["training"].update(threads=8, device="cuda", gpus=2)
+    cfg["scoring"]["threads"] = 4
+    assert _changed(rec, records(_plan(cfg))) == set()
+    assert "code_version" not in record_text(rec["make_reproduction_report"][1])
+    assert "config_hash" not in record_text(rec["make_reproduction_report"][1])
+
+
+def test_results_made_with_another_config_stop_with_one_line(tmp_path):
+    base = _default()
+    base["results"] = str(tmp_path / "r")
+    made = _plan(base)
+    rec = records(made)
+    for key, (files, parts) in rec.items():
+        for f in files:
+            atomic_write_text(f, "made\n")
+        atomic_write_text(record_path(made, key), record_text(parts))
+    assert stale_error(made) is None
+
+    cfg = copy.deepcopy(base)
+    cfg["training"]["groups"]["main"]["settings"]["max_steps"] = 3000
+    edited = _plan(cfg)
+    msg = stale_error(edited)
+    assert msg is not None and "\n" not in msg
+    scores, loss = (made.res("tables", f"{t}.csv") for t in ("training_scores", "training_loss"))
+    assert scores in msg and loss in msg and made.res("tables", "pretrained_scores.csv") not in msg
+    rm = msg.split("`rm ", 1)[1].split("`", 1)[0].split()
+    assert scores in rm and record_path(made, "training_scores") in rm
+    assert record_path(made, "pretrained_scores") not in rm
+    # what the message says to remove, removed: nothing left to stop for (the next run remakes and records it)
+    for path in rm:
+        os.remove(path)
+    assert stale_error(edited) is None
+    # a result without its record (a results folder from before records): the next run records it
+    os.remove(record_path(made, "pretrained_models"))
+    assert stale_error(made) is None
+    # a notebook constant edited: only notebook outputs and the symmetry/speed-up tables are named
+    cfg = copy.deepcopy(base)
+    cfg["figures"]["ci_level"] = 0.9
+    msg = stale_error(_plan(cfg))
+    assert "symmetry_speedup_runs.csv" in msg and "fig3_emergence.pdf" in msg
+    assert "training_scores.csv" not in msg and "null_scores.csv" not in msg
