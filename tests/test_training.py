@@ -160,6 +160,40 @@ def test_lean_decoder_loss_matches_stock_forward_with_padding():
     assert mine.item() == pytest.approx(ref.item(), rel=1e-5)
 
 
+def test_cpu_bf16_autocast_runs_the_attention_in_float32(monkeypatch):
+    """Under CPU bf16 autocast the attention itself gets float32 q, k, v (its bf16 backward is slow on the
+    CPU), the projections stay bf16, and the loss and gradients stay close to the fp32 ones; without
+    autocast nothing changes (fp32 in, bitwise the same loss)."""
+    import attention_geometry.training.models as models
+
+    seen = []
+    real = F.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        seen.append((q.dtype, k.dtype, v.dtype, torch.is_autocast_enabled("cpu")))
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(models.F, "scaled_dot_product_attention", spy)
+    m = _model("decoder", "standard", seed=5)
+    ids = _batch(B=3, L=10)
+    ref = lm_loss(m, ids, ids, "decoder")
+    ref.backward()
+    g32 = m.bert.encoder.layer[0].attention.self.query.weight.grad.clone()
+    m.zero_grad()
+    assert seen == [(torch.float32,) * 3 + (False,)] * 2
+    seen.clear()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = lm_loss(m, ids, ids, "decoder")
+        q = m.bert.encoder.layer[0].attention.self.query(torch.zeros(1, 64))
+    low.backward()
+    g16 = m.bert.encoder.layer[0].attention.self.query.weight.grad
+    assert q.dtype == torch.bfloat16  # the projections run in bf16
+    assert seen == [(torch.float32,) * 3 + (False,)] * 2  # the attention in fp32, autocast off inside it
+    assert low.item() == pytest.approx(ref.item(), rel=2e-2)
+    assert torch.nn.functional.cosine_similarity(g16.flatten(), g32.flatten(), dim=0) > 0.98
+    assert lm_loss(m, ids, ids, "decoder").item() == ref.item()
+
+
 def test_fast_cross_entropy_matches_torch_value_and_gradient():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(50, 31, generator=g) * 4
