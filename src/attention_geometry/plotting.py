@@ -311,8 +311,10 @@ def scores_vs_params(axes: Sequence[plt.Axes], table: pd.DataFrame, hue: str = "
                 mid = float(np.median(table.loc[table["source"] == "ours", f"{v}_median"]))
                 for x_, y_, name in zip(g["n_params"], y, g["model"]):
                     below = float(y_) < mid
+                    # on a light box above the markers: a name drawn over the paper's points stays readable
                     ax.annotate(_short(name), (x_, y_), textcoords="offset points", xytext=(4, -9 if below else 4),
-                                fontsize=6)
+                                fontsize=6, zorder=4,
+                                bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8))
         ax.set_xscale("log")
         ax.set_xlabel("number of parameters")
         ax.set_ylabel(f"{LABELS[v]} (median, IQR over layers)")
