@@ -30,8 +30,8 @@ def _run(objective, init, seed):
     return f"tiny-wiki-{objective}-{init}-s{seed}"
 
 
-# as in config/config.yaml: one group, 3 seeds x (encoder standard / symmetric-fresh / fresh, decoder standard /
-# symmetric-fresh), every run to the same horizon
+# like config/config.yaml's design, balanced: one group, 3 seeds x (encoder standard / symmetric-fresh / fresh,
+# decoder standard / symmetric-fresh), every run to the same horizon (the default adds a 4th seed of two encoder kinds)
 SEEDS = (0, 1, 2)
 VARIANTS = [("encoder", "standard"), ("encoder", "symmetric-fresh"), ("encoder", "fresh"), ("decoder", "standard"),
             ("decoder", "symmetric-fresh")]

@@ -241,8 +241,9 @@ def test_emergence_runs_null_source_and_paths():
     cfg = _config("config.yaml")
     p = _plan(cfg)
     em = p.emergence_runs()
-    # design D2: three seeds of each kind, encoder and decoder paired by seed
-    assert em["encoder"] == [f"tiny-wiki_offline-encoder-standard-s{s}" for s in (0, 1, 2)]
+    # design D5: D2's three seeds of each kind, encoder and decoder paired by seed, and a fourth seed of the
+    # standard (and symmetric-fresh) encoder for claim c; seed 3 has no decoder partner
+    assert em["encoder"] == [f"tiny-wiki_offline-encoder-standard-s{s}" for s in (0, 1, 2, 3)]
     assert em["decoder"] == [f"tiny-wiki_offline-decoder-standard-s{s}" for s in (0, 1, 2)]
     assert p.null_source_run() == em["encoder"][0]
     assert p.ablation_runs() == p.groups["main"]
