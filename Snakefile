@@ -1,6 +1,6 @@
 # The workflow: corpus -> training runs -> scores -> tidy tables -> one papermill notebook per figure/table.
 # Everything configurable lives in config/ (validated against config/schema.yaml); what the config implies
-# (runs, names, steps, groups, pretrained sources, notebook I/O) is computed by attention_geometry.workflow,
+# (runs, names, steps, groups, pretrained sources, notebook I/O) is computed by attention_geometry.workflow.plan,
 # and rules/common.smk only looks it up.
 import os
 
@@ -17,12 +17,12 @@ if not workflow.overwrite_configfiles:
 
 
 
-# A config that fails the schema stops with one line naming the key (attention_geometry.workflow.schema_error),
+# A config that fails the schema stops with one line naming the key (attention_geometry.workflow.plan.schema_error),
 # not with Snakemake's message, which prints the whole schema and config after it. validate() also sets the
 # schema's defaults.
 from snakemake.exceptions import WorkflowError
 
-from attention_geometry.workflow import schema_error
+from attention_geometry.workflow.plan import schema_error
 
 try:
     validate(config, "config/schema.yaml")

@@ -53,7 +53,7 @@ import sys
 
 import pandas as pd
 
-from attention_geometry.contract import TRAINING_COLUMNS
+from attention_geometry.formats.columns import TRAINING_COLUMNS
 
 work, runs = sys.argv[1], sys.argv[2:]
 keys = [c for c in TRAINING_COLUMNS if c not in ("symmetry", "directionality")]

@@ -47,8 +47,8 @@ def main() -> None:
     from huggingface_hub import constants
     from score_memory import write_checkpoint
 
-    from attention_geometry.checkpoints import score_model
-    from attention_geometry.prefetch import prefetch_qk
+    from attention_geometry.scoring.scorer import score_model
+    from attention_geometry.weights.prefetch import prefetch_qk
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -4,7 +4,7 @@ Writes a random Llama-shaped checkpoint (bf16, sharded safetensors with an index
 width 2048, 32 query heads, 8 key/value heads, MLP 8192, vocabulary 32000: 1.10 B parameters, 2.2 GB) into
 a temporary folder, then scores it twice, each time in a fresh child process:
 
-- streaming: attention_geometry.checkpoints.score_model(<folder>), which reads only the q/k tensors;
+- streaming: attention_geometry.scoring.scorer.score_model(<folder>), which reads only the q/k tensors;
 - full: transformers.AutoModelForCausalLM.from_pretrained(<folder>, dtype=bfloat16), then score_model(model).
 
 For each child it prints the wall time of the whole process (python start, imports, scoring) and its peak
@@ -90,7 +90,7 @@ def child(mode: str, folder: str, result: str, threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    from attention_geometry.checkpoints import score_model
+    from attention_geometry.scoring.scorer import score_model
 
     if mode == "full":
         from transformers import AutoModelForCausalLM
@@ -98,7 +98,7 @@ def child(mode: str, folder: str, result: str, threads: int) -> None:
     rss_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t1 = time.perf_counter()
     if mode == "streaming":
-        from attention_geometry.loading import open_source
+        from attention_geometry.weights.loading import open_source
 
         src = open_source(folder, name="bench")  # config (transformers) + safetensors headers
     else:

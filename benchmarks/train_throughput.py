@@ -53,7 +53,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attention_geometry.training import build_model, resolve_hyper, run_config_from_dict, train
+from attention_geometry.training.models import build_model
+from attention_geometry.training.hyper import resolve_hyper
+from attention_geometry.training.run_config import run_config_from_dict
+from attention_geometry.training.loop import train
 
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "V100": 125.0}
 
@@ -74,7 +77,7 @@ def write_random_corpus(d: Path, vocab: int, block_len: int, n_train: int = 4096
 def cpu_shape(config_path: Path, group: str):
     """(size, overrides, vocab, seq_len, where) of training group `group` in the config, else the tiny
     defaults (vocabulary 2048, sequence 64)."""
-    from attention_geometry.files import read_yaml
+    from attention_geometry.formats.files import read_yaml
 
     try:
         cfg = read_yaml(config_path, "config") or {}
@@ -246,7 +249,8 @@ def counted_flops(h, objective: str, precision: str, size: str = "tiny") -> dict
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    from attention_geometry.training import lm_loss, mask_tokens
+    from attention_geometry.training.models import lm_loss
+    from attention_geometry.training.batches import mask_tokens
 
     special = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
     model = build_model(size, objective, "standard", 0, special_tokens=special, _hyper=h).train()
@@ -368,7 +372,7 @@ def runs_main(args) -> None:
 
     import yaml
 
-    from attention_geometry.hyper import Hyper
+    from attention_geometry.training.hyper import Hyper
 
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     peak = peak_tflops(name, args.peak_tflops)

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from attention_geometry.workflow import caption_rst, load_catalog
+from attention_geometry.workflow.plan import caption_rst, load_catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "report" / "captions"

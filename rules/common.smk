@@ -1,5 +1,5 @@
 # Lookups shared by the rule files, and the wildcard constraints; no rules, no logic. Everything is derived
-# from the validated config once, at parse time, by attention_geometry.workflow (run expansion and names,
+# from the validated config once, at parse time, by attention_geometry.workflow.plan (run expansion and names,
 # snapshot steps, group selection, pretrained sources, notebook I/O; unit-tested without Snakemake).
 import json
 import os
@@ -7,10 +7,10 @@ import shlex
 
 from snakemake.exceptions import WorkflowError
 
-from attention_geometry.config_records import record_path, record_text, records, stale_error
-from attention_geometry.launch import train_launch
-from attention_geometry.workflow import (ConfigError, alternation, notebook_file, plan, shell_prefix, slurm_resources,
-                                        yaml_text)
+from attention_geometry.workflow.records import record_path, record_text, records, stale_error
+from attention_geometry.training.launch import train_launch
+from attention_geometry.workflow.plan import alternation, notebook_file, plan, shell_prefix, slurm_resources, yaml_text
+from attention_geometry.workflow.pretrained import ConfigError
 
 if config["offline"]:
     # Nothing waits on the Hugging Face hub: every job inherits these (local and SLURM jobs alike, since

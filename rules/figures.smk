@@ -102,11 +102,11 @@ rule record_corpus:
     conda:
         "../envs/figures.yaml"
     shell:
-        "python -c 'import sys; from attention_geometry.corpus import write_corpus_record as w; w(*sys.argv[1:])'"
+        "python -c 'import sys; from attention_geometry.formats.corpus import write_corpus_record as w; w(*sys.argv[1:])'"
         " {input:q} {wildcards.corpus} {output:q} > {log:q} 2>&1"
 
 
-# The config that made each committed result (attention_geometry.config_records), written from the config
+# The config that made each committed result (attention_geometry.workflow.records), written from the config
 # alone (no inputs: where results exist they were checked against it at parse time, and missing results
 # are made from the current config).
 rule record_config:

@@ -1,4 +1,4 @@
-"""attention_geometry.analysis against hand computations and scipy."""
+"""attention_geometry.analysis.summaries against hand computations and scipy."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from attention_geometry import analysis as A
+from attention_geometry.analysis import summaries as A
+from attention_geometry.analysis.stats import first_reaching_step
+from attention_geometry.analysis.stats import t_interval
+from attention_geometry.analysis.stats import welch_interval
+from attention_geometry.workflow.provenance import package_versions
 from attention_geometry.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,24 +26,24 @@ def test_first_reaching_step_piecewise_linear_by_hand():
     steps = [0, 100, 200, 300, 400]
     loss = [10.0, 6.0, 4.0, 3.0, 2.5]
     # 3.5 lies halfway between 4.0 (step 200) and 3.0 (step 300)
-    assert A.first_reaching_step(steps, loss, 3.5) == pytest.approx(250.0)
+    assert first_reaching_step(steps, loss, 3.5) == pytest.approx(250.0)
     # 5.0 lies between 6.0 (100) and 4.0 (200): a quarter... (6-5)/(6-4) = 0.5 -> 150
-    assert A.first_reaching_step(steps, loss, 5.0) == pytest.approx(150.0)
+    assert first_reaching_step(steps, loss, 5.0) == pytest.approx(150.0)
     # 2.75: between 3.0 (300) and 2.5 (400): (3-2.75)/(0.5) = 0.5 -> 350
-    assert A.first_reaching_step(steps, loss, 2.75) == pytest.approx(350.0)
+    assert first_reaching_step(steps, loss, 2.75) == pytest.approx(350.0)
     # an evaluation point exactly on the target is the step itself
-    assert A.first_reaching_step(steps, loss, 4.0) == pytest.approx(200.0)
+    assert first_reaching_step(steps, loss, 4.0) == pytest.approx(200.0)
     # never reached
-    assert math.isnan(A.first_reaching_step(steps, loss, 2.0))
+    assert math.isnan(first_reaching_step(steps, loss, 2.0))
     # first crossing, not a later one: the curve goes back up and down again
-    assert A.first_reaching_step([0, 10, 20, 30], [5.0, 3.0, 6.0, 1.0], 4.0) == pytest.approx(5.0)
+    assert first_reaching_step([0, 10, 20, 30], [5.0, 3.0, 6.0, 1.0], 4.0) == pytest.approx(5.0)
 
 
 def test_speedup_bad_input():
     with pytest.raises(UserError, match="increase"):
-        A.first_reaching_step([0, 100, 100], [3, 2, 1], 1.5)
+        first_reaching_step([0, 100, 100], [3, 2, 1], 1.5)
     with pytest.raises(UserError, match="equal"):
-        A.first_reaching_step([0, 100], [3, 2, 1], 1.5)
+        first_reaching_step([0, 100], [3, 2, 1], 1.5)
 
 
 def _loss_table(curves: dict[tuple[str, str, int], list[tuple[int, float]]]) -> pd.DataFrame:
@@ -147,23 +151,23 @@ def test_per_run_speedups_refuses_ambiguous_baseline():
 @pytest.mark.parametrize("level", [0.9, 0.95, 0.99])
 def test_t_interval_matches_scipy(level):
     x = np.random.default_rng(3).normal(1.0, 2.0, size=7)
-    iv = A.t_interval(x, level)
+    iv = t_interval(x, level)
     lo, hi = stats.t.interval(level, len(x) - 1, loc=x.mean(), scale=stats.sem(x))
     assert (iv.estimate, iv.low, iv.high, iv.n) == pytest.approx((x.mean(), lo, hi, 7))
 
 
 def test_t_interval_small_n():
-    iv = A.t_interval([2.5], 0.95)
+    iv = t_interval([2.5], 0.95)
     assert iv.estimate == 2.5 and math.isnan(iv.low) and iv.n == 1
-    assert A.t_interval([np.nan, 1.0, 3.0]).n == 2
+    assert t_interval([np.nan, 1.0, 3.0]).n == 2
     with pytest.raises(UserError, match="level"):
-        A.t_interval([1, 2], 1.5)
+        t_interval([1, 2], 1.5)
 
 
 def test_welch_interval_matches_scipy():
     rng = np.random.default_rng(5)
     a, b = rng.normal(1.0, 1.0, 9), rng.normal(0.2, 3.0, 6)
-    iv = A.welch_interval(a, b, 0.95)
+    iv = welch_interval(a, b, 0.95)
     ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
     assert (iv.estimate, iv.low, iv.high) == pytest.approx((a.mean() - b.mean(), ci.low, ci.high))
     assert iv.n == 15
@@ -260,7 +264,7 @@ def test_model_table_flags_our_caveated_model_types():
 def test_our_caveats_are_the_families_with_per_head_qk_norms():
     """OUR_CAVEATS (torch-free, for the notebooks) lists exactly the registered families whose note says they
     normalize every query and key head (q_norm, k_norm)."""
-    from attention_geometry.extract import FAMILIES
+    from attention_geometry.scoring.registry import FAMILIES
 
     assert {t for t, f in FAMILIES.items() if "q_norm" in f.note} == set(A.OUR_CAVEATS)
 
@@ -319,7 +323,7 @@ def test_package_versions_name_the_source_tree_when_the_project_is_not_installed
     import importlib.metadata
     import tomllib
 
-    assert A.package_versions(["numpy", "no-such-dist-zz"]) == {"numpy": np.__version__,
+    assert package_versions(["numpy", "no-such-dist-zz"]) == {"numpy": np.__version__,
                                                                 "no-such-dist-zz": "not installed"}
     real = importlib.metadata.version
 
@@ -330,5 +334,5 @@ def test_package_versions_name_the_source_tree_when_the_project_is_not_installed
 
     monkeypatch.setattr(importlib.metadata, "version", version)
     pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
-    assert A.package_versions(["attention-geometry"]) == {
+    assert package_versions(["attention-geometry"]) == {
         "attention-geometry": f"{pyproject['project']['version']} (source tree)"}

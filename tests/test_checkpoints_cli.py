@@ -10,10 +10,10 @@ import torch
 import yaml
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
-from attention_geometry import checkpoints
-from attention_geometry.checkpoints import layer_matrices, score_model
-from attention_geometry.contract import SCORE_COLUMNS, TRAINING_COLUMNS
-from attention_geometry.files import atomic_write_table
+from attention_geometry.scoring import scorer as checkpoints
+from attention_geometry.scoring.scorer import layer_matrices, score_model
+from attention_geometry.formats.columns import SCORE_COLUMNS, TRAINING_COLUMNS
+from attention_geometry.formats.files import atomic_write_table
 from attention_geometry.cli import main
 from attention_geometry.errors import UserError
 
@@ -303,7 +303,7 @@ def test_score_checkpoints_bad_runs(tmp_path, capsys):
 def test_wqk_grouped_query(n_heads, n_kv):
     """M of a grouped-/multi-query layer (group-summed queries) equals the explicit per-head sum, and the sum of
     the per-head matrices."""
-    from attention_geometry.extract import LayerQK, wqk
+    from attention_geometry.scoring.extract import LayerQK, wqk
 
     torch.manual_seed(n_heads * 10 + n_kv)
     dh, d = 5, 12

@@ -1,4 +1,4 @@
-"""attention_geometry.claims on small synthetic tables whose answers are known by construction."""
+"""attention_geometry.analysis.claims on small synthetic tables whose answers are known by construction."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from attention_geometry import analysis as A
-from attention_geometry import claims as C
-from attention_geometry import stats as S
+from attention_geometry.analysis import summaries as A
+from attention_geometry.analysis.paper_claims import paper_pair_gap
+from attention_geometry.analysis.paper_claims import paper_symmetric_init
+from attention_geometry.analysis import claims as C
+from attention_geometry.analysis import stats as S
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "resources" / "paper"
@@ -255,7 +257,7 @@ def test_missing_data_is_not_tested_never_dropped():
 
 def test_paper_pair_gap_from_resources():
     paper = pd.read_csv(PAPER / "paper_training_scores.csv")
-    txt = C.paper_pair_gap(paper, "symmetry", False, 0.95)
+    txt = paper_pair_gap(paper, "symmetry", False, 0.95)
     last = paper[paper["step"] == paper["step"].max()]
     gaps = []
     for (model, dataset), g in last.groupby(["model", "dataset"]):
@@ -270,12 +272,12 @@ def test_paper_pair_gap_from_resources():
 def test_paper_symmetric_init_figures_from_resources():
     loss = pd.read_csv(PAPER / "paper_symmetric_init_loss.csv")
     t1 = pd.read_csv(PAPER / "paper_table1.csv")
-    txt = C.paper_symmetric_init(loss, t1, None, "loss", 0.95)
+    txt = paper_symmetric_init(loss, t1, None, "loss", 0.95)
     gains = [g[g["init"] == "standard"].sort_values("step")["train_loss"].iloc[-1]
              - g[g["init"] == "symmetric"].sort_values("step")["train_loss"].iloc[-1]
              for _, g in loss.groupby(["model", "dataset"])]
     assert txt.startswith(f"{np.mean(gains):+.3f}") and "n = 6" in txt
-    sp = C.paper_symmetric_init(loss, t1, None, "speedup", 0.95)
+    sp = paper_symmetric_init(loss, t1, None, "speedup", 0.95)
     assert "bert-mini wikipedia 73 %" in sp and "bert-base jigsaw none" in sp
 
 

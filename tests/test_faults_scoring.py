@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
 
-from attention_geometry import checkpoints
+from attention_geometry.scoring import scorer as checkpoints
 from attention_geometry.cli import main
-from attention_geometry.scores import ScoreError, directionality, scores
+from attention_geometry.scoring.measures import ScoreError, directionality, scores
 
 torch.set_num_threads(1)
 

@@ -20,10 +20,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attention_geometry import data as D
-from attention_geometry import files, rundir
+from attention_geometry.data.corpus_config import corpus_config_from_dict
+from attention_geometry.data.prepare import corpus_status
+from attention_geometry.data.prepare import prepare_corpus
+from attention_geometry.formats.corpus import CorpusError
+from attention_geometry.formats import files, rundir
 from attention_geometry.errors import UserError
-from attention_geometry.training import load_run_config, train
+from attention_geometry.training.run_config import load_run_config
+from attention_geometry.training.loop import train
 from test_training_runs import _cli, write_corpus, write_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -166,7 +170,7 @@ def test_score_updates_verifies_the_snapshots_it_reads_only(tmp_path, six, corpu
 
 def test_legacy_snapshots_are_read_with_one_warning(six, capsys):
     out, _ = six
-    from attention_geometry.checkpoints import score_checkpoints
+    from attention_geometry.scoring.scorer import score_checkpoints
 
     verified = score_checkpoints(out, progress=False)
     capsys.readouterr()
@@ -262,7 +266,7 @@ def test_loss_rows_missing_before_the_state_step_are_an_error(six):
 
 def _holder(lock: Path) -> subprocess.Popen:
     """Another process holding `lock` as a trainer does (files.pid_lock)."""
-    code = ("import sys, time; from attention_geometry.files import pid_lock\n"
+    code = ("import sys, time; from attention_geometry.formats.files import pid_lock\n"
             f"with pid_lock({str(lock)!r}, 'run x'):\n    print('held', flush=True); time.sleep(60)")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "held"
@@ -343,27 +347,27 @@ def _docs(folder: Path, n: int = 30, extra: str = "") -> Path:
 
 def test_changed_input_text_is_not_nothing_to_do(tmp_path):
     text = _docs(tmp_path / "text")
-    cfg = D.corpus_config_from_dict({"dataset": "text_files", "paths": [str(text)], "block_len": 16,
+    cfg = corpus_config_from_dict({"dataset": "text_files", "paths": [str(text)], "block_len": 16,
                                      "tokenizer": {"vocab_size": 100, "min_frequency": 1}})
-    out = D.prepare_corpus(cfg, tmp_path / "c")
+    out = prepare_corpus(cfg, tmp_path / "c")
     m = json.loads((out / "manifest.json").read_text())
     assert m["files_sha256"] == {n: _sha(out / n) for n in ("train.npy", "heldout.npy", "tokenizer.json")}
-    assert D.corpus_status(cfg, out) == "current"
+    assert corpus_status(cfg, out) == "current"
     from attention_geometry.data.sources import input_fingerprint
 
     before = input_fingerprint(cfg)
     assert before[0] == f"{text / 'd000.txt'} {_sha(text / 'd000.txt')}" and len(before) == 30
     (text / "d007.txt").write_text("Document 7 was rewritten: the forest and the ocean.\n")
     assert input_fingerprint(cfg) != before  # the workflow's parameter of prepare_corpus changes
-    assert D.corpus_status(cfg, out) == "changed"
-    with pytest.raises(D.CorpusError, match=r"prepared from input text that changed since \(the content of .*d007\.txt "
+    assert corpus_status(cfg, out) == "changed"
+    with pytest.raises(CorpusError, match=r"prepared from input text that changed since \(the content of .*d007\.txt "
                                             r"changed \(sha256\)\): use --force"):
-        D.prepare_corpus(cfg, out)
-    D.prepare_corpus(cfg, out, force=True)
+        prepare_corpus(cfg, out)
+    prepare_corpus(cfg, out, force=True)
     assert json.loads((out / "manifest.json").read_text())["documents_sha256"] != m["documents_sha256"]
-    assert D.corpus_status(cfg, out) == "current"
+    assert corpus_status(cfg, out) == "current"
     (text / "d030.txt").write_text("Document 30: a new file in the folder.\n")
-    assert D.corpus_status(cfg, out) == "changed"
+    assert corpus_status(cfg, out) == "changed"
 
 
 def test_the_workflow_hands_the_input_hashes_to_the_corpus_rule(tmp_path):
@@ -384,7 +388,7 @@ def test_the_workflow_hands_the_input_hashes_to_the_corpus_rule(tmp_path):
 
 
 def test_a_schema_error_is_one_line_with_the_key_path():
-    from attention_geometry.workflow import schema_error
+    from attention_geometry.workflow.plan import schema_error
 
     schema = str(REPO / "config" / "schema.yaml")
     good = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())

@@ -1,4 +1,4 @@
-"""The figure data the rules make for the notebooks (attention_geometry.figdata): Figure 1's median-symmetry
+"""The figure data the rules make for the notebooks (attention_geometry.analysis.figdata): Figure 1's median-symmetry
 layer W_qk and its .npz format, and the symmetry vs speed-up tables, through the CLI."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attention_geometry import analysis, cli, figdata
+from attention_geometry.analysis import summaries as analysis, figdata
+from attention_geometry import cli
 from attention_geometry.errors import UserError
 
 
@@ -49,8 +50,8 @@ def test_read_wqk_errors(tmp_path):
 def test_importing_figdata_loads_no_model_code():
     import subprocess
 
-    code = ("import sys, attention_geometry.figdata; "
-            "bad = [m for m in ('torch', 'transformers', 'attention_geometry.checkpoints') if m in sys.modules]; "
+    code = ("import sys, attention_geometry.analysis.figdata; "
+            "bad = [m for m in ('torch', 'transformers', 'attention_geometry.scoring.scorer') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -78,8 +79,8 @@ def tiny_models(tmp_path_factory):
 
 @pytest.mark.parametrize("key", ["bert", "llama"])
 def test_median_symmetry_layer_is_the_lower_median(tiny_models, key, tmp_path):
-    from attention_geometry.checkpoints import layer_matrices
-    from attention_geometry.scores import scores
+    from attention_geometry.scoring.scorer import layer_matrices
+    from attention_geometry.scoring.measures import scores
 
     src = tiny_models / key
     mats = list(layer_matrices(src))

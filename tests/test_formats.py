@@ -11,17 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attention_geometry import contract, rundir
-from attention_geometry.corpus import SPECIAL_TOKENS, CorpusError, load_corpus
+from attention_geometry.formats import columns as contract, rundir
+from attention_geometry.formats.corpus import SPECIAL_TOKENS, CorpusError, load_corpus
 from attention_geometry.errors import UserError
-from attention_geometry.files import atomic_write_bytes, atomic_write_table, atomic_write_text, read_yaml, replace_dir
+from attention_geometry.formats.files import atomic_write_bytes, atomic_write_table, atomic_write_text, read_yaml, replace_dir
 
 SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 
 
 def test_format_modules_import_neither_torch_nor_pandas():
-    code = ("import sys; import attention_geometry.rundir, attention_geometry.contract, attention_geometry.corpus, "
-            "attention_geometry.files; print(sorted(m for m in ('torch', 'pandas') if m in sys.modules))")
+    code = ("import sys; import attention_geometry.formats.rundir, attention_geometry.formats.columns, attention_geometry.formats.corpus, "
+            "attention_geometry.formats.files; print(sorted(m for m in ('torch', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

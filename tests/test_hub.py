@@ -12,9 +12,10 @@ import torch
 from safetensors import safe_open
 
 import fakehub
-from attention_geometry.checkpoints import score_model
+from attention_geometry.scoring.scorer import score_model
 from attention_geometry.cli import main
-from attention_geometry.loading import LoadError, open_source
+from attention_geometry.weights.loading import open_source
+from attention_geometry.weights.base import LoadError
 
 REPO = "org/tiny-llama"
 QK = ("self_attn.q_proj.weight", "self_attn.k_proj.weight")

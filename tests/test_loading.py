@@ -10,10 +10,13 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import BertConfig, BertModel
 
-from attention_geometry import safetensors_io
+from attention_geometry.weights import safetensors_io
 from attention_geometry.errors import UserError
-from attention_geometry.extract import UnsupportedArchitecture
-from attention_geometry.loading import LoadError, SafetensorsSource, StateDictSource, open_source
+from attention_geometry.scoring.registry import UnsupportedArchitecture
+from attention_geometry.weights.loading import open_source
+from attention_geometry.weights.base import StateDictSource
+from attention_geometry.weights.safetensors_io import SafetensorsSource
+from attention_geometry.weights.base import LoadError
 
 torch.set_num_threads(1)
 
@@ -102,7 +105,7 @@ def test_streaming_reads_only_requested_bytes(saved, monkeypatch):
             return self.f.seek(*a)
 
     monkeypatch.setattr(safetensors_io, "open", lambda *a, **k: Counting(real_open(*a, **k)), raising=False)
-    from attention_geometry.checkpoints import score_model
+    from attention_geometry.scoring.scorer import score_model
 
     score_model(d, progress=False)
     with safe_open(str(d / "model.safetensors"), framework="pt") as f:
@@ -291,7 +294,8 @@ def test_hub_unreachable(monkeypatch):
 def test_remote_code_needs_a_pinned_commit(revision):
     # refused before anything is downloaded (no network is touched): a moving branch, a tag or a short hash
     # would run whatever code the repository holds on the day the job runs
-    from attention_geometry.loading import LoadError, open_source
+    from attention_geometry.weights.loading import open_source
+    from attention_geometry.weights.base import LoadError
     with pytest.raises(LoadError, match="40-hex commit hash"):
         open_source("facebook/MobileLLM-125M", revision=revision, trust_remote_code=True)
     with pytest.raises(LoadError, match="40-hex commit hash"):
@@ -331,7 +335,7 @@ def test_default_name_is_the_repo_id_the_folder_records(saved, tmp_path):
 
 
 def test_default_name_of_a_gguf_file_is_its_source_repo(tmp_path):
-    from attention_geometry import loading
+    from attention_geometry.weights import loading
 
     gguf = pytest.importorskip("gguf")
 
@@ -352,7 +356,7 @@ def test_default_name_of_a_gguf_file_is_its_source_repo(tmp_path):
     bare = write(tmp_path / "other.gguf", **{"general.name": "Some Run Name"})
     assert loading.gguf_model_name(bare, "other.gguf") == "other"
     # the q/k reader's header gives the same labels
-    from attention_geometry.gguf_qk import read_gguf_header
+    from attention_geometry.weights.gguf_qk import read_gguf_header
 
     assert loading.gguf_model_name(read_gguf_header(tmp_path / "model.Q8_0.gguf"), "model.Q8_0.gguf") == "org/Model-1B"
     assert loading.gguf_model_name(read_gguf_header(tmp_path / "other.gguf"), "other.gguf") == "other"

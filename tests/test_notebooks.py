@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from attention_geometry import cli, figdata
-from attention_geometry.workflow import notebook_file
+from attention_geometry import cli
+from attention_geometry.analysis import figdata
+from attention_geometry.workflow.plan import notebook_file
 
 papermill = pytest.importorskip("papermill")
 

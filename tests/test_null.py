@@ -1,4 +1,4 @@
-"""The random-init null (attention_geometry.null, `attention-geometry score-null`): rows and columns, tied
+"""The random-init null (attention_geometry.scoring.random_init_null, `attention-geometry score-null`): rows and columns, tied
 inits exactly symmetric, per-layer scores against an independent numpy computation, distinct samples, the
 CLI's output and its one-line errors."""
 
@@ -15,8 +15,8 @@ import yaml
 
 from attention_geometry.cli import main
 from attention_geometry.errors import UserError
-from attention_geometry.null import NULL_COLUMNS, NULL_INITS, NULL_SEED_OFFSET, score_null
-from attention_geometry.training import build_model
+from attention_geometry.scoring.random_init_null import NULL_COLUMNS, NULL_INITS, NULL_SEED_OFFSET, score_null
+from attention_geometry.training.models import build_model
 
 torch.set_num_threads(1)
 

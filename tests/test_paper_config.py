@@ -1,5 +1,5 @@
 """config/paper.yaml carries the same science as the embedded default (issue 8, point 5), checked on the
-parsed config and its run expansion (attention_geometry.workflow's), not by grepping: >= 3 seeds per
+parsed config and its run expansion (attention_geometry.workflow.plan's), not by grepping: >= 3 seeds per
 bert-mini / bert-base contrast, the `fresh` control, decoder `symmetric-fresh`, runs with the symmetry
 regularizer, held-out evaluation at the rebuttal's bert-large checkpoints, one group for Figure 3, Figure S4
 and Table 1, and a RUN.yaml per run that the training CLI accepts. The dry run itself is in
@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attention_geometry import rundir, workflow
-from attention_geometry.training.config import run_config_from_dict
+from attention_geometry.formats import rundir
+from attention_geometry.workflow import plan as workflow
+from attention_geometry.training.run_config import run_config_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 REBUTTAL_STEPS = {"wikipedia": 123000, "red_pajama": 140000, "jigsaw": 184000}
@@ -23,7 +24,7 @@ REBUTTAL_STEPS = {"wikipedia": 123000, "red_pajama": 140000, "jigsaw": 184000}
 
 def expand_runs(cfg: dict) -> dict[str, dict]:
     """run name -> {spec (keys as in the config: `corpus`), settings, groups}: the workflow's own expansion
-    (attention_geometry.workflow.expand_runs; entry keys override the group's settings)."""
+    (attention_geometry.workflow.plan.expand_runs; entry keys override the group's settings)."""
     runs, _ = workflow.expand_runs(cfg["training"]["groups"], cfg["corpora"])
     return {n: {"spec": {workflow.CONFIG_KEY[k]: v for k, v in r.spec.items()}, "settings": r.settings,
                 "groups": r.groups} for n, r in runs.items()}

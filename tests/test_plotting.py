@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attention_geometry import plotting
+from attention_geometry.analysis import plotting
+import matplotlib.pyplot as plt
 from attention_geometry.errors import UserError
 
-plt = plotting.plt
+plt = plt
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ import pytest
 import torch
 from transformers.core_model_loading import revert_weight_conversion
 
-from attention_geometry.extract import get_family, iter_layer_qk, wqk
+from attention_geometry.scoring.extract import get_family, iter_layer_qk, wqk
 from proof import assert_bilinear, bilinear_error, capture_inputs
 
 torch.set_num_threads(1)

@@ -150,7 +150,8 @@ def test_templates_name_checkpoint_tensors(tmp_path):
     from safetensors import safe_open
     from transformers import ViTConfig, ViTModel
 
-    from attention_geometry.extract import ExtractionError, get_family, iter_layer_qk
+    from attention_geometry.scoring.extract import get_family, iter_layer_qk
+    from attention_geometry.scoring.registry import ExtractionError
 
     torch.manual_seed(0)
     cfg = ViTConfig(**VIT)

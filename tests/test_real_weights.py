@@ -17,11 +17,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from attention_geometry.checkpoints import layer_matrices, score_model
-from attention_geometry.contract import SCORE_COLUMNS
-from attention_geometry.files import join_files
-from attention_geometry.gguf_qk import GGUFSource
-from attention_geometry.loading import SafetensorsSource, StateDictSource, open_gguf_transformers, open_source
+from attention_geometry.scoring.scorer import layer_matrices, score_model
+from attention_geometry.formats.columns import SCORE_COLUMNS
+from attention_geometry.formats.files import join_files
+from attention_geometry.weights.gguf_qk import GGUFSource
+from attention_geometry.weights.loading import open_gguf_transformers, open_source
+from attention_geometry.weights.base import StateDictSource
+from attention_geometry.weights.safetensors_io import SafetensorsSource
 
 torch.set_num_threads(1)
 
@@ -221,7 +223,7 @@ def test_default_names_of_the_packaged_models(minilm_dir):
     records no source repo, so its file name labels it (its general.name is a training-run name)."""
     import json
 
-    from attention_geometry.loading import dir_model_name, gguf_model_name
+    from attention_geometry.weights.loading import dir_model_name, gguf_model_name
 
     assert json.loads((minilm_dir / "config.json").read_text())["_name_or_path"] == "nreimers/MiniLM-L6-H384-uncased"
     assert dir_model_name(minilm_dir) == "sentence-transformers/all-MiniLM-L6-v2"

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attention_geometry.corpus import write_corpus_record
-from attention_geometry.workflow import caption_rst, load_catalog, notebook_file
+from attention_geometry.formats.corpus import write_corpus_record
+from attention_geometry.workflow.plan import caption_rst, load_catalog, notebook_file
 from test_workflow import job_counts, snakemake  # the same runner and dry-run parser (tests/ is on sys.path)
 from test_workflow_logic import _config, _plan
 

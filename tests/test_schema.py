@@ -1,5 +1,5 @@
 """config/schema.yaml states the same enums and bounds as the package's validators (one validation path):
-the corpus config (attention_geometry.data.config), the run settings (training.config), the hyperparameter
+the corpus config (attention_geometry.data.corpus_config), the run settings (training.config), the hyperparameter
 overrides (training.models). A change on one side only fails here."""
 
 from __future__ import annotations
@@ -10,10 +10,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attention_geometry.data import config as corpus_cfg
-from attention_geometry.training import config as run_cfg
-from attention_geometry.training import models
-from attention_geometry.validation import SCHEMA_TYPES, expected
+from attention_geometry.data import corpus_config as corpus_cfg
+from attention_geometry.formats.corpus import CorpusError
+from attention_geometry.training.hyper import BETA_BOUNDS
+from attention_geometry.training.hyper import HYPER_BOUNDS
+from attention_geometry.training.hyper import HYPER_ENUMS
+from attention_geometry.training.hyper import HYPER_KINDS
+from attention_geometry.training.hyper import Hyper
+from attention_geometry.training.hyper import INITS
+from attention_geometry.training.hyper import OBJECTIVES
+from attention_geometry.training.hyper import SIZES
+from attention_geometry.training import run_config as run_cfg
+from attention_geometry.formats.value_kinds import SCHEMA_TYPES, expected
 
 SCHEMA = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "schema.yaml").read_text())
 DEFS = SCHEMA["definitions"]
@@ -80,11 +88,11 @@ def test_corpus_bounds_are_enforced():
     for key, minimum in corpus_cfg.MINIMUMS.items():
         top, _, sub = key.partition(".")
         raw = dict(base, **({top: {sub: minimum - 1}} if sub else {top: minimum - 1}))
-        with pytest.raises(corpus_cfg.CorpusError, match=f"`{key}`"):
+        with pytest.raises(CorpusError, match=f"`{key}`"):
             corpus_cfg.corpus_config_from_dict(raw)
         corpus_cfg.corpus_config_from_dict(dict(base, **({top: {sub: minimum}} if sub else {top: minimum})))
     for key, high in corpus_cfg.EXCLUSIVE_MAXIMUMS.items():
-        with pytest.raises(corpus_cfg.CorpusError, match=f"`{key}`"):
+        with pytest.raises(CorpusError, match=f"`{key}`"):
             corpus_cfg.corpus_config_from_dict(dict(base, **{key: high}))
 
 
@@ -115,23 +123,23 @@ def test_run_settings_are_run_config_keys_with_the_same_bounds():
 
 
 def test_run_identity_enums():
-    assert enum(RUN_ITEM["size"]) == set(models.SIZES)
-    assert enum(RUN_ITEM["objective"]) == set(models.OBJECTIVES)
-    assert enum(RUN_ITEM["init"]) == set(models.INITS)
+    assert enum(RUN_ITEM["size"]) == set(SIZES)
+    assert enum(RUN_ITEM["objective"]) == set(OBJECTIVES)
+    assert enum(RUN_ITEM["init"]) == set(INITS)
     updates, figures = SCHEMA["properties"]["updates"]["properties"], SCHEMA["properties"]["figures"]["properties"]
-    assert enum(updates["inits"]["items"]) == set(models.INITS)
-    assert enum(figures["baseline_init"]) == set(models.INITS)
+    assert enum(updates["inits"]["items"]) == set(INITS)
+    assert enum(figures["baseline_init"]) == set(INITS)
 
 
 def test_overrides_are_the_hyperparameters_with_the_same_enums_and_bounds():
     props = DEFS["overrides"]["properties"]
-    assert set(props) == fields(models.Hyper)
+    assert set(props) == fields(Hyper)
     assert DEFS["overrides"]["additionalProperties"] is False
-    for key, values in models.HYPER_ENUMS.items():
+    for key, values in HYPER_ENUMS.items():
         assert enum(props[key]) == set(values), key
     got = {key: bounds(p) for key, p in props.items() if bounds(p)}
-    assert got == models.HYPER_BOUNDS
-    assert bounds(props["betas"]["items"]) == models.BETA_BOUNDS
+    assert got == HYPER_BOUNDS
+    assert bounds(props["betas"]["items"]) == BETA_BOUNDS
 
 
 def test_regularizer():
@@ -185,4 +193,4 @@ def test_schema_types_are_the_package_kinds():
     check_types(CORPUS["hub"]["properties"], corpus_cfg.HUB_TYPES, skip=("data_files",))
     assert "type" not in CORPUS["hub"]["properties"]["data_files"] and corpus_cfg.HUB_TYPES["data_files"] == "any"
     check_types(DEFS["run_settings"]["properties"], run_cfg.TYPES)
-    check_types(DEFS["overrides"]["properties"], models.HYPER_KINDS)
+    check_types(DEFS["overrides"]["properties"], HYPER_KINDS)

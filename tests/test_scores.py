@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from attention_geometry.errors import UserError
-from attention_geometry.scores import ScoreError, directionality, scores, symmetry
+from attention_geometry.scoring.measures import ScoreError, directionality, scores, symmetry
 
 
 def np_symmetry(M):

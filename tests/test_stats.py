@@ -1,4 +1,4 @@
-"""attention_geometry.stats against independent computations: scipy, brute-force enumeration, hand cases."""
+"""attention_geometry.analysis.stats against independent computations: scipy, brute-force enumeration, hand cases."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from attention_geometry import stats as S
+from attention_geometry.analysis import stats as S
 from attention_geometry.errors import UserError
 
 

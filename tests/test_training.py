@@ -14,15 +14,10 @@ import torch
 import torch.nn.functional as F
 
 from attention_geometry.errors import UserError
-from attention_geometry.training import (
-    build_model,
-    lm_loss,
-    lr_at,
-    mask_tokens,
-    resolve_hyper,
-    run_config_from_dict,
-    symmetry_penalty,
-)
+from attention_geometry.training.models import build_model, lm_loss, symmetry_penalty
+from attention_geometry.training.batches import lr_at, mask_tokens
+from attention_geometry.training.hyper import resolve_hyper
+from attention_geometry.training.run_config import run_config_from_dict
 from attention_geometry.training.batches import Order, global_indices
 from attention_geometry.training.models import _SumCrossEntropy, fresh_linear_std, self_attentions
 
@@ -164,7 +159,6 @@ def test_cpu_bf16_autocast_runs_the_attention_in_float32(monkeypatch):
     """Under CPU bf16 autocast the attention itself gets float32 q, k, v (its bf16 backward is slow on the
     CPU), the projections stay bf16, and the loss and gradients stay close to the fp32 ones; without
     autocast nothing changes (fp32 in, bitwise the same loss)."""
-    import attention_geometry.training.models as models
 
     seen = []
     real = F.scaled_dot_product_attention
@@ -173,7 +167,7 @@ def test_cpu_bf16_autocast_runs_the_attention_in_float32(monkeypatch):
         seen.append((q.dtype, k.dtype, v.dtype, torch.is_autocast_enabled("cpu")))
         return real(q, k, v, **kw)
 
-    monkeypatch.setattr(models.F, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
     m = _model("decoder", "standard", seed=5)
     ids = _batch(B=3, L=10)
     ref = lm_loss(m, ids, ids, "decoder")

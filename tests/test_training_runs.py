@@ -18,7 +18,11 @@ import torch
 import yaml
 
 from attention_geometry.errors import UserError
-from attention_geometry.training import build_model, load_run_config, train
+from attention_geometry.data.corpus_config import corpus_config_from_dict
+from attention_geometry.data.prepare import prepare_corpus
+from attention_geometry.training.models import build_model
+from attention_geometry.training.run_config import load_run_config
+from attention_geometry.training.loop import train
 
 torch.set_num_threads(1)
 
@@ -137,7 +141,7 @@ def test_log_every_rows_are_window_means(tmp_path, corpus):
 
 
 def test_regularizer_run_pulls_wqk_towards_symmetry(tmp_path, corpus):
-    from attention_geometry.scores import symmetry
+    from attention_geometry.scoring.measures import symmetry
 
     def final_sym(out):
         from safetensors.torch import load_file
@@ -331,7 +335,6 @@ def test_a_snapshot_is_a_whole_hugging_face_model(tmp_path):
     and pipeline() load a snapshot alone."""
     from transformers import AutoTokenizer, pipeline
 
-    from attention_geometry import data as D
 
     words = "the cat sat on a mat while dogs ran in parks near old trees and birds sang songs".split()
     rng = np.random.default_rng(0)
@@ -339,9 +342,9 @@ def test_a_snapshot_is_a_whole_hugging_face_model(tmp_path):
     docs.mkdir()
     for i in range(60):
         (docs / f"d{i}.txt").write_text(" ".join(words[j] for j in rng.integers(0, len(words), 40)) + ".\n")
-    cfg = D.corpus_config_from_dict({"dataset": "text_files", "paths": [str(docs)], "block_len": 16,
+    cfg = corpus_config_from_dict({"dataset": "text_files", "paths": [str(docs)], "block_len": 16,
                                      "tokenizer": {"vocab_size": 64, "min_frequency": 1}, "heldout_fraction": 0.1})
-    corpus = D.prepare_corpus(cfg, tmp_path / "corpus")
+    corpus = prepare_corpus(cfg, tmp_path / "corpus")
     vocab = json.loads((corpus / "manifest.json").read_text())["vocab_size"]
     for objective, task in (("encoder", "fill-mask"), ("decoder", "text-generation")):
         out = tmp_path / objective

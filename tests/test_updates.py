@@ -1,4 +1,4 @@
-"""attention_geometry.updates: the implicit gradient dL/dW_qk against autograd on an explicitly
+"""attention_geometry.scoring.updates: the implicit gradient dL/dW_qk against autograd on an explicitly
 reparametrized model, the applied updates against an independent computation, the held-out batches (the
 trainer's masking rule and fields), the CLI and the figure notebook."""
 
@@ -17,10 +17,12 @@ import yaml
 from safetensors.torch import load_file
 from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel
 
-from attention_geometry import updates as U
+from attention_geometry.scoring import updates as U
+from attention_geometry.errors import UserError
+from attention_geometry.scoring.measures import scores
 from attention_geometry.cli import main
-from attention_geometry.contract import UPDATE_COLUMNS
-from attention_geometry.corpus import Corpus, load_corpus
+from attention_geometry.formats.columns import UPDATE_COLUMNS
+from attention_geometry.formats.corpus import Corpus, load_corpus
 
 torch.set_num_threads(1)
 
@@ -176,7 +178,7 @@ def test_decoder_gradient_is_not_symmetric_by_construction():
     G = U.qk_gradients(model, batches)
     asym = torch.linalg.vector_norm(G - G.transpose(-1, -2), dim=(-2, -1)) / torch.linalg.vector_norm(G, dim=(-2, -1))
     assert bool((asym > 0.1).all()), asym
-    s, _ = U.scores(G)
+    s, _ = scores(G)
     assert bool((s < 0.95).all()), s
 
 
@@ -236,9 +238,9 @@ def test_causal_batches_and_padding():
 
 
 def test_too_few_blocks_is_a_user_error():
-    with pytest.raises(U.UserError, match="heldout.npy has 12 blocks"):
+    with pytest.raises(UserError, match="heldout.npy has 12 blocks"):
         U.make_batches(corpus_obj(blocks()), "encoder", U.UpdateConfig(batches=2, batch_size=7))
-    with pytest.raises(U.UserError, match="mlm_probability"):
+    with pytest.raises(UserError, match="mlm_probability"):
         U.run_masking({"size": "tiny"}, mlm_probability=1.5)
 
 

@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from attention_geometry.errors import UserError
-from attention_geometry.tables import KINDS, concat_tables
-from attention_geometry.workflow import expand_runs
+from attention_geometry.workflow.concat import KINDS, concat_tables
+from attention_geometry.workflow.plan import expand_runs
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -200,7 +200,7 @@ def test_hub_model_is_prefetched_then_scored_offline(tmp_path):
     # rule prefetch_qk fetches the hub model's q/k (from a local stand-in for the hub) and score_pretrained
     # scores that folder with the hub switched off; the rows equal those of scoring the checkpoint itself
     import fakehub
-    from attention_geometry.checkpoints import score_model
+    from attention_geometry.scoring.scorer import score_model
 
     ckpt = fakehub.tiny_llama(tmp_path / "tiny-llama")
     cfg = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
@@ -558,7 +558,8 @@ def test_two_gpus_train_as_two_ddp_processes_through_the_rule(tmp_path, monkeypa
     """`training.gpus: 2` on CPU: rule train_model starts the trainer under torchrun with two gloo processes;
     their loss log equals a one-process run of the same RUN.yaml (the same global batch, split in two), and
     run.yaml records both processes."""
-    from attention_geometry.training import load_run_config, train
+    from attention_geometry.training.run_config import load_run_config
+    from attention_geometry.training.loop import train
 
     wf = copy_workflow(tmp_path / "wf")
     cfg = yaml.safe_load((wf / "config" / "smoke.yaml").read_text())

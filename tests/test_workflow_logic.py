@@ -1,4 +1,4 @@
-"""The workflow's logic (attention_geometry.workflow) without Snakemake: run expansion and names, settings,
+"""The workflow's logic (attention_geometry.workflow.plan) without Snakemake: run expansion and names, settings,
 snapshot steps, group selection, pretrained sources, notebook I/O. The dry runs in tests/test_workflow.py
 check that the rules use it."""
 
@@ -14,10 +14,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attention_geometry import launch, rundir, workflow
-from attention_geometry.contract import RUN_KEYS
+from attention_geometry.training import launch
+from attention_geometry.formats.files import csv_text
+from attention_geometry.workflow.pretrained import code_version
+from attention_geometry.formats import rundir
+from attention_geometry.workflow import plan as workflow
+from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.errors import UserError
-from attention_geometry.workflow import ConfigError, expand_runs, plan, resolve_pretrained
+from attention_geometry.workflow.plan import expand_runs, plan
+from attention_geometry.workflow.pretrained import resolve_pretrained
+from attention_geometry.workflow.pretrained import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -179,8 +185,8 @@ def test_hub_models_are_scored_offline_from_their_prefetched_qk_subset():
 def test_resolve_pretrained_joined_gguf(tmp_path):
     import hashlib
 
-    from attention_geometry.files import join_files
-    from attention_geometry.pretrained import pretrained_rows
+    from attention_geometry.formats.files import join_files
+    from attention_geometry.workflow.pretrained import pretrained_rows
 
     digest = hashlib.sha256(b"abcdef").hexdigest()
     m = {"package": "whole", "gguf_file": "m.gguf", "gguf_parts": ["p1/data/m.part0", "p2/data/m.part1"],
@@ -222,7 +228,7 @@ def test_pretrained_models_csv():
 
 def test_pretrained_origin_and_hashes_of_the_files_read(tmp_path):
     import hashlib
-    from attention_geometry.pretrained import pretrained_rows
+    from attention_geometry.workflow.pretrained import pretrained_rows
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "model.safetensors").write_bytes(b"weights")
     (tmp_path / "m" / "config.json").write_text("{}")
@@ -312,7 +318,7 @@ def test_targets_are_every_notebook_output_and_the_tables_they_read():
 
 
 def test_text_writers():
-    assert workflow.csv_text([{"a": 1, "b": "x,y", "c": 0}], ["b", "a"]) == 'b,a\n"x,y",1\n'
+    assert csv_text([{"a": 1, "b": "x,y", "c": 0}], ["b", "a"]) == 'b,a\n"x,y",1\n'
     assert workflow.yaml_text({"b": 1, "a": [1, 2]}) == "a:\n- 1\n- 2\nb: 1\n"
     assert workflow.alternation([]) == "(?!)"
     assert workflow.alternation(["b.c", "a"]) == r"a|b\.c"
@@ -434,7 +440,7 @@ def test_code_version_is_the_commit_and_flags_changes_outside_results(tmp_path):
     def git(*args):
         return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True,
                               check=True).stdout.strip()
-    assert workflow.code_version(str(tmp_path)).startswith("unknown")  # not a git checkout
+    assert code_version(str(tmp_path)).startswith("unknown")  # not a git checkout
     git("init", "-q")
     (tmp_path / "a.py").write_text("x = 1\n")
     (tmp_path / "results").mkdir()
@@ -442,9 +448,9 @@ def test_code_version_is_the_commit_and_flags_changes_outside_results(tmp_path):
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
     head = git("rev-parse", "HEAD")
-    assert workflow.code_version(str(tmp_path)) == head
+    assert code_version(str(tmp_path)) == head
     (tmp_path / "results" / "t.csv").write_text("a\n2\n")  # the outputs themselves: not a code change
     (tmp_path / "results" / "new.png").write_text("png")
-    assert workflow.code_version(str(tmp_path)) == head
+    assert code_version(str(tmp_path)) == head
     (tmp_path / "a.py").write_text("x = 2\n")
-    assert workflow.code_version(str(tmp_path)) == head + " + uncommitted changes outside results/"
+    assert code_version(str(tmp_path)) == head + " + uncommitted changes outside results/"

@@ -3,6 +3,6 @@ workflow's rules run it so, with the checkout's src/ on PYTHONPATH: workflow.pyt
 
 import sys
 
-from .cli import main
+from attention_geometry.cli import main
 
 sys.exit(main())

@@ -1,5 +1,5 @@
 """The middle of prepare-corpus: the cleaned documents cached on disk, their encoding, and the block writer
-that lays out the .npy files of the prepared-corpus format (attention_geometry.corpus)."""
+that lays out the .npy files of the prepared-corpus format (attention_geometry.formats.corpus)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from .config import CorpusConfig
-from .sources import clean
+from attention_geometry.data.corpus_config import CorpusConfig
+from attention_geometry.data.sources import clean
 
 __all__ = ["Documents", "encode", "BlockWriter", "raw_to_npy", "count_blocks"]
 

@@ -1,5 +1,5 @@
 """`prepare_corpus`: read, clean, split (by document), tokenize and write a corpus in the prepared-corpus
-format (attention_geometry.corpus, docs/data.md), and the `prepare-corpus` CLI.
+format (attention_geometry.formats.corpus, docs/data.md), and the `prepare-corpus` CLI.
 
 The prepare runs in OUT.tmp-<pid> and swaps it in for OUT at the end (files.replace_dir); the same config
 and inputs give byte-identical files.
@@ -21,11 +21,11 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..corpus import FORMAT_VERSION, CorpusError, block_dtype, content_sha256, read_manifest, write_manifest
-from ..files import file_sha256, replace_dir
-from . import blocks, wordpiece
-from .config import CorpusConfig, load_corpus_config
-from .sources import READERS, local_inputs
+from attention_geometry.formats.corpus import FORMAT_VERSION, CorpusError, block_dtype, content_sha256, read_manifest, write_manifest
+from attention_geometry.formats.files import file_sha256, replace_dir
+from attention_geometry.data import blocks, wordpiece
+from attention_geometry.data.corpus_config import CorpusConfig, load_corpus_config
+from attention_geometry.data.sources import READERS, local_inputs
 
 __all__ = ["corpus_status", "prepare_corpus", "add_arguments_prepare_corpus", "run_prepare_corpus"]
 
@@ -35,7 +35,7 @@ log = logging.getLogger("attention_geometry.data")
 def _versions(extra: Iterable[str]) -> dict[str, str]:
     from importlib import metadata
 
-    from .. import __version__
+    from attention_geometry import __version__
 
     out = {"python": sys.version.split()[0], "attention_geometry": __version__}
     for pkg in ("numpy", "tokenizers", *extra):

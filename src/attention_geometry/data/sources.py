@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..corpus import CorpusError
-from ..files import file_sha256
-from .config import CorpusConfig
+from attention_geometry.formats.corpus import CorpusError
+from attention_geometry.formats.files import file_sha256
+from attention_geometry.data.corpus_config import CorpusConfig
 
 __all__ = ["READERS", "wiki_offline_path", "clean", "local_inputs", "input_fingerprint"]
 

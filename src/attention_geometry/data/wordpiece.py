@@ -12,9 +12,9 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from ..corpus import SPECIAL_TOKENS, CorpusError
-from ..files import file_sha256
-from .config import TokenizerConfig
+from attention_geometry.formats.corpus import SPECIAL_TOKENS, CorpusError
+from attention_geometry.formats.files import file_sha256
+from attention_geometry.data.corpus_config import TokenizerConfig
 
 __all__ = ["learn_wordpiece_vocab", "train_wordpiece", "load_pretrained", "special_ids"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .models import Hyper
+from attention_geometry.training.hyper import Hyper
 
 __all__ = ["lr_at", "Order", "global_indices", "mask_tokens", "maskable", "corrupt", "make_batch", "n_loss_tokens",
            "mask_keys", "eval_keys", "EVAL_SEED", "IGNORE_INDEX", "NEVER_MASKED"]

@@ -21,19 +21,19 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..contract import LOSS_COLUMNS, RUN_KEYS
-from ..corpus import Corpus, load_corpus
-from ..errors import UserError
-from ..files import pid_lock
-from ..rundir import TRAIN_LOG, find_state, lock_path, state_step, warn_stderr
-from .batches import Order, eval_keys, global_indices, lr_at, make_batch, mask_keys, mask_tokens, n_loss_tokens
-from .checkpoint import (adopt_state, check_loss_rows, load_state, read_loss_rows, remove_leftovers, save_snapshot,
-                         save_state, set_aside, write_loss_rows, write_run_yaml)
-from .config import RunConfig, resolve_run
-from .models import Hyper, build_model, hidden_states, lm_loss, symmetry_penalty
-from .runtime import _autocast, _dist_env, _pick_device, _precision, keep_large_allocations_on_heap
+from attention_geometry.formats.columns import RUN_KEYS
+from attention_geometry.formats.corpus import Corpus, load_corpus
+from attention_geometry.errors import UserError
+from attention_geometry.formats.files import pid_lock
+from attention_geometry.formats.rundir import TRAIN_LOG, find_state, lock_path, state_step, warn_stderr
+from attention_geometry.training.batches import Order, eval_keys, global_indices, lr_at, make_batch, mask_keys, n_loss_tokens
+from attention_geometry.training.snapshots import adopt_state, check_loss_rows, load_state, read_loss_rows, remove_leftovers, save_snapshot, save_state, set_aside, write_loss_rows, write_run_yaml
+from attention_geometry.training.run_config import RunConfig, resolve_run
+from attention_geometry.training.models import build_model, hidden_states, lm_loss, symmetry_penalty
+from attention_geometry.training.hyper import Hyper
+from attention_geometry.training.runtime import _autocast, _dist_env, _pick_device, _precision, keep_large_allocations_on_heap
 
-__all__ = ["train", "lr_at", "global_indices", "mask_tokens", "make_batch", "evaluate", "LOSS_COLUMNS"]
+__all__ = ["train", "evaluate",]
 
 log = logging.getLogger("attention_geometry.training")
 

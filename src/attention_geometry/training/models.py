@@ -15,14 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import UserError
+from attention_geometry.errors import UserError
 
 __all__ = [
-    "SIZES",
-    "OBJECTIVES",
-    "INITS",
-    "Hyper",
-    "resolve_hyper",
     "build_model",
     "apply_init",
     "self_attentions",
@@ -30,8 +25,8 @@ __all__ = [
     "symmetry_penalty",
 ]
 
-from ..hyper import (  # noqa: F401  (re-exported: the training package's public names)
-    OBJECTIVES, INITS, SCHEDULES, PRECISIONS, FUSED_OPTIMIZERS, HIDDEN_ACTS, HYPER_BOUNDS, BETA_BOUNDS, HYPER_ENUMS, Hyper, HYPER_KINDS, SIZES, resolve_hyper)
+from attention_geometry.training.hyper import (
+    OBJECTIVES, INITS, Hyper, resolve_hyper)
 
 
 def bert_config(h: Hyper, objective: str, special_tokens: dict | None = None):

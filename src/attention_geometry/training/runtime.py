@@ -9,8 +9,8 @@ import sys
 
 import torch
 
-from ..errors import UserError
-from .models import Hyper
+from attention_geometry.errors import UserError
+from attention_geometry.training.hyper import Hyper
 
 __all__ = ["keep_large_allocations_on_heap", "HEAP_ALLOC_LIMIT"]
 

@@ -1,0 +1,296 @@
+"""The statistics that decide the claims: intervals, exact p-values, the verdict rule, the per-run horizon
+statistic and the signed speed-up at a common target.
+
+Pure functions of arrays and tables (docs/contracts.md columns); nothing here reads files or draws.
+
+Conventions:
+- intervals are two-sided at `level` (e.g. 0.95); a t-interval needs n >= 2, otherwise its bounds are NaN;
+- p-values are two-sided; an exact test on n values cannot go below its floor (p_floor);
+- the verdict rule (docs/contracts.md, "Claims"): see `verdict`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from attention_geometry.formats.columns import RUN_KEYS, SCORES
+from attention_geometry.errors import UserError
+
+VERDICTS = ("holds", "contradicted", "inconclusive")
+# exact enumeration of 2^n sign flips: 2^24 = 16.7 M flips, done in blocks; beyond that refuse
+MAX_SIGN_FLIP_N = 24
+
+
+# ------------------------------------------------------------------------------------------ intervals
+@dataclass(frozen=True)
+class Interval:
+    estimate: float
+    low: float
+    high: float
+    n: int
+
+    def excludes_zero(self) -> bool:
+        return bool(np.isfinite(self.low) and np.isfinite(self.high) and (self.low > 0 or self.high < 0))
+
+
+def check_level(level: float) -> None:
+    if not 0.0 < float(level) < 1.0:
+        raise UserError(f"confidence level must be in (0, 1), got {level!r}")
+
+
+def _finite(values: Sequence[float]) -> np.ndarray:
+    x = np.asarray(values, dtype=float).ravel()
+    return x[np.isfinite(x)]
+
+
+def t_interval(values: Sequence[float], level: float = 0.95) -> Interval:
+    """Mean and two-sided Student-t interval over `values` (NaNs dropped); NaN bounds when n < 2."""
+    from scipy import stats
+
+    check_level(level)
+    x = _finite(values)
+    n = int(x.size)
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    mean = float(x.mean())
+    if n < 2:
+        return Interval(mean, math.nan, math.nan, n)
+    se = float(x.std(ddof=1)) / math.sqrt(n)
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
+    return Interval(mean, mean - half, mean + half, n)
+
+
+def paired_differences(a: Sequence[float], b: Sequence[float]) -> np.ndarray:
+    """a_i - b_i over the pairs where both are finite; a and b must have the same length."""
+    x = np.asarray(a, dtype=float).ravel()
+    y = np.asarray(b, dtype=float).ravel()
+    if x.shape != y.shape:
+        raise UserError(f"paired values: a and b must have the same length, got {x.size} and {y.size}")
+    d = x - y
+    return d[np.isfinite(d)]
+
+
+def paired_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Interval:
+    """Mean of the paired differences a_i - b_i with its paired-t interval; n = number of complete pairs."""
+    return t_interval(paired_differences(a, b), level)
+
+
+def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Interval:
+    """mean(a) - mean(b) with the Welch-Satterthwaite t-interval (unequal variances). n = n_a + n_b.
+    NaN bounds when either group has fewer than 2 values; a zero-width interval when both variances are 0."""
+    from scipy import stats
+
+    check_level(level)
+    x, y = _finite(a), _finite(b)
+    if x.size == 0 or y.size == 0:
+        return Interval(math.nan, math.nan, math.nan, int(x.size + y.size))
+    diff = float(x.mean() - y.mean())
+    if x.size < 2 or y.size < 2:
+        return Interval(diff, math.nan, math.nan, int(x.size + y.size))
+    va, vb = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
+    se2 = va + vb
+    if se2 == 0:
+        return Interval(diff, diff, diff, int(x.size + y.size))
+    dof = se2**2 / (va**2 / (x.size - 1) + vb**2 / (y.size - 1))
+    half = float(stats.t.ppf(0.5 + level / 2, dof)) * math.sqrt(se2)
+    return Interval(diff, diff - half, diff + half, int(x.size + y.size))
+
+
+def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value of Welch's t-test of mean(a) == mean(b); NaN when either group has < 2 values."""
+    from scipy import stats
+
+    x, y = _finite(a), _finite(b)
+    if x.size < 2 or y.size < 2:
+        return math.nan
+    return float(stats.ttest_ind(x, y, equal_var=False).pvalue)
+
+
+# ---------------------------------------------------------------------------------- exact p-values
+def sign_flip_p(diffs: Sequence[float]) -> float:
+    """Exact two-sided sign-flip permutation p-value of mean(diffs) == 0: the share of all 2^n sign
+    assignments (the observed one included) whose |mean| is >= the observed |mean| (up to rounding).
+    NaNs dropped; NaN for n = 0; UserError above MAX_SIGN_FLIP_N values."""
+    d = _finite(diffs)
+    n = int(d.size)
+    if n == 0:
+        return math.nan
+    if n > MAX_SIGN_FLIP_N:
+        raise UserError(f"sign-flip test: {n} values need 2^{n} flips; at most {MAX_SIGN_FLIP_N} are enumerated")
+    observed = abs(float(d.sum()))
+    tol = 1e-12 * max(1.0, float(np.abs(d).sum()))
+    # flips as bits of the integers 0 .. 2^n - 1, enumerated in blocks of at most 2^16
+    block = min(n, 16)
+    low_bits = ((np.arange(2**block)[:, None] >> np.arange(block)) & 1).astype(bool)
+    low_sums = np.where(low_bits, -d[:block], d[:block]).sum(axis=1)
+    rest = d[block:]
+    count = 0
+    for hi in range(2 ** (n - block)):
+        hi_bits = ((hi >> np.arange(rest.size)) & 1).astype(bool)
+        offset = float(np.where(hi_bits, -rest, rest).sum()) if rest.size else 0.0
+        count += int(np.count_nonzero(np.abs(low_sums + offset) >= observed - tol))
+    return count / 2.0**n
+
+
+def p_floor(n: int) -> float:
+    """The smallest two-sided p-value an exact sign or sign-flip test can give with n values: 2^(1-n)."""
+    n = int(n)
+    return math.nan if n < 1 else min(1.0, 2.0 ** (1 - n))
+
+
+def sign_test_p(diffs: Sequence[float]) -> float:
+    """Exact two-sided binomial sign test of P(diff > 0) == 1/2; zeros and NaNs dropped; NaN when none left.
+    p = min(1, 2 * P(X <= min(k, n - k))) with X ~ Binomial(n, 1/2), k the number of positive differences."""
+    d = _finite(diffs)
+    d = d[d != 0]
+    n = int(d.size)
+    if n == 0:
+        return math.nan
+    k = int(np.count_nonzero(d > 0))
+    tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2.0**n
+    return min(1.0, 2.0 * tail)
+
+
+# ---------------------------------------------------------------------------------------- verdict
+def verdict(low: float, high: float, sign: int, margin: float) -> str:
+    """The decision on a claim from the interval [low, high] of its effect.
+
+    Directional claim (sign +1: effect > 0 predicted; -1: effect < 0):
+      interval entirely within (-margin, +margin)  -> "contradicted" (the effect is negligible);
+      else interval beyond 0 on the predicted side -> "holds";
+      beyond 0 on the other side                   -> "contradicted";
+      else                                         -> "inconclusive".
+    Claim of no effect (sign 0):
+      interval entirely within (-margin, +margin)  -> "holds";
+      interval excludes 0                          -> "contradicted";
+      else                                         -> "inconclusive".
+    An undefined interval (NaN bounds, e.g. n < 2) is "inconclusive"."""
+    if sign not in (-1, 0, 1):
+        raise UserError(f"verdict: sign must be -1, 0 or +1, got {sign!r}")
+    margin = float(margin)
+    if not (math.isfinite(margin) and margin >= 0):
+        raise UserError(f"verdict: margin must be a finite number >= 0, got {margin!r}")
+    low, high = float(low), float(high)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "inconclusive"
+    if low > high:
+        raise UserError(f"verdict: interval bounds out of order ({low}, {high})")
+    negligible = -margin < low and high < margin
+    if sign == 0:
+        if negligible:
+            return "holds"
+        return "contradicted" if (low > 0 or high < 0) else "inconclusive"
+    if negligible:
+        return "contradicted"
+    if (sign > 0 and low > 0) or (sign < 0 and high < 0):
+        return "holds"
+    if (sign > 0 and high < 0) or (sign < 0 and low > 0):
+        return "contradicted"
+    return "inconclusive"
+
+
+# --------------------------------------------------------------------------------- horizon statistic
+def horizon_stat(training_scores: pd.DataFrame, runs: Iterable[str] | None, k: int,
+                 upto: int | None = None) -> pd.DataFrame:
+    """Per run: median symmetry and directionality over layers AND the run's last `k` snapshot steps
+    (all (layer, step) values pooled; summed rows, head == "all", where a head column exists).
+    `upto`: only snapshots at steps <= upto count (a common horizon for runs of different lengths).
+
+    `runs`: the runs to summarize (None = every run in the table); a run without rows is a UserError.
+    A run with fewer than k snapshots uses all of them (see `steps_used`). Columns: run, size, dataset,
+    objective, init, seed, symmetry, directionality, steps_used ("s1,s2,..."), n_steps, n_values."""
+    k = int(k)
+    if k < 1:
+        raise UserError(f"horizon statistic: the number of snapshots k must be >= 1, got {k}")
+    s = training_scores
+    if "head" in s.columns:
+        s = s[s["head"].astype(str) == "all"]
+    missing = [c for c in ["run", *RUN_KEYS, "step", "layer", *SCORES] if c not in s.columns]
+    if missing:
+        raise UserError(f"training score table: missing column(s) {', '.join(missing)}")
+    if runs is not None:
+        runs = [runs] if isinstance(runs, str) else list(runs)
+        absent = sorted(set(runs) - set(s["run"].astype(str)))
+        if absent:
+            raise UserError(f"horizon statistic: no training scores for run(s) {', '.join(absent)}")
+        s = s[s["run"].isin(runs)]
+    if upto is not None:
+        early = s.groupby("run")["step"].min()
+        late = sorted(early[early.astype(int) > int(upto)].index)
+        if late:
+            raise UserError(f"horizon statistic: run(s) {', '.join(late)} have no snapshot at or before step {int(upto)}")
+        s = s[s["step"].astype(int) <= int(upto)]
+    rows = []
+    for run, g in s.groupby("run", sort=True):
+        steps = np.sort(g["step"].astype(int).unique())[-k:]
+        last = g[g["step"].astype(int).isin(steps)]
+        row = {key: g[key].iloc[0] for key in ["run", *RUN_KEYS]}
+        for v in SCORES:
+            row[v] = float(np.median(last[v].to_numpy(dtype=float)))
+        row.update(steps_used=",".join(str(int(x)) for x in steps), n_steps=int(steps.size),
+                   n_values=int(len(last)))
+        rows.append(row)
+    cols = ["run", *RUN_KEYS, *SCORES, "steps_used", "n_steps", "n_values"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+# ------------------------------------------------------------------------------------------ speed-up
+def first_reaching_step(steps: Sequence[float], losses: Sequence[float], target: float) -> float:
+    """The FIRST step at which the loss curve reaches `target` (loss <= target), linearly interpolated
+    between consecutive evaluation points; NaN when it never does. Steps must increase strictly."""
+    s = np.asarray(steps, dtype=float)
+    y = np.asarray(losses, dtype=float)
+    if s.shape != y.shape or s.ndim != 1 or s.size == 0:
+        raise UserError(f"loss curve: steps and losses must be 1-d of equal non-zero length, got {s.shape}, {y.shape}")
+    if np.any(np.diff(s) <= 0):
+        raise UserError("loss curve: steps must increase strictly")
+    if not np.all(np.isfinite(y)):
+        raise UserError("loss curve: non-finite held-out loss")
+    hit = np.flatnonzero(y <= target)
+    if hit.size == 0:
+        return math.nan
+    i = int(hit[0])
+    if i == 0:
+        return float(s[0])
+    # y[i-1] > target >= y[i]: the crossing lies in (s[i-1], s[i]]
+    frac = (y[i - 1] - target) / (y[i - 1] - y[i])
+    return float(s[i - 1] + frac * (s[i] - s[i - 1]))
+
+
+def common_target(curves: Iterable[Sequence[float]]) -> float:
+    """The loss L* that every curve reaches: the maximum over the curves of their minimum loss.
+    `curves` are the held-out loss values of each compared run (any order)."""
+    mins = []
+    for c in curves:
+        y = _finite(c)
+        if y.size == 0:
+            raise UserError("common target: a loss curve without finite values")
+        mins.append(float(y.min()))
+    if not mins:
+        raise UserError("common target: no loss curves")
+    return max(mins)
+
+
+def signed_speedup(baseline_steps: Sequence[float], baseline_losses: Sequence[float],
+                   treatment_steps: Sequence[float], treatment_losses: Sequence[float],
+                   target: float | None = None) -> float:
+    """1 - s*/S: S = the baseline's first step reaching `target`, s* = the treatment's (first crossing,
+    linear interpolation). Positive = the treatment gets there sooner, negative = later. `target` None =
+    common_target of the two curves. Both curves must reach the target, and S must be > 0."""
+    if target is None:
+        target = common_target([baseline_losses, treatment_losses])
+    big_s = first_reaching_step(baseline_steps, baseline_losses, target)
+    s_star = first_reaching_step(treatment_steps, treatment_losses, target)
+    if math.isnan(big_s) or math.isnan(s_star):
+        who = "baseline" if math.isnan(big_s) else "treatment"
+        raise UserError(f"signed speed-up: the {who} curve never reaches the target {target:.4g}; "
+                        "use a common target that every compared run reaches (common_target)")
+    if big_s <= 0:
+        raise UserError(f"signed speed-up: the baseline is at the target {target:.4g} from its first "
+                        "evaluation (S = 0); the speed-up is undefined")
+    return 1.0 - s_star / big_s

@@ -1,0 +1,434 @@
+"""Pure computations behind the notebooks: summaries over layers, held-out loss contrasts and Table 1,
+correlations, tables and notebook I/O. The statistics are in attention_geometry.analysis.stats
+and the claims table in attention_geometry.analysis.claims.
+
+Every function takes tables (pandas DataFrames with the columns of docs/contracts.md) or arrays and returns
+new ones; nothing here reads files, draws or rescales a score. The notebooks only load, call these, and draw.
+
+Conventions used throughout:
+- "over layers" summaries take the layer's summed matrix (`head == "all"` where a head column exists);
+- intervals are two-sided at `level` (e.g. 0.95); a t-interval needs n >= 2, otherwise its bounds are NaN;
+- speed-ups are signed, at a common target that every compared run reaches (contrast_runs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from attention_geometry.formats.columns import RUN_KEYS, SCORES
+from attention_geometry.errors import UserError
+from attention_geometry.analysis.stats import (
+    Interval, check_level, common_target, first_reaching_step, paired_interval, signed_speedup, t_interval)
+
+
+# Our pretrained models whose attention logits no fixed bilinear form x_i^T M x_j gives exactly, by model_type
+# (the score rows' column): their rows carry this caveat in model_table, Figure 2 and the claims. Gemma 3
+# RMS-normalizes every query and key head (q_norm, k_norm; docs/architectures/text.md), so its logits are
+# x_i^T W_q^T G W_k x_j / (rms(q_i) rms(k_j)) with a per-token-pair scale M leaves out.
+OUR_CAVEATS = {"gemma3_text": "q/k normalized per head"}
+
+
+# --------------------------------------------------------------------------------------------- checks
+def require_columns(df: pd.DataFrame, columns: Iterable[str], where: str) -> None:
+    """Raise a UserError naming the missing columns of table `where`."""
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise UserError(f"{where}: missing column(s) {', '.join(missing)} (have: {', '.join(map(str, df.columns))})")
+
+
+# ------------------------------------------------------------------------------------- score tables
+def summed_rows(scores: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the layers' summed matrices (`head == "all"`); tables without a head column are returned
+    as they are (the paper's tables hold only summed matrices)."""
+    if "head" not in scores.columns:
+        return scores.copy()
+    return scores[scores["head"].astype(str) == "all"].copy()
+
+
+def distinct_paper_models(paper: pd.DataFrame) -> pd.DataFrame:
+    """The paper's pretrained-score rows without the duplicates marked by `same_as` (203 distinct score
+    sets in the published tables)."""
+    require_columns(paper, ["family_file", "model", "same_as"], "paper pretrained scores")
+    same = paper["same_as"]
+    keep = same.isna() | (same.astype(str).str.strip() == "")
+    return paper[keep].copy()
+
+
+def flag_caveats(table: pd.DataFrame, caveats: pd.DataFrame) -> pd.DataFrame:
+    """Add a `caveat` column (empty string where none) from the (family_file, model) pairs of `caveats`."""
+    require_columns(table, ["family_file", "model"], "paper table")
+    require_columns(caveats, ["family_file", "model", "caveat"], "paper caveats")
+    lookup = {(f, m): c for f, m, c in caveats[["family_file", "model", "caveat"]].itertuples(index=False)}
+    out = table.copy()
+    out["caveat"] = [lookup.get((f, m), "") for f, m in zip(out["family_file"], out["model"])]
+    return out
+
+
+def summarize_over_layers(scores: pd.DataFrame, by: Sequence[str],
+                          values: Sequence[str] = SCORES) -> pd.DataFrame:
+    """Per group `by`: median, first and third quartile (linear interpolation, numpy's default) and number
+    of layers of each score column. Columns: *by, n_layers, {v}_median, {v}_q1, {v}_q3 for v in values."""
+    by = list(by)
+    require_columns(scores, by + list(values), "score table")
+    if scores.empty:
+        raise UserError("score table: no rows to summarize")
+    rows = []
+    for key, g in scores.groupby(by, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        row = dict(zip(by, key))
+        row["n_layers"] = int(len(g))
+        for v in values:
+            x = g[v].to_numpy(dtype=float)
+            row[f"{v}_median"] = float(np.median(x))
+            row[f"{v}_q1"] = float(np.percentile(x, 25))
+            row[f"{v}_q3"] = float(np.percentile(x, 75))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def model_table(ours: pd.DataFrame | None, paper: pd.DataFrame | None,
+                caveats: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per model and component: median and IQR over layers of s and d, ours and the paper's side by side
+    (column `source` = "ours" | "paper"). Ours: summed rows of the score table, flagged by OUR_CAVEATS; the
+    paper's: its distinct score sets, with the caveat flag."""
+    keys = ["source", "model", "modality", "architecture", "component", "n_params"]
+    parts = []
+    if ours is not None and len(ours):
+        o = summed_rows(ours)
+        require_columns(o, ["model", "modality", "architecture", "component", "n_params", "layer", *SCORES],
+                        "our pretrained scores")
+        cav = o["model_type"].map(OUR_CAVEATS).fillna("") if "model_type" in o.columns else ""
+        o = o.assign(source="ours", caveat=cav)
+        parts.append(summarize_over_layers(o, keys + ["caveat"]))
+    if paper is not None and len(paper):
+        p = distinct_paper_models(paper)
+        p = flag_caveats(p, caveats) if caveats is not None else p.assign(caveat="")
+        p = p.assign(source="paper")
+        parts.append(summarize_over_layers(p, keys + ["caveat"]))
+    if not parts:
+        raise UserError("model table: neither our scores nor the paper's have rows")
+    out = pd.concat(parts, ignore_index=True)
+    return out.sort_values(["source", "modality", "architecture", "component", "n_params", "model"],
+                           kind="stable", ignore_index=True)
+
+
+# ------------------------------------------------------------------------- held-out loss contrasts
+GROUP_KEYS = ["size", "dataset", "objective"]
+CONTRAST_COLUMNS = ["size", "dataset", "objective", "init", "compared_to", "seed", "run", "baseline_run", "horizon",
+                    "final_eval_loss", "baseline_final_eval_loss", "loss_gain", "target", "baseline_s", "s_star",
+                    "speedup"]
+
+
+def eval_curves(loss: pd.DataFrame) -> pd.DataFrame:
+    """Held-out loss rows only (eval_loss present), sorted by run and step."""
+    require_columns(loss, ["run", *RUN_KEYS, "step", "eval_loss"], "training loss table")
+    out = loss[pd.to_numeric(loss["eval_loss"], errors="coerce").notna()].copy()
+    out["eval_loss"] = out["eval_loss"].astype(float)
+    out["step"] = out["step"].astype(int)
+    return out.sort_values(["run", "step"], kind="stable", ignore_index=True)
+
+
+def _one_run(g: pd.DataFrame, what: str) -> pd.DataFrame:
+    if g["run"].nunique() != 1:
+        raise UserError(f"training loss table: several runs for {what}: {sorted(g['run'].unique())}")
+    return g
+
+
+def contrast_runs(loss: pd.DataFrame, treatment: str, baseline: str = "standard") -> pd.DataFrame:
+    """Per seed, the `treatment`-init run against the same-seed `baseline`-init run of each (size, dataset,
+    objective) that has both (seeds without both runs are left out). Within a group every pair is compared
+    at one horizon, the last step that every compared run evaluated (the loss there linearly interpolated
+    if a run has no evaluation at it), and all curves are cut at it:
+      loss_gain = baseline loss - treatment loss at the horizon (positive = the treatment is lower);
+      target    = L*, the maximum over the compared runs of their minimum held-out loss (every run reaches it);
+      baseline_s, s_star = the first step at which the baseline / treatment reaches L* (stats.first_reaching_step);
+      speedup   = 1 - s_star / baseline_s, signed (negative = the treatment is slower); every seed has one.
+    Columns: CONTRAST_COLUMNS (`init` = treatment, `compared_to` = baseline)."""
+    ev = eval_curves(loss)
+    rows = []
+    for key, g in ev.groupby(GROUP_KEYS, sort=True):
+        t, b = g[g["init"] == treatment], g[g["init"] == baseline]
+        seeds = sorted(set(t["seed"]) & set(b["seed"]))
+        if not seeds:
+            continue
+        where = "/".join(map(str, key))
+        pairs = [(s, _one_run(t[t["seed"] == s], f"{where} {treatment} seed {s}"),
+                  _one_run(b[b["seed"] == s], f"{where} {baseline} seed {s}")) for s in seeds]
+        horizon = min(int(r["step"].max()) for _, tr, br in pairs for r in (tr, br))
+        cut = [(s, tr[tr["step"] <= horizon], br[br["step"] <= horizon]) for s, tr, br in pairs]
+        target = common_target([c["eval_loss"] for _, tr, br in cut for c in (tr, br)])
+        for s, tr, br in cut:
+            at_t = float(np.interp(horizon, tr["step"], tr["eval_loss"]))
+            at_b = float(np.interp(horizon, br["step"], br["eval_loss"]))
+            big_s = first_reaching_step(br["step"], br["eval_loss"], target)
+            s_star = first_reaching_step(tr["step"], tr["eval_loss"], target)
+            rows.append(dict(zip(GROUP_KEYS, key), init=treatment, compared_to=baseline, seed=s,
+                             run=tr["run"].iloc[0], baseline_run=br["run"].iloc[0], horizon=horizon,
+                             final_eval_loss=at_t, baseline_final_eval_loss=at_b, loss_gain=at_b - at_t,
+                             target=target, baseline_s=big_s, s_star=s_star,
+                             speedup=signed_speedup(br["step"], br["eval_loss"], tr["step"], tr["eval_loss"], target)))
+    return pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
+
+
+def per_run_speedups(loss: pd.DataFrame, baseline_init: str = "standard") -> pd.DataFrame:
+    """Every run of the table against its same-seed `baseline_init` run (contrast_runs, one common target
+    per (size, dataset, objective, init)). Baseline runs get loss_gain 0 and speedup 0; a run without a
+    same-seed baseline gets NaN. Columns: run, size, dataset, objective, init, seed, final_step (the run's
+    own last evaluation), then final_eval_loss .. speedup as in contrast_runs."""
+    ev = eval_curves(loss)
+    if ev.empty:
+        raise UserError("training loss table: no held-out loss (eval_loss) rows")
+    parts = [contrast_runs(ev, init, baseline_init) for init in sorted(set(ev["init"]) - {baseline_init})]
+    cmp = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else None
+    rows = []
+    for run, g in ev.groupby("run", sort=True):
+        row = {k: g[k].iloc[0] for k in ["run", *RUN_KEYS]}
+        row["final_step"] = int(g["step"].iloc[-1])
+        hit = cmp[cmp["run"] == run] if cmp is not None else pd.DataFrame()
+        if row["init"] == baseline_init:
+            row.update(horizon=row["final_step"], final_eval_loss=float(g["eval_loss"].iloc[-1]), baseline_run=run,
+                       target=math.nan, baseline_s=math.nan, s_star=math.nan, loss_gain=0.0, speedup=0.0)
+            row["baseline_final_eval_loss"] = row["final_eval_loss"]
+        elif len(hit):
+            row.update(hit.iloc[0][CONTRAST_COLUMNS[7:]].to_dict())
+        else:
+            row.update(horizon=math.nan, final_eval_loss=float(g["eval_loss"].iloc[-1]), baseline_run="",
+                       baseline_final_eval_loss=math.nan, loss_gain=math.nan, target=math.nan,
+                       baseline_s=math.nan, s_star=math.nan, speedup=math.nan)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["run", *RUN_KEYS, "final_step", *CONTRAST_COLUMNS[7:]])
+
+
+INIT_TABLE_COLUMNS = ["size", "dataset", "objective", "init", "compared_to", "n_seeds", "final_step",
+                      "final_loss_mean", "final_loss_low", "final_loss_high", "n_pairs", "horizon",
+                      "loss_gain_mean", "loss_gain_low", "loss_gain_high", "target", "speedup_mean",
+                      "speedup_low", "speedup_high", "speedup_text"]
+
+
+def init_table(loss: pd.DataFrame, baseline_init: str = "standard", level: float = 0.95,
+               controls: dict[str, str] | None = None) -> pd.DataFrame:
+    """Table 1, one row per (size, dataset, objective, init, compared_to), over seeds (every seed counts):
+    n_seeds and the final held-out loss (mean and t-interval); against `compared_to` (the same-seed
+    `baseline_init` run, and for each init in `controls` also its control, default symmetric-fresh vs
+    fresh): n_pairs, the paired loss gain at the horizon (mean and paired t-interval), the common target
+    L* and the signed speed-up at it (mean and t-interval; contrast_runs). The baseline's own row has
+    compared_to "" and no contrast."""
+    controls = {"symmetric-fresh": "fresh"} if controls is None else dict(controls)
+    ev = eval_curves(loss)
+    if ev.empty:
+        raise UserError("training loss table: no held-out loss (eval_loss) rows")
+    rows = []
+    for key, g in ev.groupby(GROUP_KEYS + ["init"], sort=True):
+        finals = g.groupby("run")["step"].max()
+        if finals.nunique() != 1:
+            raise UserError(f"training loss table: the {'/'.join(map(str, key))} runs end at different steps "
+                            f"({finals.to_dict()}); select the runs of one ablation")
+        last = g[g["step"] == finals.iloc[0]]
+        fl = t_interval(last["eval_loss"], level)
+        base = dict(zip(GROUP_KEYS + ["init"], key), n_seeds=int(g["run"].nunique()), final_step=int(finals.iloc[0]),
+                    final_loss_mean=fl.estimate, final_loss_low=fl.low, final_loss_high=fl.high)
+        init = key[-1]
+        refs = [] if init == baseline_init else [baseline_init]
+        group = ev[(ev[GROUP_KEYS] == pd.Series(dict(zip(GROUP_KEYS, key[:-1])))).all(axis=1)]
+        in_group = set(group["init"])
+        refs += [controls[init]] if init in controls and controls[init] in in_group else []
+        if not refs:
+            rows.append({**base, "compared_to": "", "n_pairs": 0, "speedup_text": "baseline"
+                         if init == baseline_init else f"no same-seed {baseline_init} run"})
+        if init == baseline_init:  # the baseline's loss also where shorter runs are compared with it
+            hs = {int(h) for o in in_group - {baseline_init} for h in contrast_runs(group, o, baseline_init)["horizon"]}
+            for h in sorted(hs - {base["final_step"]}):
+                at = t_interval([float(np.interp(h, r["step"], r["eval_loss"])) for _, r in g.groupby("run")], level)
+                rows.append({**base, "final_step": h, "final_loss_mean": at.estimate, "final_loss_low": at.low,
+                             "final_loss_high": at.high, "compared_to": "", "n_pairs": 0,
+                             "speedup_text": f"baseline at step {h}"})
+        for ref in refs:
+            c = contrast_runs(group, init, ref)
+            gain = paired_interval(c["baseline_final_eval_loss"], c["final_eval_loss"], level)
+            sp = t_interval(c["speedup"], level)
+            rows.append({**base, "compared_to": ref, "n_pairs": int(len(c)),
+                         "horizon": c["horizon"].iloc[0] if len(c) else math.nan,
+                         "loss_gain_mean": gain.estimate, "loss_gain_low": gain.low, "loss_gain_high": gain.high,
+                         "target": c["target"].iloc[0] if len(c) else math.nan, "speedup_mean": sp.estimate,
+                         "speedup_low": sp.low, "speedup_high": sp.high, "speedup_text": speedup_text(sp)})
+    out = pd.DataFrame(rows, columns=INIT_TABLE_COLUMNS)
+    order = out["init"].ne(baseline_init)  # the baseline first within each group, then inits by name
+    return (out.assign(_o=order).sort_values([*GROUP_KEYS, "_o", "init"], kind="stable")
+            .drop(columns="_o").reset_index(drop=True))
+
+
+def speedup_text(sp: Interval) -> str:
+    """Display string of a signed speed-up summary, in percent ("n/a" without seeds)."""
+    if sp.n == 0 or not np.isfinite(sp.estimate):
+        return "n/a"
+    ci = f" [{100 * sp.low:+.1f}, {100 * sp.high:+.1f}]" if np.isfinite(sp.low) else ""
+    return f"{100 * sp.estimate:+.1f} %{ci} (n={sp.n})"
+
+# ------------------------------------------------------------------------------------- correlations
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation (average ranks for ties); NaN when either side is constant."""
+    from scipy.stats import rankdata
+
+    a = np.asarray(x, dtype=float)
+    b = np.asarray(y, dtype=float)
+    if a.shape != b.shape or a.ndim != 1:
+        raise UserError(f"spearman: x and y must be 1-d of equal length, got {a.shape}, {b.shape}")
+    if a.size < 2:
+        return math.nan
+    ra, rb = rankdata(a), rankdata(b)
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    den = math.sqrt(float((ra**2).sum() * (rb**2).sum()))
+    return math.nan if den == 0 else float((ra * rb).sum() / den)
+
+
+def spearman_bootstrap(x: Sequence[float], y: Sequence[float], n_resamples: int = 2000, seed: int = 0,
+                       level: float = 0.95) -> Interval:
+    """Spearman's rho of (x, y) with a percentile bootstrap interval: `n_resamples` resamples of the pairs
+    with replacement, drawn as np.random.default_rng(seed).integers(0, n, size=(n_resamples, n)); resamples
+    with a constant side (undefined rho) are left out. NaN pairs are dropped first."""
+    check_level(level)
+    if int(n_resamples) < 1:
+        raise UserError(f"bootstrap: n_resamples must be >= 1, got {n_resamples!r}")
+    a = np.asarray(x, dtype=float)
+    b = np.asarray(y, dtype=float)
+    ok = np.isfinite(a) & np.isfinite(b)
+    a, b = a[ok], b[ok]
+    n = int(a.size)
+    rho = spearman(a, b)
+    if n < 3 or math.isnan(rho):
+        return Interval(rho, math.nan, math.nan, n)
+    idx = np.random.default_rng(seed).integers(0, n, size=(int(n_resamples), n))
+    boot = np.array([spearman(a[i], b[i]) for i in idx])
+    boot = boot[np.isfinite(boot)]
+    if boot.size == 0:
+        return Interval(rho, math.nan, math.nan, n)
+    lo, hi = np.percentile(boot, [100 * (0.5 - level / 2), 100 * (0.5 + level / 2)])
+    return Interval(rho, float(lo), float(hi), n)
+
+
+def run_symmetry(scores: pd.DataFrame) -> pd.DataFrame:
+    """Per training run: median symmetry and directionality over layers at step 0 and at the run's last
+    scored step, and the change. Columns: run, size, dataset, objective, init, seed, first_step, final_step,
+    symmetry_start, symmetry_final, symmetry_change, directionality_start, directionality_final."""
+    s = summed_rows(scores)
+    require_columns(s, ["run", *RUN_KEYS, "step", "layer", *SCORES], "training score table")
+    med = s.groupby(["run", *RUN_KEYS, "step"], sort=True)[list(SCORES)].median().reset_index()
+    rows = []
+    for run, g in med.groupby("run", sort=True):
+        g = g.sort_values("step")
+        first, last = g.iloc[0], g.iloc[-1]
+        row = {k: first[k] for k in ["run", *RUN_KEYS]}
+        row.update(first_step=int(first["step"]), final_step=int(last["step"]),
+                   symmetry_start=float(first["symmetry"]), symmetry_final=float(last["symmetry"]),
+                   symmetry_change=float(last["symmetry"] - first["symmetry"]),
+                   directionality_start=float(first["directionality"]),
+                   directionality_final=float(last["directionality"]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def symmetry_vs_gain(scores: pd.DataFrame, loss: pd.DataFrame, baseline_init: str = "standard") -> pd.DataFrame:
+    """One row per non-baseline ablation run with a same-seed baseline: run_symmetry joined with
+    per_run_speedups (loss gain at the horizon, signed speed-up at the common target; every run has both)."""
+    sym = run_symmetry(scores)
+    sp = per_run_speedups(loss, baseline_init)
+    sp = sp[(sp["init"] != baseline_init) & (sp["baseline_run"] != "")]
+    out = sym.merge(sp[["run", "horizon", "final_eval_loss", "baseline_final_eval_loss", "loss_gain", "target",
+                        "baseline_s", "s_star", "speedup"]], on="run", how="inner")
+    return out.sort_values(["objective", "init", "seed"], kind="stable", ignore_index=True)
+
+
+def correlation_table(table: pd.DataFrame, xs: Sequence[str], ys: Sequence[str], n_resamples: int, seed: int,
+                      level: float = 0.95, by: Sequence[str] = ()) -> pd.DataFrame:
+    """Spearman rho with bootstrap interval for every (x, y) pair of columns, optionally per group `by`."""
+    rows = []
+    groups = table.groupby(list(by), sort=True) if by else [((), table)]
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        for x in xs:
+            for y in ys:
+                iv = spearman_bootstrap(g[x], g[y], n_resamples=n_resamples, seed=seed, level=level)
+                rows.append({**dict(zip(by, key)), "x": x, "y": y, "n": iv.n, "spearman": iv.estimate,
+                             "low": iv.low, "high": iv.high})
+    return pd.DataFrame(rows)
+
+
+def markdown_table(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
+    """A GitHub Markdown table (tabulate), NaN shown as empty."""
+    shown = df.astype(object).where(df.notna(), None)
+    return shown.to_markdown(index=False, floatfmt=floatfmt, missingval="")
+
+
+def latex_table(df: pd.DataFrame, float_digits: int = 3) -> str:
+    """A booktabs LaTeX tabular (pandas Styler), NaN shown as empty, special characters escaped."""
+    sty = df.style.hide(axis="index").format(precision=float_digits, na_rep="", escape="latex")
+    sty = sty.format_index(escape="latex", axis=1)
+    return sty.to_latex(hrules=True)
+
+
+# ------------------------------------------------------------------------------------ notebook I/O
+def require_keys(mapping: dict, keys: Iterable[str], where: str) -> None:
+    """Raise a UserError naming the keys missing from a notebook's `params` / `inputs` / `outputs`."""
+    missing = [k for k in keys if k not in mapping or mapping[k] in (None, "")]
+    if missing:
+        raise UserError(f"{where}: missing {', '.join(missing)} (have: {', '.join(sorted(map(str, mapping)))})")
+
+
+def read_table(path: str, what: str, columns: Iterable[str] = ()) -> pd.DataFrame:
+    """A CSV table, with one clear error when it is missing, empty or lacks `columns`."""
+    import os
+
+    if not path or not os.path.isfile(path):
+        raise UserError(f"{what}: no such file {path!r}")
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise UserError(f"{what}: {path} is empty") from None
+    if df.empty:
+        raise UserError(f"{what}: {path} has no rows")
+    require_columns(df, columns, f"{what} ({path})")
+    return df
+
+
+def write_tables(df: pd.DataFrame, csv: str | None = None, tex: str | None = None, md: str | None = None,
+                 shown: pd.DataFrame | None = None, title: str = "") -> None:
+    """Write `df` as CSV (full precision) and `shown` (default `df`) as LaTeX and Markdown."""
+    import os
+
+    shown = df if shown is None else shown
+    for path in (csv, tex, md):
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if csv:
+        df.to_csv(csv, index=False, lineterminator="\n")
+    if tex:
+        with open(tex, "w") as fh:
+            fh.write(latex_table(shown))
+    if md:
+        with open(md, "w") as fh:
+            fh.write((f"{title}\n\n" if title else "") + markdown_table(shown) + "\n")
+
+
+def select_runs(table: pd.DataFrame, runs: Sequence[str], what: str) -> pd.DataFrame:
+    """The rows of `table` whose run is one of `runs`; a UserError naming the runs that have no rows."""
+    runs = as_list(runs)
+    if not runs:
+        raise UserError(f"{what}: no runs selected (the run list is empty)")
+    require_columns(table, ["run"], what)
+    missing = sorted(set(runs) - set(table["run"].astype(str)))
+    if missing:
+        raise UserError(f"{what}: no rows for run(s) {', '.join(missing)}")
+    return table[table["run"].isin(runs)].copy()
+
+
+def as_list(value) -> list:
+    """A run name or a list of run names as a list."""
+    return [] if value is None else [value] if isinstance(value, str) else list(value)
+
+
+def fmt_median_iqr(median: float, q1: float, q3: float, digits: int = 3) -> str:
+    return f"{median:.{digits}f} [{q1:.{digits}f}, {q3:.{digits}f}]"

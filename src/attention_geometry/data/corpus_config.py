@@ -1,0 +1,236 @@
+"""The corpus config (CORPUS.yaml, docs/data.md): its dataclasses, constants and the one validator.
+
+The workflow's schema (config/schema.yaml, `corpora`) states the same enums and bounds; tests/test_schema.py
+checks that it agrees with the constants here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from attention_geometry.formats.corpus import CorpusError
+from attention_geometry.formats.files import read_yaml
+from attention_geometry.formats.value_kinds import expected
+
+__all__ = [
+    "DATASETS",
+    "TOKENIZER_KINDS",
+    "ONE_DOCUMENT_PER",
+    "MIN_BLOCK_LEN",
+    "MIN_VOCAB_SIZE",
+    "MINIMUMS",
+    "EXCLUSIVE_MAXIMUMS",
+    "HUB_DEFAULTS",
+    "TYPES",
+    "TOKENIZER_TYPES",
+    "HUB_TYPES",
+    "TokenizerConfig",
+    "HubConfig",
+    "CorpusConfig",
+    "corpus_config_from_dict",
+    "load_corpus_config",
+]
+
+DATASETS = ("wiki_offline", "text_files", "wikipedia", "red_pajama", "jigsaw")
+TOKENIZER_KINDS = ("wordpiece", "pretrained")
+ONE_DOCUMENT_PER = ("file", "line")
+MIN_BLOCK_LEN = 8  # [CLS] + at least 6 ids + [SEP]
+MIN_VOCAB_SIZE = 32  # a trained WordPiece vocabulary: the 5 special tokens and an alphabet
+# the bounds of the numeric keys (dotted: a sub-mapping's key): the inclusive minimum, and for
+# heldout_fraction an exclusive maximum (config/schema.yaml states the same: tests/test_schema.py)
+MINIMUMS: dict[str, int | float] = {
+    "block_len": MIN_BLOCK_LEN,
+    "heldout_fraction": 0,
+    "min_heldout_blocks": 0,
+    "max_documents": 1,
+    "max_bytes": 1,
+    "tokenizer.vocab_size": MIN_VOCAB_SIZE,  # kind wordpiece only
+    "tokenizer.min_frequency": 1,
+    "tokenizer.limit_alphabet": 1,
+    "hub.n_documents": 1,
+    "seed": 0,  # numpy's generators take no negative seed
+}
+EXCLUSIVE_MAXIMUMS: dict[str, int | float] = {"heldout_fraction": 1}
+OPTIONAL = ("max_documents", "max_bytes", "tokenizer.limit_alphabet", "hub.n_documents")  # may be null
+
+# defaults of the hub datasets (a config may override each field)
+HUB_DEFAULTS: dict[str, dict[str, Any]] = {
+    "wikipedia": {"path": "wikimedia/wikipedia", "name": "20231101.en", "text_field": "text"},
+    "red_pajama": {
+        "path": "togethercomputer/RedPajama-Data-V2",
+        "name": "sample",
+        "streaming": True,
+        "text_field": "raw_content",
+    },
+}
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """kind "wordpiece": trained with `tokenizers` on the train split (vocab_size, lowercase,
+    min_frequency, limit_alphabet: at most this many single characters in the vocabulary, None: all);
+    kind "pretrained": loaded from `name` (a hub id at `revision`, or a local folder or file holding a
+    tokenizer.json)."""
+
+    kind: str = "wordpiece"
+    vocab_size: int = 2048
+    lowercase: bool = True
+    min_frequency: int = 2
+    limit_alphabet: int | None = None
+    name: str | None = None
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    """`datasets.load_dataset(path, name, revision=, split=, streaming=, data_files=)`; `text_field` is the
+    column with the text; at most `n_documents` rows are read (None: all)."""
+
+    path: str | None = None
+    name: str | None = None
+    revision: str | None = None
+    split: str = "train"
+    streaming: bool = False
+    n_documents: int | None = None
+    text_field: str | None = None
+    data_files: Any = None
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    """One corpus. `paths`: text_files (files or folders) or jigsaw (the Kaggle CSV); folders are read
+    recursively (files ending in one of `suffixes`, sorted by path). `one_document_per`: "file" | "line"
+    for text_files. `text_column`: the jigsaw CSV column. `heldout_fraction`: the held-out share of
+    documents (ceil), grown until the held-out split has at least `min_heldout_blocks` blocks.
+    `max_documents` / `max_bytes`: read at most this many cleaned documents / UTF-8 bytes, in source order.
+    `seed`: the document permutation that decides the split and the order of documents in each stream."""
+
+    dataset: str = "wiki_offline"
+    name: str | None = None
+    paths: tuple[str, ...] = ()
+    one_document_per: str = "file"
+    suffixes: tuple[str, ...] = (".txt",)
+    text_column: str = "comment_text"
+    hub: HubConfig = field(default_factory=HubConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    block_len: int = 64
+    heldout_fraction: float = 0.02
+    min_heldout_blocks: int = 0
+    max_documents: int | None = None
+    max_bytes: int | None = None
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["paths"] = list(self.paths)
+        d["suffixes"] = list(self.suffixes)
+        return d
+
+
+def _check_type(value: Any, kind: str, key: str, where: str) -> Any:
+    what = expected(value, kind)
+    if what is not None:
+        raise CorpusError(f"{where}: `{key}` must be {what}, got {value!r}")
+    return value
+
+
+def _build(cls: type, raw: Any, types: Mapping[str, str], prefix: str, where: str) -> dict[str, Any]:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise CorpusError(f"{where}: `{prefix.rstrip('.') or 'corpus config'}` must be a mapping, got {raw!r}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in known:
+            raise CorpusError(
+                f"{where}: unknown key `{prefix}{key}` (known: {', '.join(sorted(known))})"
+            )
+    out = {}
+    for key, value in raw.items():
+        if key in types:
+            out[key] = _check_type(value, types[key], prefix + key, where)
+    return out
+
+
+def _str_list(value: Any, key: str, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise CorpusError(f"{where}: `{key}` must be a path or a list of paths, got {value!r}")
+    return tuple(value)
+
+
+# the value kind of each key (attention_geometry.formats.value_kinds); paths and suffixes: a string or a list of them
+TYPES = {
+    "dataset": "str", "name": "opt_str", "one_document_per": "str", "text_column": "str", "block_len": "int",
+    "heldout_fraction": "number", "min_heldout_blocks": "int", "max_documents": "opt_int", "max_bytes": "opt_int",
+    "seed": "int",
+}
+TOKENIZER_TYPES = {
+    "kind": "str", "vocab_size": "int", "lowercase": "bool", "min_frequency": "int", "limit_alphabet": "opt_int",
+    "name": "opt_str", "revision": "opt_str",
+}
+HUB_TYPES = {
+    "path": "opt_str", "name": "opt_str", "revision": "opt_str", "split": "str", "streaming": "bool",
+    "n_documents": "opt_int", "text_field": "opt_str", "data_files": "any",
+}
+
+
+def corpus_config_from_dict(raw: Any, where: str = "corpus config") -> CorpusConfig:
+    """Validate a mapping (a parsed CORPUS.yaml or a workflow's params) into a resolved CorpusConfig; any
+    unknown key or value raises CorpusError naming it."""
+    top = _build(CorpusConfig, raw, TYPES, "", where)
+    raw = dict(raw or {})
+    dataset = top.get("dataset", CorpusConfig.dataset)
+    if dataset not in DATASETS:
+        raise CorpusError(f"{where}: unknown `dataset` {dataset!r} (one of {', '.join(DATASETS)})")
+    if "paths" in raw:
+        top["paths"] = _str_list(raw["paths"], "paths", where)
+    if "suffixes" in raw:
+        top["suffixes"] = _str_list(raw["suffixes"], "suffixes", where)
+    odp = top.get("one_document_per", "file")
+    if odp not in ONE_DOCUMENT_PER:
+        raise CorpusError(f"{where}: unknown `one_document_per` {odp!r} (one of {', '.join(ONE_DOCUMENT_PER)})")
+
+    tok = _build(TokenizerConfig, raw.get("tokenizer"), TOKENIZER_TYPES, "tokenizer.", where)
+    kind = tok.get("kind", "wordpiece")
+    if kind not in TOKENIZER_KINDS:
+        raise CorpusError(f"{where}: unknown `tokenizer.kind` {kind!r} (one of {', '.join(TOKENIZER_KINDS)})")
+    if kind == "pretrained" and not tok.get("name"):
+        raise CorpusError(f"{where}: `tokenizer.name` is required for tokenizer.kind 'pretrained'")
+
+    hub = dict(HUB_DEFAULTS.get(dataset, {}))
+    hub.update(_build(HubConfig, raw.get("hub"), HUB_TYPES, "hub.", where))
+    top["heldout_fraction"] = float(top.get("heldout_fraction", CorpusConfig.heldout_fraction))
+    values = {**top, **{f"tokenizer.{k}": v for k, v in tok.items()}, **{f"hub.{k}": v for k, v in hub.items()}}
+    for key, minimum in MINIMUMS.items():
+        v = values.get(key)
+        if v is None or (key == "tokenizer.vocab_size" and kind != "wordpiece"):
+            continue
+        high = EXCLUSIVE_MAXIMUMS.get(key)
+        if high is not None and not minimum <= v < high:
+            raise CorpusError(f"{where}: `{key}` must be in [{minimum}, {high:g}), got {v}")
+        if v < minimum:
+            null = " or null" if key in OPTIONAL else ""
+            raise CorpusError(f"{where}: `{key}` must be >= {minimum}{null}, got {v}")
+    if dataset in ("text_files", "jigsaw") and not top.get("paths"):
+        raise CorpusError(f"{where}: `paths` is required for dataset {dataset!r}")
+    if top.get("name") is None:
+        top["name"] = dataset
+    return CorpusConfig(**top, hub=HubConfig(**hub), tokenizer=TokenizerConfig(**tok))
+
+
+def load_corpus_config(path: str | os.PathLike) -> CorpusConfig:
+    """Read CORPUS.yaml (keys: see CorpusConfig); an empty file, a file that is not a mapping, unknown keys or
+    values raise CorpusError naming them."""
+    p = Path(path)
+    raw = read_yaml(p, "corpus config", CorpusError)
+    if not isinstance(raw, Mapping):  # an empty file would otherwise be the default corpus, silently
+        got = "an empty file" if raw is None else f"a {type(raw).__name__}"
+        raise CorpusError(f"{p}: a corpus config is a mapping of keys (e.g. `dataset: wiki_offline`), got {got}")
+    return corpus_config_from_dict(raw, where=str(p))
+

@@ -1,0 +1,221 @@
+"""The prepared-corpus format (docs/data.md): the one reader, and the names and layout its writer
+(`attention_geometry.data`, `attention-geometry prepare-corpus`) follows.
+
+    DIR/manifest.json    sources with hashes, sizes, special-token ids, the resolved config, versions, and
+                         files_sha256: the sha256 of the three files below
+    DIR/train.npy        uint16 (vocab <= 65536) or int32 [n_train_blocks, block_len]
+    DIR/heldout.npy      the same, held-out split (split by document)
+    DIR/tokenizer.json   the `tokenizers` Tokenizer
+
+Each block is [CLS] + block_len - 2 ids of the split's document stream (documents separated by [SEP]) +
+[SEP]. Arrays are memory-mapped and never unpickled. The trainer, the update scores and the tests read a
+corpus only through `load_corpus`. A corpus is identified by its content, not its path (`corpus_sha256`):
+a run resumes on a byte-identical corpus moved elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attention_geometry.errors import UserError
+from attention_geometry.formats.files import atomic_write_text, csv_text, file_sha256
+
+__all__ = [
+    "FORMAT_VERSION",
+    "SPECIAL_TOKENS",
+    "MANIFEST",
+    "TOKENIZER",
+    "SPLITS",
+    "CorpusError",
+    "Corpus",
+    "block_dtype",
+    "read_manifest",
+    "write_manifest",
+    "load_corpus",
+    "CONTENT_FILES",
+    "content_sha256",
+    "corpus_sha256",
+]
+
+FORMAT_VERSION = 1
+# role -> token string; the order is also the id order of a trained WordPiece vocabulary (0..4)
+SPECIAL_TOKENS: dict[str, str] = {
+    "pad": "[PAD]",
+    "unk": "[UNK]",
+    "cls": "[CLS]",
+    "sep": "[SEP]",
+    "mask": "[MASK]",
+}
+MANIFEST = "manifest.json"
+TOKENIZER = "tokenizer.json"
+SPLITS = ("train", "heldout")  # DIR/{split}.npy
+CONTENT_FILES = ("train.npy", "heldout.npy", TOKENIZER)  # what a run reads; their sha256 identify the corpus
+# the manifest fields every reader needs (a corpus written by prepare-corpus has all of them)
+REQUIRED_FIELDS = ("dataset", "block_len", "vocab_size", "special_tokens")
+
+
+class CorpusError(UserError):
+    """A corpus config, input or prepared corpus that cannot be used (one line naming the key or path)."""
+
+
+def block_dtype(vocab_size: int) -> np.dtype:
+    """The dtype of the block arrays: little-endian uint16 when every id fits, else int32."""
+    return np.dtype("<u2") if vocab_size <= 65536 else np.dtype("<i4")
+
+
+@dataclass
+class Corpus:
+    """A prepared corpus: the manifest and the train / held-out blocks ([n_blocks, block_len], read-only
+    memory maps). The tokenizer is read from tokenizer.json when first asked for."""
+
+    path: Path
+    manifest: dict[str, Any]
+    train: np.ndarray
+    heldout: np.ndarray
+    _tokenizer: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def block_len(self) -> int:
+        return int(self.manifest["block_len"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.manifest["vocab_size"])
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self.manifest["special_tokens"].items()}
+
+    @property
+    def dataset(self) -> str:
+        """The corpus name (the `{dataset}` part of run names): the manifest's name, else its dataset kind."""
+        return str(self.manifest.get("name") or self.manifest["dataset"])
+
+    @property
+    def tokenizer(self) -> Any:
+        """The `tokenizers.Tokenizer` of DIR/tokenizer.json."""
+        if self._tokenizer is None:
+            from tokenizers import Tokenizer
+
+            f = self.path / TOKENIZER
+            if not f.is_file():
+                raise CorpusError(f"{self.path}: {TOKENIZER} is missing")
+            try:
+                self._tokenizer = Tokenizer.from_file(str(f))
+            except Exception as exc:
+                raise CorpusError(f"{f}: not a readable tokenizer ({exc})") from None
+        return self._tokenizer
+
+
+def read_manifest(path: str | os.PathLike, key: str = "corpus") -> dict[str, Any]:
+    """DIR/manifest.json as a dict; CorpusError (naming `key` and the file) when missing or not JSON."""
+    p = Path(path)
+    mf = p / MANIFEST
+    if not mf.is_file():
+        raise CorpusError(f"{key}: {p} is not a prepared corpus (no {MANIFEST}): run `attention-geometry "
+                          "prepare-corpus` first")
+    try:
+        manifest = json.loads(mf.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorpusError(f"{key}: {mf}: unreadable manifest ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise CorpusError(f"{key}: {mf}: expected a JSON object, got {type(manifest).__name__}")
+    return manifest
+
+
+def write_manifest(path: str | os.PathLike, manifest: dict[str, Any]) -> Path:
+    """Write DIR/manifest.json (indented JSON; the folder is written under a temporary name and swapped in
+    whole by the writer, so no atomic write is needed here)."""
+    mf = Path(path) / MANIFEST
+    mf.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return mf
+
+
+def _check_manifest(manifest: dict[str, Any], mf: Path, key: str) -> None:
+    version = manifest.get("format_version", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise CorpusError(f"{key}: {mf}: format_version {version!r}, this package reads {FORMAT_VERSION}: "
+                          "prepare the corpus again (`attention-geometry prepare-corpus --force`)")
+    for k in REQUIRED_FIELDS:
+        if k not in manifest:
+            raise CorpusError(f"{key}: {mf}: field {k!r} is missing")
+    for k in ("block_len", "vocab_size"):
+        v = manifest[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise CorpusError(f"{key}: {mf}: {k} must be a positive integer, got {v!r}")
+    special = manifest["special_tokens"]
+    if not isinstance(special, dict):
+        raise CorpusError(f"{key}: {mf}: special_tokens must be a mapping role -> id, got {special!r}")
+    for role in SPECIAL_TOKENS:
+        v = special.get(role)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise CorpusError(f"{key}: {mf}: special_tokens.{role} must be an integer id, got {v!r}")
+
+
+def _load_blocks(p: Path, split: str, manifest: dict[str, Any], key: str) -> np.ndarray:
+    f = p / f"{split}.npy"
+    if not f.is_file():
+        raise CorpusError(f"{key}: {f} is missing")
+    try:
+        a = np.load(f, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise CorpusError(f"{key}: {f}: not a plain numpy array ({exc})") from None
+    block_len = manifest["block_len"]
+    if a.ndim != 2 or a.shape[1] != block_len or a.dtype.kind not in "iu":
+        raise CorpusError(f"{key}: {f}: expected integer blocks [n, {block_len}], got {a.dtype} {a.shape}")
+    n_key = f"n_{split}_blocks"
+    if n_key in manifest and a.shape[0] != manifest[n_key]:
+        raise CorpusError(f"{key}: {f}: shape {a.shape} does not match the manifest "
+                          f"({manifest[n_key]}, {block_len})")
+    return a
+
+
+def load_corpus(path: str | os.PathLike, key: str = "corpus") -> Corpus:
+    """Open a corpus written by prepare-corpus. Anything missing or inconsistent (no folder, no or a bad
+    manifest, a missing special token, a missing split, blocks of another width or count than the manifest
+    says, an empty train split) raises one CorpusError line naming `key` and the file."""
+    p = Path(path)
+    if not p.is_dir():
+        raise CorpusError(f"{key}: corpus directory not found: {p}")
+    manifest = read_manifest(p, key)
+    _check_manifest(manifest, p / MANIFEST, key)
+    train, heldout = (_load_blocks(p, split, manifest, key) for split in SPLITS)
+    if train.shape[0] == 0:
+        raise CorpusError(f"{key}: {p / 'train.npy'} has no blocks (the corpus has no text)")
+    return Corpus(p, manifest, train, heldout)
+
+
+def content_sha256(path: str | os.PathLike) -> dict[str, str]:
+    """file name -> sha256 of each CONTENT_FILES file present in corpus DIR (the manifest's files_sha256)."""
+    p = Path(path)
+    return {name: file_sha256(p / name) for name in CONTENT_FILES if (p / name).is_file()}
+
+
+def corpus_sha256(corpus: Corpus) -> str:
+    """The corpus's identity by content: the sha256 of its files' sha256 (the manifest's files_sha256,
+    computed now for a corpus prepared before they were recorded) with block_len, vocab_size and the
+    special-token ids. The same for a byte-identical copy anywhere; what a run's run.yaml records."""
+    files = corpus.manifest.get("files_sha256")
+    if not isinstance(files, dict) or not files:
+        files = content_sha256(corpus.path)
+    ident = {"files_sha256": files, **{k: corpus.manifest[k] for k in ("block_len", "vocab_size", "special_tokens")}}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+CORPUS_RECORD_COLUMNS = ("corpus", "manifest_sha256", "documents_sha256", "n_documents", "n_tokens",
+                         "n_train_blocks", "n_heldout_blocks", "block_len", "vocab_size")
+
+
+def write_corpus_record(corpus_dir: str, corpus: str, out: str) -> None:
+    """Rule record_corpus: the prepared corpus's manifest sha256 and counts (no machine paths) as one CSV row."""
+    manifest = read_manifest(corpus_dir, corpus)
+    row = {"corpus": corpus, "manifest_sha256": file_sha256(os.path.join(corpus_dir, MANIFEST)),
+           **{k: manifest.get(k, "") for k in CORPUS_RECORD_COLUMNS[2:]}}
+    atomic_write_text(out, csv_text([row], CORPUS_RECORD_COLUMNS))

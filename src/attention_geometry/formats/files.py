@@ -1,0 +1,378 @@
+"""File helpers shared by the package: the one atomic writer, the one YAML reader, content hashes, the
+checksums of a folder (`checksums.json`) and the pid lock.
+
+Every file or folder the package writes goes through `atomic_path` / `atomic_write_*` (a file) or
+`replace_dir` / `rotate_dir` (a folder written under a temporary name): a reader, or a run killed half-way,
+sees either the old complete file or the new complete one, never a partial one. The data is fsync'd before
+the rename and the folder after it, so a rename that survived a crash points at complete data. A folder
+written whole can carry `checksums.json` (`write_checksums`): the sha256 and size of each of its files,
+checked by `verify_checksums` before the folder is read, so damage after the write is found.
+"""
+
+from __future__ import annotations
+
+import csv
+import errno
+import hashlib
+import io
+import json
+import os
+import secrets
+import shutil
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Iterator
+
+from attention_geometry.errors import UserError
+
+__all__ = [
+    "file_sha256",
+    "join_files",
+    "read_yaml",
+    "atomic_path",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "atomic_write_table",
+    "check_table_path",
+    "check_writable",
+    "replace_dir",
+    "rotate_dir",
+    "fsync_path",
+    "CHECKSUMS",
+    "ChecksumError",
+    "write_checksums",
+    "verify_checksums",
+    "pid_lock",
+    "TABLE_SUFFIXES",
+]
+
+TABLE_SUFFIXES = (".csv", ".parquet")
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def join_files(parts: list[str | os.PathLike], dest: str | os.PathLike, sha256: str) -> Path:
+    """Concatenate `parts` in order into `dest` (atomically, see atomic_path), checking that the whole has the
+    hex SHA-256 `sha256`; a missing part or another hash raises UserError and leaves no file. A `dest` that
+    already has that hash is kept as it is."""
+    dest = Path(dest)
+    if dest.is_file() and file_sha256(dest) == sha256:
+        return dest
+    h = hashlib.sha256()
+    with atomic_path(dest) as tmp:
+        with open(tmp, "wb") as out:
+            for part in parts:
+                try:
+                    with open(part, "rb") as fh:
+                        for chunk in iter(lambda: fh.read(1 << 20), b""):
+                            h.update(chunk)
+                            out.write(chunk)
+                except OSError as exc:
+                    raise UserError(f"{part}: cannot read part of {dest.name} ({exc.strerror or exc})") from None
+        if h.hexdigest() != sha256:
+            raise UserError(f"{dest.name}: the {len(parts)} parts joined have sha256 {h.hexdigest()}, not the "
+                            f"recorded {sha256} (a damaged or different part)")
+    return dest
+
+
+def read_yaml(path: str | os.PathLike, what: str, error: type[UserError] = UserError) -> Any:
+    """The parsed YAML of `path`; a missing file or invalid YAML raises `error` naming the file."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise error(f"{what} not found: {p}")
+    try:
+        return yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise error(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{p}: unreadable ({type(exc).__name__}: {exc})") from None
+
+
+# ------------------------------------------------------------------------------------------ atomic writes
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    """fsync a file or a folder (a folder's fsync makes the renames in it durable; not every file system
+    allows it, which is harmless)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside `path` (same folder, a dot name) for the block to write; when the block ends
+    without an error it is fsync'd and renamed to `path` (replacing an older file), else it is removed. The
+    parent folders are created. The file gets the permissions of a plain `open` (umask applies)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        yield tmp
+        fsync_path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_path(path.parent)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` to `path` atomically (see atomic_path)."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
+    """Write `text` to `path` atomically, its characters as given (no newline translation)."""
+    return atomic_write_bytes(path, text.encode(encoding))
+
+
+def check_writable(path: str | os.PathLike) -> Path:
+    """`path` as a Path if atomic_path can write a file there: not a folder, and the nearest existing folder
+    above it (atomic_path creates the missing ones) is a folder this process may write in; else a UserError.
+    Commands call it before they read or compute anything."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory")
+    parent = path.parent
+    try:
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        ok = parent.is_dir()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write there ({exc.strerror or exc})") from None
+    if not ok:
+        raise UserError(f"{path}: cannot write there ({parent} is not a directory)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{path}: cannot write there ({parent} is not writable)")
+    return path
+
+
+def check_table_path(path: str | os.PathLike) -> Path:
+    """`path` as a Path if atomic_write_table can write a table there (suffix .csv or .parquet; check_writable),
+    else a UserError; commands call it before they compute anything."""
+    path = Path(path)
+    if path.suffix not in TABLE_SUFFIXES:
+        raise UserError(f"{path}: unknown output suffix {path.suffix or '(none)'!r}; use .csv or .parquet")
+    return check_writable(path)
+
+
+def atomic_write_table(df: Any, path: str | os.PathLike, **csv_kwargs: Any) -> Path:
+    """Write a pandas DataFrame to `path` atomically: `.csv` (df.to_csv(index=False, **csv_kwargs)) or
+    `.parquet` (pyarrow); another suffix, or a folder at `path`, is a UserError."""
+    path = check_table_path(path)
+    with atomic_path(path) as tmp:
+        if path.suffix == ".csv":
+            df.to_csv(tmp, index=False, **csv_kwargs)
+        else:
+            df.to_parquet(tmp, index=False, engine="pyarrow")
+    return path
+
+
+def replace_dir(tmp_dir: str | os.PathLike, final_dir: str | os.PathLike) -> Path:
+    """Put the complete folder `tmp_dir` (a sibling of `final_dir`) in place of `final_dir`.
+
+    Every file in tmp_dir and the folders are fsync'd, then tmp_dir is renamed to final_dir. An existing
+    final_dir is first renamed to `.old-{name}-{pid}` beside it and removed after the swap, so a crash
+    between the two renames leaves the old complete folder under that name (readers that resume may look
+    for it there)."""
+    tmp_dir, final_dir = Path(tmp_dir), Path(final_dir)
+    for root, _dirs, files in os.walk(tmp_dir):
+        for name in files:
+            fsync_path(os.path.join(root, name))
+        fsync_path(root)
+    if final_dir.exists():
+        old = final_dir.parent / f".old-{final_dir.name}-{os.getpid()}"
+        if old.exists():
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+        final_dir.rename(old)
+        tmp_dir.rename(final_dir)
+        fsync_path(final_dir.parent)
+        shutil.rmtree(old) if old.is_dir() else old.unlink()
+    else:
+        tmp_dir.rename(final_dir)
+        fsync_path(final_dir.parent)
+    return final_dir
+
+
+def rotate_dir(tmp_dir: str | os.PathLike, final_dir: str | os.PathLike, previous_dir: str | os.PathLike) -> Path:
+    """Like replace_dir, but the replaced `final_dir` is kept as `previous_dir` (an older `previous_dir` is
+    removed): fsync tmp_dir's files, rename previous -> `.trash-*`, final -> previous, tmp -> final, fsync
+    the parent, then delete the trash. A crash at any point leaves `final_dir` or `previous_dir` complete
+    (between the last two renames only `previous_dir`: a reader looks there when `final_dir` is missing)."""
+    tmp_dir, final_dir, previous_dir = Path(tmp_dir), Path(final_dir), Path(previous_dir)
+    for root, _dirs, files in os.walk(tmp_dir):
+        for name in files:
+            fsync_path(os.path.join(root, name))
+        fsync_path(root)
+    trash = previous_dir.parent / f".trash-{previous_dir.name}-{os.getpid()}"
+    if trash.exists():
+        shutil.rmtree(trash)
+    if previous_dir.exists():
+        previous_dir.rename(trash)
+    if final_dir.exists():
+        final_dir.rename(previous_dir)
+    tmp_dir.rename(final_dir)
+    fsync_path(final_dir.parent)
+    if trash.exists():
+        shutil.rmtree(trash)
+    return final_dir
+
+
+# ------------------------------------------------------------------------------------------ checksums
+
+CHECKSUMS = "checksums.json"  # {"algorithm": "sha256", "files": {name: {"sha256": hex, "bytes": n}}}
+_VERIFIED: dict[str, tuple] = {}  # folder -> the stat signature of its files when last verified (one process)
+
+
+class ChecksumError(UserError):
+    """A folder's file differs from its checksums.json (or that file is unreadable); the message names the
+    file and what differs."""
+
+
+def write_checksums(folder: str | os.PathLike) -> Path:
+    """FOLDER/checksums.json: the sha256 and size of every file directly in FOLDER (dot-files and the
+    checksums file itself aside). Written into a folder still under its temporary name (the folder is then
+    swapped in whole), so a plain write is enough."""
+    folder = Path(folder)
+    files = {p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size}
+             for p in sorted(folder.iterdir())
+             if p.is_file() and p.name != CHECKSUMS and not p.name.startswith(".")}
+    out = folder / CHECKSUMS
+    out.write_text(json.dumps({"algorithm": "sha256", "files": files}, indent=1) + "\n", encoding="utf-8")
+    return out
+
+
+def _signature(folder: Path, names) -> tuple:
+    sig = []
+    for name in sorted(names):
+        st = (folder / name).stat()
+        sig.append((name, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(sig)
+
+
+def verify_checksums(folder: str | os.PathLike) -> bool:
+    """Check FOLDER's files against its checksums.json: True when every listed file is there with its
+    recorded size and sha256; False when the folder has no checksums.json (written before checksums were
+    recorded: nothing to check); ChecksumError naming the first file that differs. A folder verified
+    before in this process, with unchanged files (inode, size, mtime; all older than 2 s when verified),
+    is not hashed again."""
+    folder = Path(folder)
+    path = folder / CHECKSUMS
+    if not path.is_file():
+        return False
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+        if not isinstance(files, dict) or not all(isinstance(v, dict) and isinstance(v.get("sha256"), str)
+                                                  and isinstance(v.get("bytes"), int) for v in files.values()):
+            raise ValueError("no mapping of file -> sha256, bytes")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ChecksumError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
+    for name, rec in files.items():
+        f = folder / name
+        if not f.is_file():
+            raise ChecksumError(f"{f}: missing (listed in {CHECKSUMS})")
+        size = f.stat().st_size
+        if size != rec["bytes"]:
+            raise ChecksumError(f"{f}: {size} bytes, {rec['bytes']} when written (truncated or overwritten)")
+    key = str(folder.resolve())
+    sig = _signature(folder, [*files, CHECKSUMS])
+    if _VERIFIED.get(key) == sig:
+        return True
+    for name, rec in files.items():
+        if file_sha256(folder / name) != rec["sha256"]:
+            raise ChecksumError(f"{folder / name}: sha256 differs from the one recorded in {CHECKSUMS} "
+                                "(the file changed after it was written)")
+    if time.time_ns() - max(m for *_, m in sig) > 2 * 10**9:  # a file changed within the clock's
+        _VERIFIED[key] = sig  # granularity could keep its mtime: cache only files older than 2 s (as git does)
+    return True
+
+
+# ----------------------------------------------------------------------------------------------- lock
+
+
+def _read_pid(fd: int) -> int | None:
+    os.lseek(fd, 0, os.SEEK_SET)
+    text = os.read(fd, 64).decode("ascii", "replace").strip()
+    return int(text) if text.isdigit() else None
+
+
+@contextmanager
+def pid_lock(path: str | os.PathLike, what: str, warn=None) -> Iterator[None]:
+    """Hold an exclusive lock on file `path` (fcntl.flock, released by the kernel when the process ends,
+    however it ends) with this process's pid written in, for the block. Held by another process: a
+    UserError `{what} is locked by pid N`. A pid left in the file by a process that died holding it (the
+    lock itself died with it) is taken over, with `warn(message)`. The file is removed when the block ends.
+    A file system without flock support: `warn`, and the block runs unlocked."""
+    import fcntl
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _read_pid(fd)
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise UserError(f"{what} is locked by pid {holder if holder is not None else '?'} (lock file "
+                                f"{path}): wait for that process to end, or stop it") from None
+            if warn:
+                warn(f"{path}: cannot lock ({exc.strerror}); make sure no other process writes {what}")
+            yield
+            return
+        try:  # the holder may have removed the file between our open and our lock: lock the file now there
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        stale = _read_pid(fd)
+        if stale is not None and stale != os.getpid() and warn:
+            warn(f"{what}: taking over the stale lock of pid {stale}, which ended without releasing it ({path})")
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        os.fsync(fd)
+        yield
+    finally:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+def csv_text(rows: Iterable[Mapping], columns: Sequence[str]) -> str:
+    """Rows as CSV text with exactly `columns`, in that order (a row's other keys are left out)."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({c: row[c] for c in columns})
+    return buf.getvalue()

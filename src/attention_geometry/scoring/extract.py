@@ -1,0 +1,296 @@
+"""Per layer and per head W_q,h and W_k,h of every self-attention stack, and M = W_qk.
+
+Convention (docs/contracts.md): nn.Linear layout q_h = W_q,h x, k_h = W_k,h x, so the logit of head h is
+x_i^T W_q,h^T W_k,h x_j and M = sum_h W_q,h^T W_k,h (rows: query side, columns: key side). Biases are
+ignored. Grouped-/multi-query attention pairs query head h with key head h // (H_q / H_kv), as
+transformers' repeat_kv does.
+
+A model family is one `Family` entry (registry.py; the entries in families/): which stacks it has, where
+each layer's q and k weights are, how they are laid out (one of LAYOUTS) and which config fields give layers
+and heads. Extraction only needs the config and a tensor getter, so the same code serves a loaded model's
+state dict and a streaming safetensors reader.
+"""
+
+from __future__ import annotations
+
+import numbers
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+
+from attention_geometry.scoring import families  # noqa: F401  (registers every entry on import)
+from attention_geometry.scoring.registry import FAMILIES, LAYOUT_NAMES, ConfigGetter, ExtractionError, Family, Stack, UnsupportedArchitecture, config_field
+
+__all__ = [
+    "LayerQK",
+    "LAYOUTS",
+    "get_family",
+    "supported_model_types",
+    "stack_info",
+    "qk_keys",
+    "iter_layer_qk",
+    "wqk",
+    "architecture_of",
+]
+
+
+@dataclass
+class LayerQK:
+    """Query and key projections of one applied self-attention layer.
+
+    wq: [H_q, d_head, d_model]; wk: [H_kv, d_head, d_model] (rows = output features of nn.Linear).
+    """
+
+    component: str
+    layer: int
+    wq: torch.Tensor
+    wk: torch.Tensor
+    keys: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def n_heads(self) -> int:
+        return self.wq.shape[0]
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.wk.shape[0]
+
+    @property
+    def d_model(self) -> int:
+        return self.wq.shape[-1]
+
+
+def supported_model_types() -> list[str]:
+    return sorted(FAMILIES)
+
+
+def get_family(model_type: str) -> Family:
+    try:
+        return FAMILIES[model_type]
+    except KeyError:
+        raise UnsupportedArchitecture(
+            f"unsupported model_type {model_type!r}; supported: {', '.join(sorted(FAMILIES))}"
+        ) from None
+
+
+# ----------------------------------------------------------------------------------------------- config
+
+
+def _sub(config: Any, path: str | None) -> Any:
+    if not path:
+        return config
+    obj = config
+    for part in path.split("."):
+        obj = config_field(obj, part)
+        if obj is None:
+            raise ExtractionError(f"config has no sub-config {path!r}")
+    return obj
+
+
+def _get(config: Any, getter: ConfigGetter, what: str) -> int:
+    if callable(getter):
+        value = getter(config)
+    else:
+        value = config_field(config, getter)
+    if value is None:
+        raise ExtractionError(f"config has no {what} ({getter!r})")
+    low = 0 if what == "number of layers" else 1
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:  # "twelve", 12.5, -1
+        name = getter if isinstance(getter, str) else getattr(getter, "__name__", "?")
+        raise ExtractionError(f"config field {name} ({what}) must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    component: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_model: int
+    positions: tuple[dict[str, int], ...]
+
+
+def stack_info(stack: Stack, config: Any) -> StackInfo:
+    cfg = _sub(config, stack.sub_config)
+    n_layers = _get(cfg, stack.n_layers, "number of layers")
+    n_heads = _get(cfg, stack.n_heads, "number of attention heads")
+    n_kv = _get(cfg, stack.n_kv_heads, "number of key/value heads") if stack.n_kv_heads is not None else n_heads
+    d_model = _get(cfg, stack.d_model, "model width")
+    if n_kv <= 0 or n_heads % n_kv:
+        raise ExtractionError(f"{n_heads} query heads cannot be grouped over {n_kv} key/value heads")
+    try:
+        positions = stack.positions(cfg) if stack.positions else [{"i": i} for i in range(n_layers)]
+    except (TypeError, ValueError, ZeroDivisionError) as exc:  # a family's own reading of its config fields
+        raise ExtractionError(f"config fields of the {stack.component} layers are malformed ({exc})") from None
+    return StackInfo(stack.component, len(positions), n_heads, n_kv, d_model, tuple(positions))
+
+
+# ------------------------------------------------------------------------------------------- tensor names
+
+
+def _resolve(keys: Iterable[str], suffix: str, cache: dict[str, str]) -> str:
+    """The unique key that equals `suffix` or ends with '.' + suffix."""
+    if suffix in cache:
+        return cache[suffix]
+    keyset = keys if isinstance(keys, (set, frozenset, dict)) else set(keys)
+    if suffix in keyset:
+        cache[suffix] = suffix
+        return suffix
+    hits = [k for k in keyset if k.endswith("." + suffix)]
+    if not hits:
+        raise ExtractionError(f"checkpoint has no tensor named *{suffix}")
+    if len(hits) > 1:
+        raise ExtractionError(f"tensor name *{suffix} is ambiguous in this checkpoint: {sorted(hits)[:4]}")
+    cache[suffix] = hits[0]
+    return hits[0]
+
+
+def qk_keys(family: Family, config: Any, keys: Iterable[str]) -> list[tuple[Stack, StackInfo, int, tuple[str, ...]]]:
+    """For every applied layer: (stack, info, layer position, the full tensor names it needs)."""
+    keyset = set(keys)
+    cache: dict[str, str] = {}
+    out = []
+    for stack in family.stacks:
+        info = stack_info(stack, config)
+        if stack.positions is None:
+            _no_layers_beyond(stack, info, keyset)
+        for layer, pos in enumerate(info.positions):
+            names = [stack.q] if stack.k is None else [stack.q, stack.k]
+            out.append((stack, info, layer, tuple(_resolve(keyset, t.format(**pos), cache) for t in names)))
+    return out
+
+
+def _no_layers_beyond(stack: Stack, info: StackInfo, keys: set[str]) -> None:
+    """Refuse a checkpoint that stores attention weights of layer positions the config does not name (a config
+    of 3 layers read with a 6-layer checkpoint would score the first 3 and say nothing)."""
+    head, _, tail = stack.q.partition("{i}")
+    pattern = re.compile(r"(?:^|.*\.)" + re.escape(head) + r"(\d+)" + re.escape(tail) + "$")
+    extra = sorted({int(m.group(1)) for k in keys if (m := pattern.match(k))} - set(range(info.n_layers)))
+    if extra:
+        raise ExtractionError(f"the config names {info.n_layers} {stack.component} layers, but the checkpoint holds "
+                              f"attention weights of layer {extra[0]} ({stack.q.format(i=extra[0])})")
+
+
+# ----------------------------------------------------------------------------------------------- layouts
+
+
+def _separate(tensors: list[torch.Tensor], info: StackInfo) -> tuple[torch.Tensor, torch.Tensor]:
+    q, k = tensors
+    return _heads(q, info.n_heads, info), _heads(k, info.n_kv_heads, info)
+
+
+def _conv1d_qkv(tensors: list[torch.Tensor], info: StackInfo) -> tuple[torch.Tensor, torch.Tensor]:
+    # GPT-2 style Conv1D: weight [d_in, 3 * H * d_head], y = x @ W; q, k, v contiguous along the output.
+    (w,) = tensors
+    q, k, _ = _split(w.t(), 3, info)
+    return _heads(q, info.n_heads, info), _heads(k, info.n_heads, info)
+
+
+def _fused_qkv(tensors: list[torch.Tensor], info: StackInfo) -> tuple[torch.Tensor, torch.Tensor]:
+    # nn.Linear weight [(H_q + 2 H_kv) * d_head, d]: all q rows, then all k rows, then all v rows.
+    (w,) = tensors
+    rows = w.shape[0]
+    if rows % (info.n_heads + 2 * info.n_kv_heads):
+        raise ExtractionError(f"fused qkv weight with {rows} rows does not split into {info.n_heads}+2x{info.n_kv_heads} heads")
+    dh = rows // (info.n_heads + 2 * info.n_kv_heads)
+    q = w[: info.n_heads * dh]
+    k = w[info.n_heads * dh : (info.n_heads + info.n_kv_heads) * dh]
+    return _heads(q, info.n_heads, info), _heads(k, info.n_kv_heads, info)
+
+
+def _fused_qkv_per_head(tensors: list[torch.Tensor], info: StackInfo) -> tuple[torch.Tensor, torch.Tensor]:
+    # nn.Linear weight laid out [H, 3, d_head, d] (GPT-NeoX query_key_value, DeBERTa v1 in_proj).
+    (w,) = tensors
+    if w.ndim != 2 or w.shape[0] % (3 * info.n_heads):
+        raise ExtractionError(f"fused per-head qkv weight of shape {tuple(w.shape)} does not split into 3 x {info.n_heads} heads")
+    w = w.reshape(info.n_heads, 3, w.shape[0] // (3 * info.n_heads), w.shape[1])
+    return w[:, 0], w[:, 1]
+
+
+def _split(w: torch.Tensor, parts: int, info: StackInfo) -> tuple[torch.Tensor, ...]:
+    if w.ndim != 2 or w.shape[0] % parts:
+        raise ExtractionError(f"fused weight of shape {tuple(w.shape)} does not split into {parts} parts")
+    return tuple(w.chunk(parts, dim=0))
+
+
+def _heads(w: torch.Tensor, n_heads: int, info: StackInfo) -> torch.Tensor:
+    if w.ndim != 2 or w.shape[0] % n_heads:
+        raise ExtractionError(f"projection weight of shape {tuple(w.shape)} does not split into {n_heads} heads")
+    if w.shape[1] != info.d_model:
+        raise ExtractionError(f"projection weight of shape {tuple(w.shape)} does not act on width {info.d_model}")
+    return w.reshape(n_heads, w.shape[0] // n_heads, w.shape[1])
+
+
+LAYOUTS: dict[str, Callable[[list[torch.Tensor], StackInfo], tuple[torch.Tensor, torch.Tensor]]] = {
+    "separate": _separate,
+    "conv1d_qkv": _conv1d_qkv,
+    "fused_qkv": _fused_qkv,
+    "fused_qkv_per_head": _fused_qkv_per_head,
+}
+assert tuple(LAYOUTS) == LAYOUT_NAMES, "registry.LAYOUT_NAMES and extract.LAYOUTS must name the same layouts"
+
+
+# -------------------------------------------------------------------------------------------- extraction
+
+
+def iter_layer_qk(
+    family: Family,
+    config: Any,
+    keys: Iterable[str],
+    get: Callable[[str], torch.Tensor],
+) -> Iterator[LayerQK]:
+    """Yield every applied self-attention layer's (W_q, W_k), stack by stack, fetching tensors lazily."""
+    decoder_only = architecture_of(family, config) == "decoder-only"
+    for stack, info, layer, names in qk_keys(family, config, keys):
+        tensors = [get(n) for n in names]
+        for n, t in zip(names, tensors):
+            if not t.is_floating_point():
+                raise ExtractionError(f"{n}: dtype {str(t.dtype).removeprefix('torch.')} is not a floating-point "
+                                      f"type; query and key weights must be")
+        wq, wk = LAYOUTS[stack.layout](tensors, info)
+        if wq.shape[1:] != wk.shape[1:]:
+            raise ExtractionError(f"{names}: query heads {tuple(wq.shape)} and key heads {tuple(wk.shape)} differ in size")
+        component = "decoder" if decoder_only else stack.component
+        yield LayerQK(component, layer, wq, wk, names)
+
+
+def architecture_of(family: Family, config: Any) -> str:
+    """The family's architecture, except that an encoder family run with is_decoder=True (BERT trained as a
+    causal LM) is decoder-only and its stack's component is `decoder` (docs/contracts.md)."""
+    is_decoder = config_field(config, "is_decoder")
+    if family.architecture == "encoder-only" and is_decoder:
+        return "decoder-only"
+    return family.architecture
+
+
+def wqk(
+    layer: LayerQK,
+    per_head: bool = False,
+    dtype: torch.dtype = torch.float64,
+    device: str | torch.device | None = None,
+) -> torch.Tensor:
+    """M = sum_h W_q,h^T W_k,g(h) ([d, d]) or, with per_head, the stack of W_q,h^T W_k,g(h) ([H_q, d, d]).
+
+    For the summed M under grouped-query attention, the query heads of each key/value group are summed
+    first: sum_h W_q,h^T W_k,g(h) = sum_g (sum_{h in g} W_q,h)^T W_k,g, the same matrix with H_q / H_kv
+    times fewer multiply-adds and no repeated copy of the keys. Each group is converted to `dtype` on its
+    own, so no full float64 copy of W_q is made.
+    """
+    group = layer.n_heads // layer.n_kv_heads
+    wk = layer.wk.to(device=device, dtype=dtype)
+    if per_head:
+        wq = layer.wq.to(device=device, dtype=dtype)
+        if group > 1:
+            wk = wk.repeat_interleave(group, dim=0)
+        return torch.einsum("hed,hef->hdf", wq, wk)
+    if group > 1:
+        wq = torch.empty((layer.n_kv_heads,) + tuple(layer.wq.shape[1:]), dtype=dtype, device=wk.device)
+        for g in range(layer.n_kv_heads):
+            torch.sum(layer.wq[g * group : (g + 1) * group].to(device=wk.device, dtype=dtype), dim=0, out=wq[g])
+    else:
+        wq = layer.wq.to(device=device, dtype=dtype)
+    d = wq.shape[-1]
+    return wq.reshape(-1, d).t() @ wk.reshape(-1, d)

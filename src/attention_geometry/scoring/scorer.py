@@ -1,0 +1,262 @@
+"""Scoring a checkpoint, or every snapshot of a training run: the Python API (notebooks, rules) and the
+`score` / `score-checkpoints` subcommands.
+
+- layer_matrices(source, per_head=False, ...): per applied self-attention layer (and per head) the matrix
+  M = W_qk (docs/contracts.md), as `LayerMatrix` records; Figure 1 draws these.
+- score_model(source, per_head=False, num_std=2.0, ...): the score rows of docs/contracts.md as a DataFrame.
+- score_checkpoints(run_dir, ...): the same for every weight snapshot of a training run, with the training
+  columns.
+
+`source` is a path (local directory, .gguf file), a hub id, a loading.TensorSource or a loaded transformers
+model; see loading.open_source. Matrices and scores are computed on `device` in float64, one layer at a
+time, so memory stays near one layer's q/k tensors plus its d x d matrix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from attention_geometry.formats.columns import RUN_KEYS, SCORE_COLUMNS, TRAINING_COLUMNS
+from attention_geometry.errors import UserError
+from attention_geometry.scoring.extract import LayerQK, architecture_of, get_family, iter_layer_qk, qk_keys, wqk
+from attention_geometry.formats.files import atomic_write_table, check_table_path
+from attention_geometry.weights.loading import open_source
+from attention_geometry.weights.base import TensorSource
+from attention_geometry.formats.rundir import list_snapshots, read_run_yaml, verify_snapshot
+from attention_geometry.scoring.measures import ScoreError, num_std_arg, scores
+
+__all__ = [
+    "LayerMatrix",
+    "layer_matrices",
+    "score_model",
+    "score_checkpoints",
+]
+
+# Per-head matrices are built this many bytes at a time (a memory bound, not a science parameter).
+HEAD_CHUNK_BYTES = 256 * 2**20
+
+
+@dataclass
+class LayerMatrix:
+    """M of one applied self-attention layer (head "all": summed over heads) or of one head (head index)."""
+
+    component: str
+    layer: int
+    head: int | str
+    M: torch.Tensor
+    n_heads: int
+    n_kv_heads: int
+    d_model: int
+
+
+def _device(device: str | torch.device) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise UserError(f"unknown device {device!r} ({exc})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {device!r} asked for, but CUDA is not available here")
+    return dev
+
+
+def _finite(w: torch.Tensor) -> bool:
+    """Whether every entry is finite. NaN and Inf propagate into the sum, so a finite sum settles it
+    without the elementwise check's temporaries (torch.isfinite on bf16 allocates ~6 bytes per entry);
+    only a non-finite sum (or an overflowing float16 sum) is checked entry by entry."""
+    return bool(torch.isfinite(w.sum())) or bool(torch.isfinite(w).all())
+
+
+def _open(source: Any, **open_kwargs: Any) -> TensorSource:
+    """loading.open_source, after checking a local folder that carries checksums.json (a weight snapshot of
+    a training run) against it: a file changed since it was written is one UserError, never scored."""
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
+        verify_snapshot(source)
+    return open_source(source, **open_kwargs)
+
+
+def _layers(src: TensorSource, progress: bool) -> Iterator[LayerQK]:
+    """Every applied self-attention layer's (W_q, W_k), checked for NaN/Inf, with a progress bar."""
+    from tqdm.auto import tqdm
+
+    family = get_family(src.model_type)
+    keys = src.keys()
+    total = len(qk_keys(family, src.config, keys))
+    it = iter_layer_qk(family, src.config, keys, src.get)
+    for layer in tqdm(it, total=total, desc=f"scoring {src.name}", unit="layer", disable=not progress, leave=False):
+        for what, w in (("query", layer.wq), ("key", layer.wk)):
+            if not _finite(w):
+                raise UserError(f"{src.name}: {layer.component} layer {layer.layer} {what} weights "
+                                f"({', '.join(layer.keys)}) contain NaN or Inf")
+        yield layer
+
+
+def _head_chunks(layer: LayerQK, dtype: torch.dtype, device: torch.device) -> Iterator[tuple[int, torch.Tensor]]:
+    """(first head, [h, d, d] per-head matrices) in chunks of whole key/value groups, at most HEAD_CHUNK_BYTES."""
+    group = layer.n_heads // layer.n_kv_heads
+    d = layer.d_model
+    per_head = d * d * torch.empty((), dtype=dtype).element_size()
+    groups = max(1, HEAD_CHUNK_BYTES // (per_head * group))
+    for g0 in range(0, layer.n_kv_heads, groups):
+        g1 = min(layer.n_kv_heads, g0 + groups)
+        sub = LayerQK(layer.component, layer.layer, layer.wq[g0 * group: g1 * group], layer.wk[g0:g1], layer.keys)
+        yield g0 * group, wqk(sub, per_head=True, dtype=dtype, device=device)
+
+
+def layer_matrices(
+    source: Any,
+    per_head: bool = False,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float64,
+    progress: bool = False,
+    **open_kwargs: Any,
+) -> Iterator[LayerMatrix]:
+    """Per applied layer, the summed M (head "all"); with per_head, then each head's W_q,h^T W_k,g(h).
+
+    open_kwargs go to loading.open_source (gguf_file, revision, trust_remote_code, name).
+    """
+    src = _open(source, **open_kwargs)
+    dev = _device(device)
+    for layer in _layers(src, progress):
+        shape = dict(n_heads=layer.n_heads, n_kv_heads=layer.n_kv_heads, d_model=layer.d_model)
+        yield LayerMatrix(layer.component, layer.layer, "all", wqk(layer, dtype=dtype, device=dev), **shape)
+        if per_head:
+            for h0, Ms in _head_chunks(layer, dtype, dev):
+                for i in range(Ms.shape[0]):
+                    yield LayerMatrix(layer.component, layer.layer, h0 + i, Ms[i], **shape)
+
+
+def _scores(M: torch.Tensor, num_std: float, where: str) -> tuple[list[float], list[float]]:
+    try:
+        s, d = scores(M, num_std)
+    except ScoreError as exc:
+        raise ScoreError(f"{where}: {exc}") from None
+    return s.reshape(-1).tolist(), d.reshape(-1).tolist()
+
+
+def score_model(
+    source: Any,
+    per_head: bool = False,
+    num_std: float = 2.0,
+    device: str | torch.device = "cpu",
+    progress: bool = True,
+    name: str | None = None,
+    **open_kwargs: Any,
+):
+    """The score rows (docs/contracts.md, columns SCORE_COLUMNS) of every self-attention layer of `source`.
+
+    One "all" row per applied layer (M summed over heads); with per_head, one row per head in addition.
+    `head` is a string column ("all", "0", "1", ...) so CSV and Parquet agree. open_kwargs go to
+    loading.open_source (gguf_file, revision, trust_remote_code).
+    """
+    src = _open(source, name=name, **open_kwargs)
+    family = get_family(src.model_type)
+    dev = _device(device)
+    fixed = dict(model=src.name, model_type=src.model_type, architecture=architecture_of(family, src.config),
+                 modality=family.modality)
+    rows: list[dict[str, Any]] = []
+    for layer in _layers(src, progress):
+        shape = dict(n_params=src.n_params, d_model=layer.d_model, n_heads=layer.n_heads, n_kv_heads=layer.n_kv_heads)
+        where = f"{src.name} {layer.component} layer {layer.layer}"
+        M = wqk(layer, dtype=torch.float64, device=dev)
+        (s,), (d,) = _scores(M, num_std, where)
+        del M
+        rows.append(dict(fixed, component=layer.component, layer=layer.layer, head="all",
+                         symmetry=s, directionality=d, **shape))
+        if per_head:
+            for h0, Ms in _head_chunks(layer, torch.float64, dev):
+                ss, ds = _scores(Ms, num_std, f"{where} heads {h0}..{h0 + Ms.shape[0] - 1}")
+                for i, (s, d) in enumerate(zip(ss, ds)):
+                    rows.append(dict(fixed, component=layer.component, layer=layer.layer, head=str(h0 + i),
+                                     symmetry=s, directionality=d, **shape))
+    if not rows:
+        raise UserError(f"{src.name}: no self-attention layers found")
+    import pandas as pd  # imported once the layers' matrices are freed: its ~65 MiB do not add to their peak
+
+    return pd.DataFrame(rows, columns=SCORE_COLUMNS)
+
+
+# ------------------------------------------------------------------------------------------- checkpoints
+
+
+def score_checkpoints(
+    run_dir: str | os.PathLike,
+    per_head: bool = False,
+    num_std: float = 2.0,
+    device: str | torch.device = "cpu",
+    progress: bool = True,
+):
+    """Score rows of every snapshot of a run, in step order, with the training columns (TRAINING_COLUMNS).
+
+    model and run are RUN_DIR's name; size, dataset, objective, init, seed come from run.yaml; step from
+    the snapshot's folder name (every complete snapshot, rundir.list_snapshots).
+    """
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir}: no such run directory")
+    run = run_dir.name
+    cfg = read_run_yaml(run_dir)
+    meta = {k: cfg[k] for k in RUN_KEYS}
+    tables = []
+    for step, folder in tqdm(list_snapshots(run_dir).items(), desc=f"scoring {run}", unit="checkpoint", disable=not progress):
+        df = score_model(folder, per_head=per_head, num_std=num_std, device=device, progress=False, name=run)
+        df["run"] = run
+        for k, v in meta.items():
+            df[k] = v
+        df["step"] = step
+        tables.append(df)
+    return pd.concat(tables, ignore_index=True)[TRAINING_COLUMNS]
+
+
+# --------------------------------------------------------------------------------------------------- CLI
+
+
+def _common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, metavar="FILE", help="output table, .csv or .parquet")
+    parser.add_argument("--per-head", action="store_true", help="also one row per head (in addition to head 'all')")
+    parser.add_argument("--num-std", type=num_std_arg, default=2.0, metavar="K",
+                        help="directionality threshold: mean + K * std of the row/column norms (default 2)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
+
+
+def add_arguments_score(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", metavar="SOURCE",
+                        help="model directory (config.json + safetensors or pytorch_model.bin), .gguf file, or hub id")
+    _common_arguments(parser)
+    parser.add_argument("--gguf-file", metavar="F", help="GGUF file inside SOURCE (a directory or hub id)")
+    parser.add_argument("--revision", metavar="R", help="hub revision: branch, tag or commit (default main)")
+    parser.add_argument("--name", metavar="LABEL", help="value of the model column (default: the repo id the "
+                        "files record, else the hub id, folder or file name: docs/cli.md)")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="let transformers run the model repository's own code (off by default)")
+
+
+def run_score(args: argparse.Namespace) -> int:
+    check_table_path(args.out)
+    df = score_model(args.source, per_head=args.per_head, num_std=args.num_std, device=args.device,
+                     progress=not args.quiet, name=args.name, gguf_file=args.gguf_file, revision=args.revision,
+                     trust_remote_code=args.trust_remote_code)
+    atomic_write_table(df, args.out)
+    return 0
+
+
+def add_arguments_score_checkpoints(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="training run folder with run.yaml and checkpoints/step-XXXXXXX/")
+    _common_arguments(parser)
+
+
+def run_score_checkpoints(args: argparse.Namespace) -> int:
+    check_table_path(args.out)
+    df = score_checkpoints(args.run_dir, per_head=args.per_head, num_std=args.num_std, device=args.device,
+                           progress=not args.quiet)
+    atomic_write_table(df, args.out)
+    return 0

@@ -1,0 +1,170 @@
+"""Hyperparameters of a training run, torch-free: the named sizes, the `Hyper` dataclass, its bounds and
+enums (config/schema.yaml states the same; tests/test_schema.py) and `resolve_hyper`, which the trainer
+and the workflow (at parse time, rules/common.smk) both call, so a bad override is refused before any run
+directory is written."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from attention_geometry.errors import UserError
+from attention_geometry.formats.value_kinds import expected
+
+OBJECTIVES = ("encoder", "decoder")
+INITS = ("standard", "symmetric", "symmetric-fresh", "fresh")
+SCHEDULES = ("linear", "constant")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+FUSED_OPTIMIZERS = ("auto", "fused", "foreach", "none")
+HIDDEN_ACTS = ("gelu", "relu", "gelu_new", "silu")
+# the bounds resolve_hyper checks (config/schema.yaml's `overrides` states the same: tests/test_schema.py);
+# mlm_probability is in (0, 1), mask_token_fraction + random_token_fraction <= 1
+# bounds of the hyperparameters in JSON-schema words (config/schema.yaml states the same; tests/test_schema.py)
+_POSITIVE_INT = {"minimum": 1}
+HYPER_BOUNDS: dict[str, dict[str, float]] = {
+    **{k: _POSITIVE_INT for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "batch_size",
+                                  "grad_accum", "max_position_embeddings", "max_steps")},
+    "warmup_steps": {"minimum": 0},
+    "lr": {"exclusiveMinimum": 0}, "eps": {"exclusiveMinimum": 0}, "layer_norm_eps": {"exclusiveMinimum": 0},
+    "initializer_range": {"exclusiveMinimum": 0}, "weight_decay": {"minimum": 0}, "grad_clip": {"minimum": 0},
+    "hidden_dropout": {"minimum": 0, "exclusiveMaximum": 1}, "attention_dropout": {"minimum": 0, "exclusiveMaximum": 1},
+    "mlm_probability": {"exclusiveMinimum": 0, "exclusiveMaximum": 1},
+    "mask_token_fraction": {"minimum": 0, "maximum": 1}, "random_token_fraction": {"minimum": 0, "maximum": 1},
+}
+BETA_BOUNDS = {"minimum": 0, "exclusiveMaximum": 1}  # each of the two Adam betas
+_BOUND_TESTS = {"minimum": (lambda v, b: v >= b, ">="), "exclusiveMinimum": (lambda v, b: v > b, ">"),
+                "maximum": (lambda v, b: v <= b, "<="), "exclusiveMaximum": (lambda v, b: v < b, "<")}
+
+
+def _out_of_bounds(value: float, bounds: dict[str, float]) -> str | None:
+    """None when `value` is finite and within `bounds`, else what it must be."""
+    if not math.isfinite(value):
+        return "must be a finite number"
+    for kind, bound in bounds.items():
+        ok, sign = _BOUND_TESTS[kind]
+        if not ok(value, bound):
+            return f"must be {sign} {bound}"
+    return None
+
+
+HYPER_ENUMS = {"schedule": SCHEDULES, "precision": PRECISIONS, "fused_optimizer": FUSED_OPTIMIZERS,
+               "hidden_act": HIDDEN_ACTS}
+
+
+@dataclass
+class Hyper:
+    """Every model and optimization hyperparameter of a run (a named size's defaults, then RUN.yaml
+    `overrides` field by field). `vocab_size` / `seq_len` None: taken from the corpus manifest."""
+
+    num_layers: int = 2
+    hidden_size: int = 128
+    num_heads: int = 2
+    intermediate_size: int = 512
+    vocab_size: int | None = None
+    seq_len: int | None = None
+    max_position_embeddings: int = 512
+    hidden_act: str = "gelu"
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    batch_size: int = 32  # global batch (all processes, all accumulation micro-steps together)
+    grad_accum: int = 1
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-8
+    weight_decay: float = 0.01  # on parameters with >= 2 dims only (matrices, embeddings)
+    grad_clip: float = 1.0  # max global L2 norm; 0 = off
+    warmup_steps: int = 100
+    schedule: str = "linear"  # linear warmup to lr, then linear decay towards 0 at max_steps
+    max_steps: int = 5000
+    mlm_probability: float = 0.15
+    mask_token_fraction: float = 0.8  # of the selected positions: [MASK]
+    random_token_fraction: float = 0.1  # of the selected positions: a uniform random token (rest unchanged)
+    precision: str = "auto"  # auto (bf16 autocast on a GPU with bf16, else fp16 there; fp32 on CPU) | fp32 | bf16 | fp16
+    compile: bool = False  # torch.compile the training forward
+    fused_optimizer: str = "auto"  # auto (= fused) | fused | foreach | none
+
+
+def _kind(name: str, default) -> str:
+    """The value kind (attention_geometry.formats.value_kinds) of a Hyper field, from its default."""
+    if name == "betas":
+        return "number_pair"
+    if default is None:
+        return "opt_int"  # vocab_size, seq_len: None = the corpus's
+    return {bool: "bool", float: "number", int: "int", str: "str"}[type(default)]
+
+
+HYPER_KINDS = {f.name: _kind(f.name, f.default) for f in dataclasses.fields(Hyper)}
+
+_PAPER = dict(
+    lr=5e-5,
+    betas=(0.9, 0.999),
+    warmup_steps=200,
+    weight_decay=0.01,
+    max_steps=200_000,
+    seq_len=512,
+    hidden_dropout=0.1,
+    attention_dropout=0.1,
+    batch_size=32,
+)
+
+SIZES: dict[str, dict] = {
+    # the embedded default's size; what it shows on a 2-core CPU: docs/experiment-design.md (pilots)
+    "tiny": dict(num_layers=2, hidden_size=128, num_heads=2, intermediate_size=512),
+    # the paper's (Saponati et al. 2025) sizes and optimization
+    "bert-mini": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024, **_PAPER),
+    "bert-base": dict(num_layers=12, hidden_size=768, num_heads=12, intermediate_size=3072, **_PAPER),
+    "bert-large": dict(num_layers=24, hidden_size=1024, num_heads=16, intermediate_size=4096, **_PAPER),
+}
+
+
+def resolve_hyper(size: str, overrides: dict | None = None, where: str = "overrides") -> Hyper:
+    """The size's defaults with `overrides` applied field by field (UserError naming an unknown field or a
+    value of the wrong type)."""
+    if size not in SIZES:
+        raise UserError(f"size: unknown size {size!r} (known: {', '.join(SIZES)})")
+    h = Hyper(**SIZES[size])
+    fields = {f.name: f for f in dataclasses.fields(Hyper)}
+    for key, value in (overrides or {}).items():
+        if key not in fields:
+            raise UserError(f"{where}.{key}: unknown hyperparameter (known: {', '.join(fields)})")
+        what = expected(value, HYPER_KINDS[key])
+        if what is not None:
+            raise UserError(f"{where}.{key}: expected {what}, got {value!r}")
+        if HYPER_KINDS[key] == "number_pair":
+            value = (float(value[0]), float(value[1]))
+        elif HYPER_KINDS[key] == "number":
+            value = float(value)
+        setattr(h, key, value)
+    _check_hyper(h, where)
+    return h
+
+
+def _check_hyper(h: Hyper, where: str) -> None:
+    def bad(key, msg):
+        raise UserError(f"{where}.{key}: {msg}")
+
+    for key, bounds in HYPER_BOUNDS.items():
+        msg = _out_of_bounds(getattr(h, key), bounds)
+        if msg:
+            bad(key, f"{msg}, got {getattr(h, key)}")
+    for beta in h.betas:
+        msg = _out_of_bounds(beta, BETA_BOUNDS)
+        if msg:
+            bad("betas", f"each {msg}, got {list(h.betas)}")
+    if h.hidden_size % h.num_heads:
+        bad("num_heads", f"hidden_size {h.hidden_size} is not a multiple of num_heads {h.num_heads}")
+    if h.batch_size % h.grad_accum:
+        bad("grad_accum", f"batch_size {h.batch_size} is not a multiple of grad_accum {h.grad_accum}")
+    if h.schedule not in SCHEDULES:
+        bad("schedule", f"unknown schedule {h.schedule!r} (known: {', '.join(SCHEDULES)})")
+    if h.precision not in PRECISIONS:
+        bad("precision", f"unknown precision {h.precision!r} (known: {', '.join(PRECISIONS)})")
+    if h.fused_optimizer not in FUSED_OPTIMIZERS:
+        bad("fused_optimizer", f"unknown value {h.fused_optimizer!r} (known: {', '.join(FUSED_OPTIMIZERS)})")
+    if h.mask_token_fraction + h.random_token_fraction > 1:
+        bad("mask_token_fraction", "mask_token_fraction and random_token_fraction must be >= 0 and sum to <= 1")
+    if h.hidden_act not in HIDDEN_ACTS:
+        bad("hidden_act", f"unsupported activation {h.hidden_act!r}")

@@ -1,0 +1,201 @@
+"""RUN.yaml: the run config and its validation (one UserError naming the key, before any training), and
+the run it resolves to on a prepared corpus (what run.yaml holds). The corpus is read by
+attention_geometry.formats.corpus, snapshot steps and the run name come from attention_geometry.formats.rundir."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attention_geometry.formats.corpus import Corpus, corpus_sha256, load_corpus
+from attention_geometry.errors import UserError
+from attention_geometry.formats.files import read_yaml
+from attention_geometry.formats.rundir import run_name, snapshot_steps
+from attention_geometry.formats.value_kinds import expected
+from attention_geometry.training.hyper import resolve_hyper
+from attention_geometry.training.hyper import SIZES
+from attention_geometry.training.hyper import OBJECTIVES
+from attention_geometry.training.hyper import INITS
+from attention_geometry.training.hyper import Hyper
+
+__all__ = ["RunConfig", "read_corpus", "load_run_config", "run_config_from_dict", "resolve_run",
+           "DEVICES", "TYPES", "RUN_MINIMUMS", "REGULARIZER_MINIMUMS"]
+
+read_corpus = load_corpus  # the trainer's name for the one prepared-corpus reader (attention_geometry.formats.corpus)
+
+RUNTIME_KEYS = ("threads", "device")  # how a run is executed, not what it computes
+DEVICES = ("auto", "cpu", "cuda")
+# the inclusive minimum of each integer key (null allowed where the type says so); the steps in
+# snapshot_steps / eval_steps are >= 0 and at most max_steps. config/schema.yaml (run_settings, training)
+# states the same bounds: tests/test_schema.py
+RUN_MINIMUMS = {"seed": 0, "max_steps": 1, "snapshot_every": 1, "eval_every": 1, "state_every": 1, "threads": 1,
+                "eval_blocks": 0, "log_every": 1}
+REGULARIZER_MINIMUMS = {"lambda": 0}  # the only key of `regularizer`
+
+
+@dataclass
+class RunConfig:
+    """One training run (RUN.yaml). Snapshot, eval and state steps always include 0 (snapshot, eval) and
+    max_steps (all three). `regularizer`: {"lambda": float} adds lambda * sum_l ||W_qk,l|| / ||sym(W_qk,l)||
+    to the loss (off when absent or 0)."""
+
+    corpus: str
+    size: str = "tiny"
+    objective: str = "encoder"
+    init: str = "standard"
+    seed: int = 0
+    max_steps: int | None = None  # None: the size's default (Hyper.max_steps)
+    snapshot_steps: list[int] | None = None
+    snapshot_every: int | None = None
+    eval_steps: list[int] | None = None
+    eval_every: int | None = None
+    eval_blocks: int = 512
+    state_every: int | None = 1000  # also write the resumable state every N steps (and at every snapshot)
+    log_every: int = 1  # one loss.csv row per N steps: the mean train loss of those N steps
+    overrides: dict = field(default_factory=dict)
+    regularizer: dict | None = None
+    run: str | None = None  # run name; default rundir.run_name: {size}-{dataset}-{objective}-{init}-s{seed}
+    threads: int | None = None
+    device: str = "auto"
+
+
+# the value kind of each key (attention_geometry.formats.value_kinds)
+TYPES = {
+    "corpus": "nonempty_str", "size": "nonempty_str", "objective": "nonempty_str", "init": "nonempty_str",
+    "seed": "int", "max_steps": "opt_int", "snapshot_steps": "opt_int_list", "snapshot_every": "opt_int",
+    "eval_steps": "opt_int_list", "eval_every": "opt_int", "eval_blocks": "int", "state_every": "opt_int",
+    "log_every": "int", "overrides": "opt_dict", "regularizer": "opt_dict", "run": "opt_nonempty_str",
+    "threads": "opt_int", "device": "nonempty_str",
+}
+
+
+def _typed(value: Any, kind: str, key: str, where: str) -> Any:
+    what = expected(value, kind)
+    if what is not None:
+        raise UserError(f"{where}: {key}: expected {what}, got {value!r}")
+    return value
+
+
+def run_config_from_dict(raw: Any, where: str = "run config") -> RunConfig:
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: expected a mapping of keys, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(TYPES))
+    if unknown:
+        raise UserError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(TYPES)})")
+    if "corpus" not in raw:
+        raise UserError(f"{where}: corpus: missing (a directory written by prepare-corpus)")
+    kw = {k: _typed(v, TYPES[k], k, where) for k, v in raw.items()}
+    if kw.get("overrides") is None:
+        kw.pop("overrides", None)
+    cfg = RunConfig(**kw)
+    if cfg.size not in SIZES:
+        raise UserError(f"{where}: size: unknown size {cfg.size!r} (known: {', '.join(SIZES)})")
+    if cfg.objective not in OBJECTIVES:
+        raise UserError(f"{where}: objective: unknown objective {cfg.objective!r} (known: {', '.join(OBJECTIVES)})")
+    if cfg.init not in INITS:
+        raise UserError(f"{where}: init: unknown init {cfg.init!r} (known: {', '.join(INITS)})")
+    if cfg.device not in DEVICES:
+        raise UserError(f"{where}: device: unknown device {cfg.device!r} (known: {', '.join(DEVICES)})")
+    for key, minimum in RUN_MINIMUMS.items():
+        v = getattr(cfg, key)
+        if v is not None and v < minimum:
+            raise UserError(f"{where}: {key}: must be >= {minimum}, got {v}")
+    for key in ("snapshot_steps", "eval_steps"):
+        v = getattr(cfg, key)
+        if v is not None and any(s < 0 for s in v):
+            raise UserError(f"{where}: {key}: steps must be >= 0")
+    if cfg.snapshot_steps is not None and cfg.snapshot_every is not None:
+        raise UserError(f"{where}: snapshot_steps: give snapshot_steps or snapshot_every, not both")
+    if cfg.eval_steps is not None and cfg.eval_every is not None:
+        raise UserError(f"{where}: eval_steps: give eval_steps or eval_every, not both")
+    if cfg.regularizer is not None:
+        extra = sorted(set(cfg.regularizer) - set(REGULARIZER_MINIMUMS))
+        if extra:
+            raise UserError(f"{where}: regularizer.{extra[0]}: unknown key (known: {', '.join(REGULARIZER_MINIMUMS)})")
+        for key, minimum in REGULARIZER_MINIMUMS.items():
+            v = cfg.regularizer.get(key, 0.0)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < minimum:
+                raise UserError(f"{where}: regularizer.{key}: expected a number >= {minimum}, got {v!r}")
+    # unknown override fields / bad values fail here already, before the corpus is opened
+    h = resolve_hyper(cfg.size, cfg.overrides, where=f"{where}: overrides")
+    _resolve_steps(cfg, cfg.max_steps or h.max_steps, where)
+    return cfg
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    p = Path(path)
+    raw = read_yaml(p, "run config")
+    cfg = run_config_from_dict(raw, where=str(p))
+    corpus = Path(cfg.corpus)
+    if not corpus.is_absolute():  # relative to the working directory, as the workflow passes it
+        cfg.corpus = str(corpus)
+    return cfg
+
+
+# ------------------------------------------------------------------------------------------ resolution
+
+
+def _resolve_steps(cfg: RunConfig, max_steps: int, where: str) -> tuple[list[int], list[int]]:
+    """(snapshot steps, eval steps) of the run (rundir.snapshot_steps: 0 and max_steps always; an explicit
+    step beyond max_steps is an error, as in the workflow)."""
+    def steps(explicit, every, key):
+        try:
+            return snapshot_steps(explicit, every, max_steps, key=key)
+        except UserError as exc:
+            raise UserError(f"{where}: {exc}") from None
+
+    return (steps(cfg.snapshot_steps, cfg.snapshot_every, "snapshot_steps"),
+            steps(cfg.eval_steps, cfg.eval_every, "eval_steps"))
+
+
+def resolve_run(cfg: RunConfig, corpus: Corpus) -> tuple[dict, Hyper]:
+    """The full resolved run config (what run.yaml holds) and the Hyper it implies; UserError on a corpus
+    that does not fit the model (block_len > positions, token ids >= vocab size, no held-out blocks)."""
+    h = resolve_hyper(cfg.size, cfg.overrides, where="overrides")
+    if cfg.max_steps is not None:
+        h.max_steps = cfg.max_steps
+    if h.vocab_size is None:
+        h.vocab_size = corpus.vocab_size
+    elif h.vocab_size < corpus.vocab_size:
+        raise UserError(f"overrides.vocab_size: {h.vocab_size} is smaller than the corpus vocabulary "
+                        f"({corpus.vocab_size}, {corpus.path / 'manifest.json'})")
+    if h.seq_len is None:
+        h.seq_len = corpus.block_len
+    elif h.seq_len != corpus.block_len:
+        raise UserError(f"overrides.seq_len: {h.seq_len} but the corpus has block_len {corpus.block_len} "
+                        f"({corpus.path}); prepare the corpus with block_len {h.seq_len}")
+    if corpus.block_len > h.max_position_embeddings:
+        raise UserError(f"corpus: block_len {corpus.block_len} is longer than the model's "
+                        f"max_position_embeddings {h.max_position_embeddings} (overrides.max_position_embeddings)")
+    if cfg.eval_blocks > 0 and corpus.heldout.shape[0] == 0:
+        raise UserError(f"eval_blocks: {cfg.eval_blocks} but {corpus.path / 'heldout.npy'} has no blocks")
+    max_steps = h.max_steps
+    snaps, evals = _resolve_steps(cfg, max_steps, "run config")
+    dataset = corpus.dataset
+    name = cfg.run or run_name(cfg.size, dataset, cfg.objective, cfg.init, cfg.seed)
+    lam = float((cfg.regularizer or {}).get("lambda", 0.0))
+    resolved = {
+        "run": name,
+        "size": cfg.size,
+        "dataset": dataset,
+        "objective": cfg.objective,
+        "init": cfg.init,
+        "seed": cfg.seed,
+        "corpus": str(Path(cfg.corpus).resolve()),
+        "corpus_sha256": corpus_sha256(corpus),  # the corpus's identity on resume (its path may change)
+        "corpus_manifest": {k: corpus.manifest[k] for k in ("dataset", "name", "block_len", "vocab_size",
+                                                             "special_tokens") if k in corpus.manifest},
+        "n_train_blocks": int(corpus.train.shape[0]),
+        "max_steps": max_steps,
+        "snapshot_steps": snaps,
+        "eval_steps": evals,
+        "eval_blocks": min(cfg.eval_blocks, int(corpus.heldout.shape[0])),
+        "state_every": cfg.state_every,
+        "log_every": cfg.log_every,
+        "regularizer": {"lambda": lam},
+        "hyper": {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(h).items()},
+        "runtime": {"threads": cfg.threads, "device": cfg.device},
+    }
+    return resolved, h

@@ -1,0 +1,278 @@
+"""What the trainer writes into its run directory (the format and its names: attention_geometry.formats.rundir):
+run.yaml, loss.csv, the weight snapshots checkpoints/step-XXXXXXX/ and the resumable state/ (with the one
+before it, state.prev/). Every file and folder is written under a temporary name and renamed into place
+(attention_geometry.formats.files); every snapshot and state carries checksums.json (files.write_checksums)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from attention_geometry.formats.columns import LOSS_COLUMNS
+from attention_geometry.errors import UserError
+from attention_geometry.formats.files import atomic_write_text, fsync_path, read_yaml, replace_dir, rotate_dir, write_checksums
+from attention_geometry.formats.rundir import CHECKPOINTS, LOSS_CSV, RUN_YAML, STATE, STATE_DAMAGED, STATE_PREV, snapshot_dir
+from attention_geometry.training.run_config import RUNTIME_KEYS
+
+__all__ = ["write_run_yaml", "read_loss_rows", "check_loss_rows", "write_loss_rows", "save_snapshot", "save_state",
+           "load_state", "adopt_state", "remove_leftovers"]
+
+
+def _yaml_dump(obj) -> str:
+    import yaml
+
+    return yaml.safe_dump(obj, sort_keys=False)
+
+
+def _write_dir(final: Path, write: Callable[[Path], None], previous: Path | None = None) -> None:
+    """write(tmp) into a fresh `.tmp-{name}-{pid}` beside `final`, add its checksums.json, then swap it in
+    (files.replace_dir; files.rotate_dir when the replaced folder is kept as `previous`); a crash leaves
+    only a dot-tmp folder."""
+    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    write(tmp)
+    write_checksums(tmp)
+    if previous is None:
+        replace_dir(tmp, final)
+    else:
+        rotate_dir(tmp, final, previous)
+
+
+def remove_leftovers(out: Path) -> list[Path]:
+    """Remove the temporary folders an interrupted trainer left in run dir `out` (`.tmp-*`, `.trash-*`, in
+    it and in checkpoints/); only called with the run's lock held, so no writer owns them. Returns them."""
+    gone = []
+    for root in (out, out / CHECKPOINTS):
+        if root.is_dir():
+            for p in root.iterdir():
+                if p.name.startswith((".tmp-", ".trash-")) and p.is_dir():
+                    shutil.rmtree(p)
+                    gone.append(p)
+    return gone
+
+
+# ----------------------------------------------------------------------------------------------- run.yaml
+
+
+def compare_run_yaml(old: dict, new: dict) -> tuple[str, list[str]]:
+    """What the trainer does when a run dir's run.yaml (`old`) differs from the run it is asked for (`new`):
+    ("same" | "extend" | "restart", the differing keys; runtime settings aside).
+
+    "extend" only when continuing from the newest state gives what a fresh run with the new settings
+    would: more steps, every other hyperparameter equal, a schedule that does not depend on max_steps
+    (`constant`), and the same snapshot and evaluation steps up to the old last step (which must be a
+    snapshot step of the new run too). Anything else is "restart" (docs/workflow.md)."""
+    skip = {"runtime", *RUNTIME_KEYS}
+    # the corpus is identified by its content (corpus_sha256), not its path: a corpus moved elsewhere is the
+    # same corpus; a run.yaml written before corpus_sha256 was recorded is compared by the path
+    skip.add("corpus" if old.get("corpus_sha256") and new.get("corpus_sha256") else "corpus_sha256")
+    keys = [k for k in sorted(set(old) | set(new)) if k not in skip and old.get(k) != new.get(k)]
+    if not keys:
+        return "same", keys
+    om, nm = old.get("max_steps"), new.get("max_steps")
+    oh = {k: v for k, v in (old.get("hyper") or {}).items() if k != "max_steps"}
+    nh = {k: v for k, v in (new.get("hyper") or {}).items() if k != "max_steps"}
+    extend = (set(keys) <= {"max_steps", "snapshot_steps", "eval_steps", "hyper"}
+              and isinstance(om, int) and isinstance(nm, int) and nm > om and oh == nh
+              and nh.get("schedule") == "constant" and om in (new.get("snapshot_steps") or [])
+              and all([s for s in (new.get(k) or []) if s <= om] == list(old.get(k) or [])
+                      for k in ("snapshot_steps", "eval_steps")))
+    return ("extend" if extend else "restart"), keys
+
+
+def set_aside(out: Path) -> Path:
+    """Rename run dir `out` to `{out}.old-N` (the first free N) and return the new name: an old run is never
+    mixed with a new one and never deleted."""
+    n = 1
+    while (aside := out.with_name(f"{out.name}.old-{n}")).exists():
+        n += 1
+    os.replace(out, aside)
+    return aside
+
+
+def write_run_yaml(out: Path, resolved: dict) -> tuple[str, list[str]]:
+    """OUT/run.yaml for the run `resolved`; returns what was found, with the differing keys: "new"
+    (written), "same", "moved" (the same run on the same corpus content at another path: rewritten with the
+    new path), "extend" (rewritten with the longer run: compare_run_yaml) or "restart" (nothing written:
+    the caller sets the old run aside and starts afresh)."""
+    path = out / RUN_YAML
+    if not path.is_file():
+        atomic_write_text(path, _yaml_dump(resolved))
+        return "new", []
+    old = read_yaml(path, RUN_YAML)
+    if not isinstance(old, dict):
+        raise UserError(f"{path}: not a run.yaml (expected a mapping); move the run dir aside or delete it")
+    action, keys = compare_run_yaml(old, resolved)
+    if action == "same" and old.get("corpus") != resolved.get("corpus"):
+        action, keys = "moved", [f"{old.get('corpus')} -> {resolved.get('corpus')}"]
+    if action in ("extend", "moved"):
+        atomic_write_text(path, _yaml_dump(resolved))
+    return action, keys
+
+
+# ----------------------------------------------------------------------------------------------- loss.csv
+
+
+def read_loss_rows(out: Path, required: bool = False) -> list[dict]:
+    """The rows of OUT/loss.csv ([] when there is none and it is not `required`: a resumed run needs its
+    log, since the rows before its state's step are not recomputed)."""
+    path = out / LOSS_CSV
+    if not path.is_file():
+        if required:
+            raise UserError(f"{path}: missing, but the run has a training state to resume from: its loss rows "
+                            "up to that step would be lost; restore the file, or move the run dir aside to restart")
+        return []
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        if rows and ("step" not in rows[0] or any(not str(r.get("step") or "").isdigit() for r in rows)):
+            raise ValueError("no integer 'step' column")
+    except (OSError, UnicodeDecodeError, csv.Error, ValueError) as exc:
+        raise UserError(f"{path}: damaged loss log ({exc}); restore it, or move the run dir aside to restart") from None
+    return rows
+
+
+def check_loss_rows(out: Path, rows: list[dict], expected: set[int]) -> None:
+    """Every row step in `expected` (the row steps up to a resumed state's step) must be in `rows`: rows the
+    run does not recompute would be lost otherwise; one UserError naming loss.csv."""
+    missing = sorted(expected - {int(r["step"]) for r in rows})
+    if missing:
+        shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+        raise UserError(f"{out / LOSS_CSV}: damaged loss log (no rows for {len(missing)} step(s) before the state's "
+                        f"step: {shown}); restore it, or move the run dir aside to restart")
+
+
+def write_loss_rows(out: Path, rows: list[dict]) -> None:
+    """OUT/loss.csv with the columns contract.LOSS_COLUMNS (csv's default \\r\\n line ends)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=LOSS_COLUMNS)
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(out / LOSS_CSV, buf.getvalue())
+
+
+# ----------------------------------------------------------------------------------------------- snapshots
+
+
+def save_snapshot(model, out: Path, step: int, resolved: dict) -> Path:
+    """OUT/checkpoints/step-XXXXXXX/: the model's save_pretrained (model.safetensors, config.json),
+    run.yaml, the corpus's tokenizer, a model card, and checksums.json over all of them."""
+    final = snapshot_dir(out, step)
+    final.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(tmp):
+        from transformers.utils import logging as hf_logging
+
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            model.save_pretrained(tmp)
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
+        (tmp / RUN_YAML).write_text(_yaml_dump(resolved), encoding="utf-8")
+        _save_tokenizer(resolved.get("corpus"), tmp)
+        (tmp / "README.md").write_text(model_card(resolved, step), encoding="utf-8")
+
+    _write_dir(final, write)
+    return final
+
+
+def _save_tokenizer(corpus_dir: str | None, folder: Path) -> None:
+    """The corpus's WordPiece tokenizer as Hugging Face tokenizer files, with the special tokens the model was
+    trained with, so AutoTokenizer / pipeline(...) load a snapshot alone (nothing when the corpus has none)."""
+    from attention_geometry.formats.corpus import SPECIAL_TOKENS, TOKENIZER
+
+    file = Path(corpus_dir or "") / TOKENIZER
+    if not corpus_dir or not file.is_file():
+        return
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(file), model_max_length=int(1e9),
+                                  **{f"{role}_token": text for role, text in SPECIAL_TOKENS.items()})
+    tok.save_pretrained(folder)
+
+
+def model_card(resolved: dict, step: int) -> str:
+    """A snapshot's README.md: what was trained, on what, to which step (its scores live in the workflow's
+    tables, not here)."""
+    objective = resolved.get("objective")
+    task = {"encoder": "fill-mask", "decoder": "text-generation"}.get(objective, "")
+    h = resolved.get("hyper") or {}
+    return (f"---\nlibrary_name: transformers\npipeline_tag: {task}\ntags: [attention-geometry]\n---\n\n"
+            f"# {resolved.get('run')} at step {step}\n\n"
+            f"A weight snapshot of an attention-geometry training run (the workflow that reproduces Saponati et al., "
+            f"ICML 2025): a {resolved.get('size')} BERT-type model ({h.get('num_layers')} layers x "
+            f"{h.get('hidden_size')}, {h.get('num_heads')} heads), objective `{objective}` "
+            f"({'masked LM' if objective == 'encoder' else 'causal LM'}), init `{resolved.get('init')}`, seed "
+            f"{resolved.get('seed')}, trained on the `{resolved.get('dataset')}` corpus; step {step} of "
+            f"{resolved.get('max_steps')}. The full run config is `run.yaml` beside this file; the symmetry and "
+            "directionality scores of this snapshot are in the workflow's tables (results/tables/).\n")
+
+
+def save_state(model, opt, scaler, out: Path, step: int, resolved: dict) -> None:
+    """OUT/state/: the weights, optimizer, scaler and RNG of `step`, with checksums.json; the state it
+    replaces is kept as OUT/state.prev/ (the one before that is removed): files.rotate_dir."""
+    from safetensors.torch import save_file
+
+    def write(tmp):
+        sd = {k: v.detach().to("cpu").clone().contiguous() for k, v in model.state_dict().items()}
+        save_file(sd, str(tmp / "model.safetensors"))
+        rng = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        torch.save({"optimizer": opt.state_dict(), "scaler": scaler.state_dict() if scaler else None,
+                    "rng": rng}, tmp / "training.pt")
+        (tmp / "state.json").write_text(json.dumps({
+            "step": step, "run": resolved["run"], "examples_seen": step * resolved["hyper"]["batch_size"],
+            "lr_schedule": {"kind": resolved["hyper"]["schedule"], "last_update": step},
+        }, indent=1), encoding="utf-8")
+
+    _write_dir(out / STATE, write, previous=out / STATE_PREV)
+
+
+def adopt_state(out: Path, chosen: Path) -> Path:
+    """Make `chosen` (the state rundir.find_state picked) OUT/state/ again: a damaged OUT/state/ is set aside
+    as OUT/state.damaged/ (replacing an older one; never read), so the next save_state keeps `chosen` as
+    the previous state. Returns OUT/state."""
+    final = out / STATE
+    if chosen == final:
+        return final
+    if final.exists():
+        damaged = out / STATE_DAMAGED
+        if damaged.exists():
+            shutil.rmtree(damaged)
+        final.rename(damaged)
+    chosen.rename(final)
+    fsync_path(out)
+    return final
+
+
+def load_state(state_dir: Path, model, opt, scaler, dev: torch.device) -> None:
+    """Restore what save_state wrote (weights, optimizer, scaler, RNG) into the freshly built objects; a
+    file that cannot be read (a state written before checksums, damaged since) is one UserError."""
+    from safetensors.torch import load_file
+
+    try:
+        weights = load_file(str(state_dir / "model.safetensors"), device=str(dev))
+        tr = torch.load(state_dir / "training.pt", map_location=dev, weights_only=True)
+    except Exception as exc:  # safetensors and torch.load raise various errors on a damaged file
+        raise UserError(f"{state_dir}: unreadable training state ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else ''}); move {state_dir.parent} aside to "
+                        "restart the run from step 0") from None
+    model.load_state_dict(weights)
+    opt.load_state_dict(tr["optimizer"])
+    if scaler is not None and tr.get("scaler"):
+        scaler.load_state_dict(tr["scaler"])
+    torch.set_rng_state(tr["rng"]["torch"].cpu())
+    if dev.type == "cuda" and "cuda" in tr["rng"]:
+        torch.cuda.set_rng_state_all([s.cpu() for s in tr["rng"]["cuda"]])

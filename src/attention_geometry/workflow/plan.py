@@ -1,0 +1,426 @@
+"""The workflow's logic: everything rules/*.smk derive from the validated config, in one testable place.
+
+`plan(config, repo)` reads the config once (at Snakemake's parse time) and returns a `Plan`:
+
+    corpora      corpus key -> the corpus config given to `attention-geometry prepare-corpus`
+    runs         run name -> Run (its identity, its group settings merged with the entry's, its groups)
+    groups       group name -> run names, in config order
+    update_runs  the runs whose W_qk updates are scored (`updates.group` x `updates.inits`)
+    pretrained   model key -> Pretrained (where the files are, the CLI arguments, the pinned revision); a hub
+                 model is scored offline from {results}/hub-qk/{key}/, its q/k subset (rule prefetch_qk)
+    prefetched   the keys of those hub models
+    catalog      notebooks/catalog.yaml; `notebooks` the entries made with this config
+
+and answers the rules' questions (paths, the emergence and ablation runs, every notebook's papermill
+parameters and dependencies). The rules only look things up here. A config that passes the schema but not a
+cross-key check raises ConfigError (rules/common.smk turns it into Snakemake's WorkflowError).
+
+No torch, no pandas, no Snakemake: the tests call it directly (tests/test_workflow_logic.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import re
+import shlex
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import yaml
+
+from attention_geometry.formats.columns import RUN_KEYS
+from attention_geometry.errors import UserError
+from attention_geometry.formats.files import csv_text, read_yaml
+from attention_geometry.training.hyper import resolve_hyper
+from attention_geometry.workflow.pretrained import (PRETRAINED_COLUMNS, ConfigError, package_dir,
+                         code_version, pretrained_rows, resolve_pretrained)
+from attention_geometry.formats.rundir import run_name, snapshot_dir, snapshot_steps
+
+__all__ = [ "CONFIG_KEY", "Run", "Plan", "plan", "schema_error", "expand_corpora", "expand_runs", "load_catalog", "slurm_resources", "yaml_text", "shell_prefix",
+]
+
+
+# run identity key (contract.RUN_KEYS) -> the key a run entry of the workflow config uses for it. The only
+# difference: the config's `corpus` (a key of `corpora`) is the `dataset` of the tables and run names.
+CONFIG_KEY: dict[str, str] = {k: ("corpus" if k == "dataset" else k) for k in RUN_KEYS}
+
+# params of notebooks/catalog.yaml that are config keys of `figures` but never handed to a notebook
+_NOT_NOTEBOOK_PARAMS = ("skip", "fig1_models", "emergence_group", "ablation_group", "null_samples")
+
+
+def _as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+# ------------------------------------------------------------------------------------------------- runs
+@dataclass
+class Run:
+    """One training run: its identity (RUN_KEYS), its settings (RUN.yaml keys) and the groups listing it."""
+
+    name: str
+    size: str
+    dataset: str  # the corpus key
+    objective: str
+    init: str
+    seed: int
+    settings: dict
+    snapshot_steps: list[int]
+    groups: list[str] = field(default_factory=list)
+
+    @property
+    def spec(self) -> dict:
+        return {k: getattr(self, k) for k in RUN_KEYS}
+
+    @property
+    def max_steps(self) -> int:
+        return int(self.settings["max_steps"])
+
+    @property
+    def priority(self) -> int:
+        """Scheduling order of training jobs: the longest first (a decoder step costs ~1.5 encoder steps on
+        CPU), so that no core idles while the last long run finishes."""
+        return self.max_steps * (3 if self.objective == "decoder" else 2)
+
+    def run_config(self) -> dict:
+        """The RUN.yaml content (without the corpus path, which comes from the rule's input)."""
+        return {"run": self.name, **{k: getattr(self, k) for k in ("size", "objective", "init", "seed")},
+                **self.settings}
+
+
+def expand_corpora(corpora: Mapping) -> dict[str, dict]:
+    """corpus key -> corpus config; the key is the `{dataset}` part of run names and the prepared manifest
+    carries it as `name`."""
+    return {key: {**c, "name": key} for key, c in corpora.items()}
+
+
+def expand_runs(groups: Mapping, corpora: Iterable[str]) -> tuple[dict[str, Run], dict[str, list[str]]]:
+    """(run name -> Run, group -> run names). Each entry of `training.groups.G.runs` expands to the product
+    of its lists; its other keys override the group's settings. A run in two groups must have the same
+    settings in both; its snapshot steps are resolved (rundir.snapshot_steps, as the trainer does)."""
+    corpora = list(corpora)
+    runs: dict[str, Run] = {}
+    members: dict[str, list[str]] = {}
+    for group, g in groups.items():
+        members[group] = []
+        for i, entry in enumerate(g["runs"]):
+            where = f"config training.groups.{group}.runs[{i}]"
+            settings = {**g["settings"], **{k: v for k, v in entry.items() if k not in CONFIG_KEY.values()}}
+            for combo in itertools.product(*(_as_list(entry[CONFIG_KEY[k]]) for k in RUN_KEYS)):
+                spec = dict(zip(RUN_KEYS, combo))
+                if spec["dataset"] not in corpora:
+                    raise ConfigError(f"{where}: corpus {spec['dataset']!r} is not a key of config corpora "
+                                      f"({', '.join(corpora)})")
+                name = run_name(spec["size"], spec["dataset"], spec["objective"], spec["init"], spec["seed"])
+                if name in runs and runs[name].settings != settings:
+                    raise ConfigError(
+                        f"config training.groups.{group}: run {name} is also in group(s) "
+                        f"{', '.join(runs[name].groups)} with different settings; give it another seed "
+                        "or the same settings")
+                if name not in runs:
+                    for a, b in (("snapshot_steps", "snapshot_every"), ("eval_steps", "eval_every")):
+                        if settings.get(a) is not None and settings.get(b) is not None:
+                            raise ConfigError(f"{where}: give {a} or {b}, not both")
+                    try:
+                        steps = snapshot_steps(settings.get("snapshot_steps"), settings.get("snapshot_every"),
+                                               settings["max_steps"])
+                    except UserError as exc:
+                        raise ConfigError(f"{where}: {exc}") from None
+                    try:  # the trainer's own check of the hyperparameters, before any run directory exists
+                        resolve_hyper(spec["size"], settings.get("overrides"), where=f"{where}.overrides")
+                    except UserError as exc:
+                        raise ConfigError(str(exc)) from None
+                    runs[name] = Run(name=name, **spec, settings=settings, snapshot_steps=steps)
+                if group not in runs[name].groups:
+                    runs[name].groups.append(group)
+                if name not in members[group]:
+                    members[group].append(name)
+    return runs, members
+
+
+def select_update_runs(runs: Mapping[str, Run], groups: Mapping[str, list[str]], updates: Mapping) -> list[str]:
+    """The runs of `updates.group` with an init in `updates.inits`; each must have a snapshot at every step
+    of `updates.steps`."""
+    selected = [r for r in groups[updates["group"]] if runs[r].init in updates["inits"]]
+    if not selected:
+        raise ConfigError(f"config updates: group {updates['group']!r} has no run with init in {updates['inits']}")
+    for r in selected:
+        bad = [s for s in updates["steps"] if s not in runs[r].snapshot_steps]
+        if bad:
+            raise ConfigError(f"config updates.steps: {bad} are not snapshot steps of run {r} "
+                              f"(snapshots at {runs[r].snapshot_steps[:8]}...)")
+    return selected
+
+
+# ------------------------------------------------------------------------------------------- notebooks
+def load_catalog(path: str) -> dict[str, dict]:
+    """notebooks/catalog.yaml: notebook entry -> {caption, inputs, outputs, params[, notebook, constants]}."""
+    catalog = read_yaml(path, "notebook catalog", error=ConfigError)
+    if not isinstance(catalog, dict):
+        raise ConfigError(f"{path}: expected a mapping of notebook entries")
+    for name, entry in catalog.items():
+        clash = sorted(set(entry.get("constants", {})) & set(entry.get("params", [])))
+        if clash:
+            raise ConfigError(f"{path} {name}: {clash} both a param and a constant")
+    return catalog
+
+
+def notebook_file(catalog: Mapping, entry: str) -> str:
+    """The notebook an entry executes, relative to the repository: notebooks/{notebook or entry}.ipynb."""
+    return os.path.join("notebooks", f"{catalog[entry].get('notebook', entry)}.ipynb")
+
+
+# --------------------------------------------------------------------------------------- small writers
+def yaml_text(data) -> str:
+    return yaml.safe_dump(data, sort_keys=True)
+
+
+def alternation(names: Iterable[str]) -> str:
+    """A wildcard constraint matching exactly `names` (none: matches nothing)."""
+    return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
+
+
+# ------------------------------------------------------------------------------------------------ plan
+class Plan:
+    """Everything the rules look up, derived once from the validated config (see the module docstring)."""
+
+    def __init__(self, config: Mapping, repo: str, configfiles: Sequence[str] = (),
+                 find_package: Callable[[str, str], str] = package_dir):
+        self.config = config
+        self.repo = repo
+        self.results = os.path.normpath(config["results"])
+        self.configfiles = [str(p) for p in configfiles]
+        self.corpora = expand_corpora(config["corpora"])
+        self.runs, self.groups = expand_runs(config["training"]["groups"], self.corpora)
+        f = config["figures"]
+        for group in (config["updates"]["group"], f["emergence_group"], f["ablation_group"]):
+            if group not in self.groups:
+                raise ConfigError(f"config: group {group!r} is not a key of training.groups ({', '.join(self.groups)})")
+        self.update_runs = select_update_runs(self.runs, self.groups, config["updates"])
+        self.pretrained = resolve_pretrained(config["pretrained"], find_package, self.res("hub-qk"),
+                                             joined_dir=self.res("pretrained", "files"))
+        self.prefetched = [k for k, m in self.pretrained.items() if m.hub_id]  # rule prefetch_qk's models
+        self.catalog = load_catalog(os.path.join(repo, "notebooks", "catalog.yaml"))
+        for nb in f["skip"]:
+            if nb not in self.catalog:
+                raise ConfigError(f"config figures.skip: {nb!r} is not a notebook of notebooks/catalog.yaml")
+        self.notebooks = [nb for nb in self.catalog if nb not in f["skip"]]
+        self.config_hash = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        self._inputs: dict[str, str] = {}  # corpus -> corpus_inputs(corpus), computed when first asked for
+
+    # ---------------------------------------------------------------- paths
+    def res(self, *parts: str) -> str:
+        """A path under the results root (config key `results`)."""
+        return os.path.join(self.results, *parts)
+
+    def corpus_dir(self, corpus: str) -> str:
+        return self.res("corpora", corpus)
+
+    def run_corpus(self, run: str) -> str:
+        """The prepared corpus folder a run trains on."""
+        return self.corpus_dir(self.runs[run].dataset)
+
+    def corpus_inputs(self, corpus: str) -> str:
+        """`path sha256` lines of the local input files corpus `corpus` reads (data.sources.input_fingerprint):
+        a parameter of the corpus rule, so input text that changed re-runs it (Snakemake re-runs a job whose
+        parameters changed) instead of answering "nothing to do"."""
+        if corpus not in self._inputs:
+            from attention_geometry.data.corpus_config import corpus_config_from_dict
+            from attention_geometry.data.sources import input_fingerprint
+
+            try:
+                cfg = corpus_config_from_dict(self.corpora[corpus], where=f"config corpora.{corpus}")
+                self._inputs[corpus] = "\n".join(input_fingerprint(cfg))
+            except UserError as exc:  # the rule runs and prepare-corpus reports it
+                self._inputs[corpus] = f"unreadable: {exc}"
+        return self._inputs[corpus]
+
+    def run_dir(self, run: str) -> str:
+        return self.res("runs", run)
+
+    def train_done(self, run: str) -> str:
+        """The marker that training of `run` finished (the train rule's only declared output)."""
+        return self.res("runs", run, "train.done")
+
+    def final_snapshot(self, run: str) -> str:
+        return str(snapshot_dir(self.run_dir(run), self.runs[run].max_steps))
+
+    def run_wqk(self, run: str) -> str:
+        """Figure 1's matrix of a run's final snapshot (rule extract_run_wqk)."""
+        return self.res("figdata", "wqk", "runs", f"{run}.npz")
+
+    def pretrained_wqk(self, model: str) -> str:
+        """Figure 1's matrix of a pretrained model (rule extract_pretrained_wqk)."""
+        return self.res("figdata", "wqk", "pretrained", f"{model}.npz")
+
+    def pretrained_models_csv(self) -> str:
+        """{results}/tables/pretrained_models.csv: where each model's files came from."""
+        return csv_text(pretrained_rows(self.pretrained), PRETRAINED_COLUMNS)
+
+    # ---------------------------------------------------------------- runs the figures draw
+    def emergence_runs(self) -> dict[str, list[str]]:
+        """{objective: [run, ...]}: the baseline-init runs of the emergence group per objective, every seed,
+        sorted by seed (seeds are the unit of every claim; encoder and decoder of one seed share their
+        initial weights)."""
+        f = self.config["figures"]
+        out = {"encoder": [], "decoder": []}
+        for run in self.groups[f["emergence_group"]]:
+            if self.runs[run].init == f["baseline_init"]:
+                out[self.runs[run].objective].append(run)
+        for objective, runs in out.items():
+            if not runs:
+                raise ConfigError(f"config figures.emergence_group {f['emergence_group']!r} has no {objective} run "
+                                  f"with init {f['baseline_init']!r}")
+            runs.sort(key=lambda r: self.runs[r].seed)
+        return out
+
+    def ablation_runs(self) -> list[str]:
+        return list(self.groups[self.config["figures"]["ablation_group"]])
+
+    def null_source_run(self) -> str:
+        """The run whose shape (size, overrides, corpus) the random-init null table copies: the lowest-seed
+        baseline-init encoder run of the emergence group."""
+        return self.emergence_runs()["encoder"][0]
+
+    def fig1_model(self, role: str) -> str:
+        """The pretrained model key drawn as Figure 1's `role` (encoder | decoder)."""
+        key = self.config["figures"]["fig1_models"][role]
+        if key not in self.pretrained:
+            raise ConfigError(f"config figures.fig1_models.{role}: {key!r} is not a key of config pretrained")
+        return key
+
+    # ---------------------------------------------------------------- notebooks
+    def placeholders(self) -> dict[str, Callable[[], tuple[str, str | None]]]:
+        """Catalog placeholder -> () -> (path given to the notebook, file the rule depends on), evaluated
+        only where an entry uses it."""
+        def manifest():  # the committed record of the manifest (rule record_corpus), not the ignored corpus
+            return same(self.corpus_record(self.runs[self.emergence_runs()["encoder"][0]].dataset))
+
+        def same(path):
+            return path, path
+
+        return {
+            "results": lambda: (self.results, None),
+            "fig1_encoder_run": lambda: same(self.run_wqk(self.emergence_runs()["encoder"][0])),
+            "fig1_decoder_run": lambda: same(self.run_wqk(self.emergence_runs()["decoder"][0])),
+            "fig1_encoder_model": lambda: same(self.pretrained_wqk(self.fig1_model("encoder"))),
+            "fig1_decoder_model": lambda: same(self.pretrained_wqk(self.fig1_model("decoder"))),
+            "corpus_manifest": manifest,
+        }
+
+    def corpus_record(self, corpus: str) -> str:
+        """{results}/tables/corpus_{corpus}.csv: the facts of a prepared corpus the notebooks cite (rule
+        record_corpus), committed with the tables so that no notebook depends on the ignored corpus."""
+        return self.res("tables", f"corpus_{corpus}.csv")
+
+    def notebook_param(self, name: str, notebook: str):
+        f = self.config["figures"]
+        if name == "emergence_runs":
+            return self.emergence_runs()
+        if name == "ablation_runs":
+            return self.ablation_runs()
+        if name == "config_hash":
+            return self.config_hash
+        if name == "code_version":
+            return code_version(self.repo)
+        if name == "config_name":
+            return ", ".join(os.path.relpath(p, self.repo) for p in self.configfiles) or "config/config.yaml"
+        if name in f and name not in _NOT_NOTEBOOK_PARAMS:
+            return f[name]
+        raise ConfigError(f"notebooks/catalog.yaml {notebook}: unknown param {name!r} (no config figures.{name})")
+
+    def notebook_io(self, notebook: str) -> tuple[dict, dict[str, str], dict[str, str]]:
+        """(papermill parameters {inputs, outputs, params}, the rule's inputs {key: file}, the rule's outputs
+        {key: file}) of one catalog entry. A placeholder is replaced as a whole path prefix, so
+        `{results}/tables/x.csv` works too; an input that is exactly one placeholder depends on that
+        placeholder's file."""
+        entry = self.catalog[notebook]
+        known = self.placeholders()
+        used: dict[str, tuple[str, str | None]] = {}
+
+        def fill(template: str) -> str:
+            for key in re.findall(r"\{([^{}]*)\}", template):
+                if key not in known:
+                    raise ConfigError(f"notebooks/catalog.yaml {notebook}: unknown placeholder in {template!r}")
+                if key not in used:
+                    used[key] = known[key]()
+                template = template.replace(f"{{{key}}}", used[key][0])
+            if "{" in template or "}" in template:
+                raise ConfigError(f"notebooks/catalog.yaml {notebook}: unknown placeholder in {template!r}")
+            return template
+
+        inputs, deps = {}, {}
+        for key, template in entry.get("inputs", {}).items():
+            inputs[key] = fill(template)
+            whole = re.fullmatch(r"\{([^{}]*)\}", template.strip())
+            dep = used[whole.group(1)][1] if whole and whole.group(1) != "results" else inputs[key]
+            if dep is not None:
+                deps[key] = dep
+        outputs = {key: fill(t) for key, t in entry["outputs"].items()}
+        params = {name: self.notebook_param(name, notebook) for name in entry.get("params", [])}
+        params.update(entry.get("constants", {}))
+        return {"inputs": inputs, "outputs": outputs, "params": params}, deps, outputs
+
+    def notebook_targets(self) -> list[str]:
+        """Every notebook's outputs and the tables under {results}/tables that the notebooks read (a table a
+        rule makes for one figure is a result too): only committed files, so a fresh clone has every target
+        (the executed notebook is the rule's log; the report captions are committed under report/captions/)."""
+        targets = []
+        tables = self.res("tables") + os.sep
+        for nb in self.notebooks:
+            _, deps, outputs = self.notebook_io(nb)
+            targets += list(outputs.values())
+            targets += [d for d in deps.values() if d.startswith(tables)]
+        return list(dict.fromkeys(targets))
+
+
+def schema_error(config: Mapping, schema_path: str, limit: int = 300) -> str | None:
+    """The first way `config` fails config/schema.yaml as one line, `config KEY.PATH: message` (the message
+    cut to `limit` characters), or None when it passes. The Snakefile shows this instead of Snakemake's
+    validation error, which prints the whole schema and config after the message."""
+    import jsonschema
+
+    schema = read_yaml(schema_path, "config schema", ConfigError)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    error = jsonschema.exceptions.best_match(cls(schema).iter_errors(config))
+    if error is None:
+        return None
+    where = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in error.absolute_path).replace(".[", "[")
+    message = " ".join(error.message.split())
+    if len(message) > limit:
+        message = message[:limit] + " ..."
+    return f"config {where or '(top level)'}: {message}"
+
+
+# ------------------------------------------------------------------------------ report and committed facts
+def caption_rst(catalog: Mapping, entry: str) -> str:
+    """report/captions/{entry}.rst (committed; tests/test_report.py checks them against the catalog): the
+    entry's caption and the notebook and rule that make it."""
+    return (f"{' '.join(catalog[entry]['caption'].split())}\n\n"
+            f"Made by ``{notebook_file(catalog, entry)}`` (rule ``make_{entry}``).\n")
+
+
+def slurm_resources(section: Mapping) -> dict[str, str]:
+    """The SLURM resources a config section sets for its rules' jobs (`slurm_partition`, `slurm_account`),
+    only those given: an absent key leaves the profile's default-resources in force."""
+    return {k: str(section[k]) for k in ("slurm_partition", "slurm_account") if section.get(k)}
+
+
+def shell_prefix(repo: str) -> str:
+    """What rules/common.smk puts before every rule's shell command (`shell.prefix`): Snakemake's own bash
+    prefix (`set -euo pipefail`), then this checkout's src/ on PYTHONPATH, so `python -m attention_geometry`,
+    `python -m papermill` and `python -c` run the checkout's package with the `python` of the job's
+    environment (the venv of `make setup`, or the rule's env under `--sdm conda`). A conda env built from
+    envs/*.yaml does not contain the package (conda runs its pip section from a copy under .snakemake/conda/,
+    where no path to the checkout can be written), and Snakemake removes PYTHONPATH from a conda job's
+    environment; the prefix runs after the env's activation. Braces are doubled: Snakemake formats it."""
+    words = f"set -euo pipefail; export PYTHONPATH={shlex.quote(os.path.join(os.path.abspath(repo), 'src'))}; "
+    return words.replace("{", "{{").replace("}", "}}")
+
+
+def plan(config: Mapping, repo: str, configfiles: Sequence[str] = (),
+         find_package: Callable[[str, str], str] = package_dir) -> Plan:
+    """The workflow's plan for a validated config (see Plan); ConfigError on keys that disagree."""
+    return Plan(config, repo, configfiles, find_package)

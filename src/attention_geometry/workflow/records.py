@@ -1,0 +1,111 @@
+"""The config that made each committed result, recorded beside the results: never draw a table made with
+another config (docs/workflow.md, "Committed results and config changes").
+
+A committed result is a tidy table, the corpus record, a Figure 1 matrix or a notebook's outputs. Each has a
+*config record*, `{results}/config/KEY.yaml`: the YAML of the parts of the config that feed it, and only
+those (`records`), so that editing a notebook's constant does not touch the training tables' records:
+
+    pretrained_scores, pretrained_models   config `pretrained`
+    training_scores, training_loss         every run's RUN.yaml settings and its corpus config
+    update_scores                          the update runs' settings and corpora, config `updates`
+    null_scores                            the null's source run and corpus, figures.null_samples
+    symmetry_speedup                       the ablation runs, figures.baseline_init / ci_level / bootstrap_*
+    corpus_CORPUS                          the corpus config of the corpus the report cites
+    wqk_run_RUN, wqk_pretrained_MODEL      Figure 1's run settings and corpus / pretrained entry
+    make_NOTEBOOK                          the notebook's papermill parameters (not the code version nor the
+                                           whole-config hash, which are provenance)
+
+Rule record_config writes a record from the config alone. At parse time, `stale_error`
+compares every record with the current config: where results exist and their record differs, the workflow
+stops with one line naming them and the `rm` that makes the next run remake them (a fresh clone has no run
+folders, so Snakemake would otherwise draw the committed tables as they are). A missing record is written by
+the next run (a results folder from before records existed is taken as made with the current config).
+
+Torch-free: rules/common.smk calls it at parse time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING
+
+from attention_geometry.workflow.plan import yaml_text
+
+if TYPE_CHECKING:
+    from attention_geometry.workflow.plan import Plan
+
+__all__ = ["RECORD_DIR", "records", "record_path", "record_text", "stale_error"]
+
+RECORD_DIR = "config"
+# notebook parameters that are provenance, not inputs of the science (they change with every commit or with
+# any config key, e.g. a new schema default)
+_PROVENANCE_PARAMS = ("code_version", "config_hash")
+
+
+def _run_parts(plan: Plan, run: str) -> dict:
+    """What trains a run: its RUN.yaml settings and its corpus config (not the machine: device, threads)."""
+    r = plan.runs[run]
+    return {"corpus": plan.corpora[r.dataset], **r.run_config()}
+
+
+def records(plan: Plan) -> dict[str, tuple[list[str], dict]]:
+    """KEY -> (the committed result files it describes, the config parts that feed them), for this plan."""
+    cfg, f = plan.config, plan.config["figures"]
+    runs = {r: _run_parts(plan, r) for r in plan.runs}
+    table = plan.res("tables", "{}").format
+    out: dict[str, tuple[list[str], dict]] = {
+        "pretrained_scores": ([table("pretrained_scores.csv")], {"pretrained": cfg["pretrained"]}),
+        "pretrained_models": ([table("pretrained_models.csv")], {"pretrained": cfg["pretrained"]}),
+        "training_scores": ([table("training_scores.csv")], {"runs": runs}),
+        "training_loss": ([table("training_loss.csv")], {"runs": runs}),
+        "update_scores": ([table("update_scores.csv")],
+                          {"runs": {r: runs[r] for r in plan.update_runs}, "updates": cfg["updates"]}),
+        "null_scores": ([table("null_scores.csv")],
+                        {"run": runs[plan.null_source_run()], "null_samples": f.get("null_samples")}),
+        "symmetry_speedup": ([table("symmetry_speedup_runs.csv"), table("symmetry_speedup_correlations.csv")],
+                             {"ablation_runs": plan.ablation_runs(),
+                              **{k: f[k] for k in ("baseline_init", "ci_level", "bootstrap_resamples",
+                                                   "bootstrap_seed")}}),
+    }
+    corpus = plan.runs[plan.emergence_runs()["encoder"][0]].dataset
+    out[f"corpus_{corpus}"] = ([plan.corpus_record(corpus)], {"corpus": plan.corpora[corpus]})
+    for role in ("encoder", "decoder"):
+        run, model = plan.emergence_runs()[role][0], plan.fig1_model(role)
+        out[f"wqk_run_{run}"] = ([plan.run_wqk(run)], {"run": runs[run]})
+        out[f"wqk_pretrained_{model}"] = ([plan.pretrained_wqk(model)], {"pretrained": cfg["pretrained"][model]})
+    for nb in plan.notebooks:
+        parameters, _, outputs = plan.notebook_io(nb)
+        params = {k: v for k, v in parameters["params"].items() if k not in _PROVENANCE_PARAMS}
+        out[f"make_{nb}"] = (list(outputs.values()), {"notebook": {**parameters, "params": params}})
+    return out
+
+
+def record_path(plan: Plan, key: str) -> str:
+    return plan.res(RECORD_DIR, f"{key}.yaml")
+
+
+def record_text(parts: dict) -> str:
+    """The record's YAML (a JSON round trip first: no YAML anchors where runs share a corpus config)."""
+    return yaml_text(json.loads(json.dumps(parts)))
+
+
+def stale_error(plan: Plan, table: dict[str, tuple[list[str], dict]] | None = None) -> str | None:
+    """One line naming the committed results whose record differs from the current config, and how to remake
+    them; None when every existing result's record matches (or is missing: the next run writes it)."""
+    stale, remove = [], []
+    for key, (results, parts) in (table if table is not None else records(plan)).items():
+        present = [p for p in results if os.path.isfile(p)]
+        path = record_path(plan, key)
+        if not present or not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as fh:
+            if fh.read() == record_text(parts):
+                continue
+        stale += present
+        remove += [*present, path]
+    if not stale:
+        return None
+    return (f"config: {len(stale)} result(s) were made with another config than this one ({', '.join(stale)}; "
+            f"the config that made each is in {plan.res(RECORD_DIR)}/): to remake them from this config run "
+            f"`rm {' '.join(remove)}` and then the workflow again, or restore the config")
