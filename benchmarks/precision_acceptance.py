@@ -29,10 +29,33 @@ from attention_geometry.formats.files import atomic_write_table, read_yaml
 __all__ = ["seed_claims", "compare_claims", "main"]
 
 # claims computed from training runs (the pretrained rows g1/g2 do not depend on the training precision)
-TRAINING_CLAIMS = ("a", "b", "b1", "b2", "c1", "c2", "d1", "d2", "e", "f",
-                   "h_gradient_1", "h_gradient_2", "h_applied_1", "h_applied_2")
-COMPARE_COLUMNS = ["id", "ref_estimate", "ref_low", "ref_high", "ref_verdict", "estimate", "verdict", "inside",
-                   "same_verdict"]
+TRAINING_CLAIMS = (
+    "a",
+    "b",
+    "b1",
+    "b2",
+    "c1",
+    "c2",
+    "d1",
+    "d2",
+    "e",
+    "f",
+    "h_gradient_1",
+    "h_gradient_2",
+    "h_applied_1",
+    "h_applied_2",
+)
+COMPARE_COLUMNS = [
+    "id",
+    "ref_estimate",
+    "ref_low",
+    "ref_high",
+    "ref_verdict",
+    "estimate",
+    "verdict",
+    "inside",
+    "same_verdict",
+]
 
 
 def _read(path: str, required: bool = True) -> pd.DataFrame | None:
@@ -60,13 +83,22 @@ def seed_claims(results: str, seeds: Sequence[int], figures: dict | None = None)
     if training.empty:
         raise UserError(f"{results}: no training scores of seed(s) {sorted(keep)}")
     runs = training.drop_duplicates("run")
-    emergence = {o: sorted(runs.loc[(runs["objective"] == o) & (runs["init"] == "standard"), "run"])
-                 for o in ("encoder", "decoder")}
+    emergence = {
+        o: sorted(runs.loc[(runs["objective"] == o) & (runs["init"] == "standard"), "run"])
+        for o in ("encoder", "decoder")
+    }
     claims = reproduction_claims(
-        training=training, loss=loss, updates=updates, null=null, emergence_runs=emergence,
-        ablation_runs=sorted(runs["run"]), margins={**DEFAULT_MARGINS, **(f.get("margins") or {})},
-        horizon_snapshots=int(f.get("horizon_snapshots", 3)), baseline_init=f.get("baseline_init", "standard"),
-        level=float(f.get("ci_level", 0.95)))
+        training=training,
+        loss=loss,
+        updates=updates,
+        null=null,
+        emergence_runs=emergence,
+        ablation_runs=sorted(runs["run"]),
+        margins={**DEFAULT_MARGINS, **(f.get("margins") or {})},
+        horizon_snapshots=int(f.get("horizon_snapshots", 3)),
+        baseline_init=f.get("baseline_init", "standard"),
+        level=float(f.get("ci_level", 0.95)),
+    )
     return claims[claims["id"].isin(TRAINING_CLAIMS)].reset_index(drop=True)
 
 
@@ -81,10 +113,19 @@ def compare_claims(reference: pd.DataFrame, candidate: pd.DataFrame) -> tuple[pd
         c = cand.loc[r.id] if r.id in cand.index else None
         est = float(c["estimate"]) if c is not None else math.nan
         finite = all(math.isfinite(v) for v in (r.low, r.high, est))
-        rows.append({"id": r.id, "ref_estimate": r.estimate, "ref_low": r.low, "ref_high": r.high,
-                     "ref_verdict": r.verdict, "estimate": est, "verdict": c["verdict"] if c is not None else "missing",
-                     "inside": bool(finite and r.low <= est <= r.high),
-                     "same_verdict": bool(c is not None and c["verdict"] == r.verdict)})
+        rows.append(
+            {
+                "id": r.id,
+                "ref_estimate": r.estimate,
+                "ref_low": r.low,
+                "ref_high": r.high,
+                "ref_verdict": r.verdict,
+                "estimate": est,
+                "verdict": c["verdict"] if c is not None else "missing",
+                "inside": bool(finite and r.low <= est <= r.high),
+                "same_verdict": bool(c is not None and c["verdict"] == r.verdict),
+            }
+        )
     table = pd.DataFrame(rows, columns=COMPARE_COLUMNS)
     return table, bool(len(table)) and bool(table["inside"].all() and table["same_verdict"].all())
 
@@ -99,8 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         figures = (read_yaml(args.config, "config") or {}).get("figures", {})
-        table, accepted = compare_claims(seed_claims(args.reference, args.seeds, figures),
-                                         seed_claims(args.candidate, args.seeds, figures))
+        table, accepted = compare_claims(
+            seed_claims(args.reference, args.seeds, figures), seed_claims(args.candidate, args.seeds, figures)
+        )
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

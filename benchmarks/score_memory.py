@@ -41,9 +41,17 @@ def write_checkpoint(out: Path, a: argparse.Namespace) -> int:
     torch.manual_seed(0)
     torch.set_num_threads(a.threads)
     d, dh = a.width, a.width // a.heads
-    cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=d, intermediate_size=a.intermediate,
-                      num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
-                      head_dim=dh, tie_word_embeddings=False, dtype="bfloat16")
+    cfg = LlamaConfig(
+        vocab_size=a.vocab,
+        hidden_size=d,
+        intermediate_size=a.intermediate,
+        num_hidden_layers=a.layers,
+        num_attention_heads=a.heads,
+        num_key_value_heads=a.kv_heads,
+        head_dim=dh,
+        tie_word_embeddings=False,
+        dtype="bfloat16",
+    )
     cfg.save_pretrained(out)
 
     def rand(*shape):
@@ -68,7 +76,9 @@ def write_checkpoint(out: Path, a: argparse.Namespace) -> int:
     shards = [[lambda: {"model.embed_tokens.weight": rand(a.vocab, d)}]]
     for s in range(0, a.layers, a.layers_per_shard):
         shards.append([lambda i=i: layer(i) for i in range(s, min(a.layers, s + a.layers_per_shard))])
-    shards.append([lambda: {"model.norm.weight": torch.ones(d, dtype=torch.bfloat16), "lm_head.weight": rand(a.vocab, d)}])
+    shards.append(
+        [lambda: {"model.norm.weight": torch.ones(d, dtype=torch.bfloat16), "lm_head.weight": rand(a.vocab, d)}]
+    )
     weight_map, n_params, total_bytes = {}, 0, 0
     for j, shard in enumerate(shards):
         name = f"model-{j + 1:05d}-of-{len(shards):05d}.safetensors"
@@ -79,8 +89,9 @@ def write_checkpoint(out: Path, a: argparse.Namespace) -> int:
             n_params += v.numel()
             total_bytes += v.numel() * v.element_size()
         del tensors
-    (out / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {"total_size": total_bytes}, "weight_map": weight_map}, indent=1))
+    (out / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total_bytes}, "weight_map": weight_map}, indent=1)
+    )
     return n_params
 
 
@@ -108,8 +119,13 @@ def child(mode: str, folder: str, result: str, threads: int) -> None:
     df = score_model(src, progress=False, name="bench")
     t2 = time.perf_counter()
     df.to_csv(result + ".csv", index=False)
-    info = {"imports_s": t1 - t0, "score_s": t2 - t1, "load_s": t_load, "rss_after_imports_kib": rss_imports,
-            "rss_after_load_kib": rss_loaded}
+    info = {
+        "imports_s": t1 - t0,
+        "score_s": t2 - t1,
+        "load_s": t_load,
+        "rss_after_imports_kib": rss_imports,
+        "rss_after_load_kib": rss_loaded,
+    }
     Path(result).write_text(json.dumps(info))
 
 
@@ -124,17 +140,23 @@ def run_child(mode: str, folder: Path, threads: int, tmp: Path) -> dict:
     result = tmp / f"{mode}.json"
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, __file__, "--child", mode, str(folder), str(result),
-                             "--threads", str(threads)], env=env)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--child", mode, str(folder), str(result), "--threads", str(threads)], env=env
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         sys.exit(f"error: the {mode} child failed with exit status {proc.returncode}")
     info = json.loads(result.read_text())
-    info.update(mode=mode, wall_s=wall, peak_rss_mib=usage.ru_maxrss / 1024,
-                rss_after_imports_mib=info.pop("rss_after_imports_kib") / 1024,
-                rss_after_load_mib=info.pop("rss_after_load_kib") / 1024, table=str(result) + ".csv")
+    info.update(
+        mode=mode,
+        wall_s=wall,
+        peak_rss_mib=usage.ru_maxrss / 1024,
+        rss_after_imports_mib=info.pop("rss_after_imports_kib") / 1024,
+        rss_after_load_mib=info.pop("rss_after_load_kib") / 1024,
+        table=str(result) + ".csv",
+    )
     return info
 
 
@@ -167,29 +189,47 @@ def main() -> None:
         ckpt = tmp / "llama"
         ckpt.mkdir()
         t0 = time.perf_counter()
-        argv = [f"--{k.replace('_', '-')}={getattr(a, k)}" for k in
-                ("layers", "width", "heads", "kv_heads", "intermediate", "vocab", "layers_per_shard", "threads")]
-        out = subprocess.run([sys.executable, __file__, "--write", str(ckpt)] + argv, check=True,
-                             capture_output=True, text=True).stdout
+        argv = [
+            f"--{k.replace('_', '-')}={getattr(a, k)}"
+            for k in ("layers", "width", "heads", "kv_heads", "intermediate", "vocab", "layers_per_shard", "threads")
+        ]
+        out = subprocess.run(
+            [sys.executable, __file__, "--write", str(ckpt)] + argv, check=True, capture_output=True, text=True
+        ).stdout
         n_params = int(out.strip().splitlines()[-1])
         size = sum(f.stat().st_size for f in ckpt.glob("*.safetensors"))
-        print(f"checkpoint: {n_params / 1e9:.3f} B parameters, {size / 2**30:.2f} GiB bf16 in "
-              f"{len(list(ckpt.glob('*.safetensors')))} shards ({a.layers} layers, width {a.width}, "
-              f"{a.heads} heads, {a.kv_heads} KV heads), written in {time.perf_counter() - t0:.1f} s", flush=True)
+        print(
+            f"checkpoint: {n_params / 1e9:.3f} B parameters, {size / 2**30:.2f} GiB bf16 in "
+            f"{len(list(ckpt.glob('*.safetensors')))} shards ({a.layers} layers, width {a.width}, "
+            f"{a.heads} heads, {a.kv_heads} KV heads), written in {time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
         res = {m: run_child(m, ckpt, a.threads, tmp) for m in ("streaming", "full")}
         s, f = res["streaming"], res["full"]
         ta, tb = read_csv(s["table"]), read_csv(f["table"])
-        same = [{k: v for k, v in r.items() if k != "n_params"} for r in ta] == \
-               [{k: v for k, v in r.items() if k != "n_params"} for r in tb]
-        print("peak RSS after: imports = torch + attention_geometry (+ the transformers auto class); load = "
-              "config + safetensors headers (streaming) or from_pretrained (full); peak = the whole run")
-        print(f"{'path':<10} {'wall s':>7} {'load s':>7} {'load+score s':>13} {'imports MiB':>12} {'load MiB':>9} {'peak MiB':>9}")
+        same = [{k: v for k, v in r.items() if k != "n_params"} for r in ta] == [
+            {k: v for k, v in r.items() if k != "n_params"} for r in tb
+        ]
+        print(
+            "peak RSS after: imports = torch + attention_geometry (+ the transformers auto class); load = "
+            "config + safetensors headers (streaming) or from_pretrained (full); peak = the whole run"
+        )
+        print(
+            f"{'path':<10} {'wall s':>7} {'load s':>7} {'load+score s':>13} {'imports MiB':>12} "
+            f"{'load MiB':>9} {'peak MiB':>9}"
+        )
         for r in (s, f):
-            print(f"{r['mode']:<10} {r['wall_s']:7.1f} {r['load_s']:7.1f} {r['score_s']:13.1f} "
-                  f"{r['rss_after_imports_mib']:12.0f} {r['rss_after_load_mib']:9.0f} {r['peak_rss_mib']:9.0f}")
-        print(f"ratios streaming / full: peak RSS {s['peak_rss_mib'] / f['peak_rss_mib']:.2f}x, "
-              f"wall time {s['wall_s'] / f['wall_s']:.2f}x")
-        print(f"scores identical on both paths: {same}; n_params streaming {ta[0]['n_params']}, full {tb[0]['n_params']}")
+            print(
+                f"{r['mode']:<10} {r['wall_s']:7.1f} {r['load_s']:7.1f} {r['score_s']:13.1f} "
+                f"{r['rss_after_imports_mib']:12.0f} {r['rss_after_load_mib']:9.0f} {r['peak_rss_mib']:9.0f}"
+            )
+        print(
+            f"ratios streaming / full: peak RSS {s['peak_rss_mib'] / f['peak_rss_mib']:.2f}x, "
+            f"wall time {s['wall_s'] / f['wall_s']:.2f}x"
+        )
+        print(
+            f"scores identical on both paths: {same}; n_params streaming {ta[0]['n_params']}, full {tb[0]['n_params']}"
+        )
         if not same:
             sys.exit("error: the streaming and full-load scores differ")
 

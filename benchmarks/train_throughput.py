@@ -53,10 +53,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attention_geometry.training.models import build_model
 from attention_geometry.training.hyper import resolve_hyper
-from attention_geometry.training.run_config import run_config_from_dict
 from attention_geometry.training.loop import train
+from attention_geometry.training.models import build_model
+from attention_geometry.training.run_config import run_config_from_dict
 
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "V100": 125.0}
 
@@ -68,9 +68,17 @@ def write_random_corpus(d: Path, vocab: int, block_len: int, n_train: int = 4096
         a = rng.integers(5, vocab, size=(n, block_len)).astype(np.int32)
         a[:, 0], a[:, -1] = 2, 3
         np.save(d / f"{name}.npy", a)
-    (d / "manifest.json").write_text(json.dumps({
-        "dataset": "random", "name": "random", "block_len": block_len, "vocab_size": vocab,
-        "special_tokens": {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}}))
+    (d / "manifest.json").write_text(
+        json.dumps(
+            {
+                "dataset": "random",
+                "name": "random",
+                "block_len": block_len,
+                "vocab_size": vocab,
+                "special_tokens": {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4},
+            }
+        )
+    )
     return d
 
 
@@ -100,8 +108,13 @@ def cpu_shape(config_path: Path, group: str):
             overrides[objective] = o
         return size, overrides, vocab, seq, f"{config_path} group {group}"
     except Exception as exc:  # noqa: BLE001 - any missing piece: the documented fallback
-        return ("tiny", {"encoder": {}, "decoder": {}}, 2048, 64,
-                f"tiny defaults ({config_path} has no usable group {group!r}: {exc!r})")
+        return (
+            "tiny",
+            {"encoder": {}, "decoder": {}},
+            2048,
+            64,
+            f"tiny defaults ({config_path} has no usable group {group!r}: {exc!r})",
+        )
 
 
 def _autocast(precision: str):
@@ -110,8 +123,9 @@ def _autocast(precision: str):
     return contextlib.nullcontext()
 
 
-def stock_loop(objective: str, h, steps: int, warmup: int, device: str = "cpu", precision: str = "fp32",
-               size: str = "tiny") -> float:
+def stock_loop(
+    objective: str, h, steps: int, warmup: int, device: str = "cpu", precision: str = "fp32", size: str = "tiny"
+) -> float:
     """Seconds per step of a plain loop over the unmodified model."""
     model = build_model(size, objective, "standard", 0, _hyper=h).to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=h.lr, betas=tuple(h.betas), weight_decay=h.weight_decay)
@@ -139,14 +153,33 @@ def stock_loop(objective: str, h, steps: int, warmup: int, device: str = "cpu", 
     return float(np.median(times))
 
 
-def ours(objective: str, corpus: Path, steps: int, threads: int, compile_: bool, tmp: Path, size: str = "tiny",
-         overrides: dict | None = None, precision: str = "fp32") -> tuple[float, float]:
+def ours(
+    objective: str,
+    corpus: Path,
+    steps: int,
+    threads: int,
+    compile_: bool,
+    tmp: Path,
+    size: str = "tiny",
+    overrides: dict | None = None,
+    precision: str = "fp32",
+) -> tuple[float, float]:
     """(seconds per step in the loop, total seconds incl. start-up) of train() on the random corpus."""
-    cfg = run_config_from_dict({
-        "corpus": str(corpus), "size": size, "objective": objective, "init": "standard", "seed": 0,
-        "max_steps": steps, "snapshot_steps": [], "eval_steps": [], "eval_blocks": 0, "state_every": None,
-        "overrides": {**(overrides or {}), "compile": compile_, "warmup_steps": 10, "precision": precision},
-    })
+    cfg = run_config_from_dict(
+        {
+            "corpus": str(corpus),
+            "size": size,
+            "objective": objective,
+            "init": "standard",
+            "seed": 0,
+            "max_steps": steps,
+            "snapshot_steps": [],
+            "eval_steps": [],
+            "eval_blocks": 0,
+            "state_every": None,
+            "overrides": {**(overrides or {}), "compile": compile_, "warmup_steps": 10, "precision": precision},
+        }
+    )
     out = tmp / f"{objective}-{int(compile_)}-{precision}"
     s = train(cfg, out, threads=threads, device="cpu", progress=False)
     return s["s_per_step"], s["seconds"]
@@ -180,28 +213,39 @@ class MatMul:
 
 def _linear(name: str, count: int, rows: int, d_in: int, d_out: int) -> list[MatMul]:
     """nn.Linear(d_in, d_out) on `rows` rows: y = x W^T, dx = dY W, dW = dY^T x."""
-    return [MatMul(f"{name} fwd", count, 1, rows, d_in, d_out, tb=True),
-            MatMul(f"{name} dX", count, 1, rows, d_out, d_in),
-            MatMul(f"{name} dW", count, 1, d_out, rows, d_in, ta=True)]
+    return [
+        MatMul(f"{name} fwd", count, 1, rows, d_in, d_out, tb=True),
+        MatMul(f"{name} dX", count, 1, rows, d_out, d_in),
+        MatMul(f"{name} dW", count, 1, d_out, rows, d_in, ta=True),
+    ]
 
 
 def step_matmuls(h, objective: str, n_pred: int) -> list[MatMul]:
     """Every matmul of one training step of lm_loss (forward and backward) at batch h.batch_size x h.seq_len,
     with n_pred positions through the output head."""
-    B, L, D, H, I, V, NL = (h.batch_size, h.seq_len, h.hidden_size, h.num_heads, h.intermediate_size,
-                            h.vocab_size, h.num_layers)
+    B, L, D, H, I, V, NL = (
+        h.batch_size,
+        h.seq_len,
+        h.hidden_size,
+        h.num_heads,
+        h.intermediate_size,
+        h.vocab_size,
+        h.num_layers,
+    )
     T, dh = B * L, D // H
     mm = []
     mm += _linear("q,k,v,attn-out", 4 * NL, T, D, D)
     mm += _linear("ffn in", NL, T, D, I)
     mm += _linear("ffn out", NL, T, I, D)
     # attention per (batch, head): S = Q K^T, O = P V; backward dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q
-    mm += [MatMul("attn QK^T fwd", NL, B * H, L, dh, L, tb=True),
-           MatMul("attn PV fwd", NL, B * H, L, L, dh),
-           MatMul("attn dV=P^T dO", NL, B * H, L, L, dh, ta=True),
-           MatMul("attn dP=dO V^T", NL, B * H, L, dh, L, tb=True),
-           MatMul("attn dQ=dS K", NL, B * H, L, L, dh),
-           MatMul("attn dK=dS^T Q", NL, B * H, L, L, dh, ta=True)]
+    mm += [
+        MatMul("attn QK^T fwd", NL, B * H, L, dh, L, tb=True),
+        MatMul("attn PV fwd", NL, B * H, L, L, dh),
+        MatMul("attn dV=P^T dO", NL, B * H, L, L, dh, ta=True),
+        MatMul("attn dP=dO V^T", NL, B * H, L, dh, L, tb=True),
+        MatMul("attn dQ=dS K", NL, B * H, L, L, dh),
+        MatMul("attn dK=dS^T Q", NL, B * H, L, L, dh, ta=True),
+    ]
     mm += _linear("head transform", 1, n_pred, D, D)
     mm += _linear("head vocab", 1, n_pred, D, V)
     return mm
@@ -249,8 +293,8 @@ def counted_flops(h, objective: str, precision: str, size: str = "tiny") -> dict
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    from attention_geometry.training.models import lm_loss
     from attention_geometry.training.batches import mask_tokens
+    from attention_geometry.training.models import lm_loss
 
     special = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
     model = build_model(size, objective, "standard", 0, special_tokens=special, _hyper=h).train()
@@ -290,29 +334,38 @@ def mfu_report(hypers: dict, size: str, s_per_step: dict, precision: str, thread
         total = sum(m.flops for m in mms)
         t_mm = sum(m.flops / rates[m.shape_key] for m in mms)
         denom = total / t_mm
-        print(f"\n{objective}: the step's matmuls ({precision}, {threads} thread(s); {n_pred} positions "
-              "through the output head)")
-        print(f"  {'product':<22}{'count':>6}{'batch':>6}  {'[m x k] @ [k x n]':<22}{'MFLOP':>9}"
-              f"{'GFLOP/s':>9}{'time%':>7}")
+        print(
+            f"\n{objective}: the step's matmuls ({precision}, {threads} thread(s); {n_pred} positions "
+            "through the output head)"
+        )
+        print(
+            f"  {'product':<22}{'count':>6}{'batch':>6}  {'[m x k] @ [k x n]':<22}{'MFLOP':>9}"
+            f"{'GFLOP/s':>9}{'time%':>7}"
+        )
         for m in mms:
             lay = f"[{m.m}x{m.k}]{'^T' if m.ta else ''}@[{m.k}x{m.n}]{'^T' if m.tb else ''}"
             share = m.flops / rates[m.shape_key] / t_mm
-            print(f"  {m.name:<22}{m.count:>6}{m.batch:>6}  {lay:<22}{m.flops / 1e6:9.1f}"
-                  f"{rates[m.shape_key] / 1e9:9.1f}{share:7.1%}")
+            print(
+                f"  {m.name:<22}{m.count:>6}{m.batch:>6}  {lay:<22}{m.flops / 1e6:9.1f}"
+                f"{rates[m.shape_key] / 1e9:9.1f}{share:7.1%}"
+            )
         print(f"  {'total':<36}{'':<22}{total / 1e6:9.1f}{denom / 1e9:9.1f}  (FLOP-weighted rate = denominator)")
         c = counted_flops(h, objective, precision, size)
-        print(f"  FLOP check on one real step ({c['n_pred']} predicted positions): this count "
-              f"{c['ours'] / 1e9:.4f} GFLOP; FlopCounterMode {c['flop_counter_math_sdpa'] / 1e9:.4f} GFLOP "
-              f"(math SDPA), {c['flop_counter_default'] / 1e9:.4f} GFLOP (default SDPA: CPU flash attention "
-              "not counted)")
+        print(
+            f"  FLOP check on one real step ({c['n_pred']} predicted positions): this count "
+            f"{c['ours'] / 1e9:.4f} GFLOP; FlopCounterMode {c['flop_counter_math_sdpa'] / 1e9:.4f} GFLOP "
+            f"(math SDPA), {c['flop_counter_default'] / 1e9:.4f} GFLOP (default SDPA: CPU flash attention "
+            "not counted)"
+        )
         rows.append((objective, total, s_per_step[objective], denom))
-    print(f"\nCPU MFU ({precision}, {threads} thread(s)): model FLOPs per step / s per step of `ours` / "
-          "denominator")
+    print(f"\nCPU MFU ({precision}, {threads} thread(s)): model FLOPs per step / s per step of `ours` / denominator")
     print(f"{'objective':<10}{'GFLOP/step':>11}{'s/step':>9}{'GFLOP/s':>9}{'denominator':>13}{'MFU':>7}")
     for objective, total, per, denom in rows:
         achieved = total / per
-        print(f"{objective:<10}{total / 1e9:11.3f}{per:9.4f}{achieved / 1e9:9.1f}{denom / 1e9:13.1f}"
-              f"{achieved / denom:7.1%}")
+        print(
+            f"{objective:<10}{total / 1e9:11.3f}{per:9.4f}{achieved / 1e9:9.1f}{denom / 1e9:13.1f}"
+            f"{achieved / denom:7.1%}"
+        )
 
 
 def cpu_main(args) -> None:
@@ -325,10 +378,13 @@ def cpu_main(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         corpus = write_random_corpus(tmp / "corpus", vocab, seq)
-        print(f"{size} ({h.num_layers} layers x {h.hidden_size}, {h.num_heads} heads, vocab {vocab}, seq {seq}, "
-              f"batch {h.batch_size}; overrides {per_objective}; from {where}), {args.precision}, {args.threads} thread(s), {args.steps} "
-              f"steps; tokens/s = batch x seq / s_per_step; load average at start "
-              f"{os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
+        print(
+            f"{size} ({h.num_layers} layers x {h.hidden_size}, {h.num_heads} heads, vocab {vocab}, seq {seq}, "
+            f"batch {h.batch_size}; overrides {per_objective}; from {where}), {args.precision}, "
+            f"{args.threads} thread(s), {args.steps} "
+            f"steps; tokens/s = batch x seq / s_per_step; load average at start "
+            f"{os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)"
+        )
         print(f"{'objective':<10}{'variant':<16}{'s/step':>9}{'tokens/s':>11}{'vs stock':>10}")
         for objective in ("encoder", "decoder"):
             h, overrides = hypers[objective], per_objective[objective]
@@ -338,10 +394,13 @@ def cpu_main(args) -> None:
             per_step[objective] = per
             print(f"{objective:<10}{'ours':<16}{per:9.4f}{tokens / per:11.0f}{base / per:10.2f}")
             if args.compile:
-                per_c, total = ours(objective, corpus, args.steps, args.threads, True, tmp, size, overrides,
-                                    args.precision)
-                print(f"{objective:<10}{'ours+compile':<16}{per_c:9.4f}{tokens / per_c:11.0f}{base / per_c:10.2f}"
-                      f"   (whole run {total:.1f} s incl. compile)")
+                per_c, total = ours(
+                    objective, corpus, args.steps, args.threads, True, tmp, size, overrides, args.precision
+                )
+                print(
+                    f"{objective:<10}{'ours+compile':<16}{per_c:9.4f}{tokens / per_c:11.0f}{base / per_c:10.2f}"
+                    f"   (whole run {total:.1f} s incl. compile)"
+                )
             sys.stdout.flush()
     mfu_report(hypers, size, per_step, args.precision, args.threads)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
@@ -362,7 +421,9 @@ def gpu_step_flops(h, n_body: int, n_pred: int) -> int:
     12 * layers * hidden * seq * tokens, output layer 6 * hidden * vocab * predicted positions."""
     L = h.seq_len
     tokens = h.batch_size * L
-    return 6 * n_body * tokens + 12 * h.num_layers * h.hidden_size * L * tokens + 6 * h.hidden_size * h.vocab_size * n_pred
+    return (
+        6 * n_body * tokens + 12 * h.num_layers * h.hidden_size * L * tokens + 6 * h.hidden_size * h.vocab_size * n_pred
+    )
 
 
 def runs_main(args) -> None:
@@ -380,8 +441,9 @@ def runs_main(args) -> None:
     for run_dir in map(Path, args.runs):
         run = yaml.safe_load((run_dir / "run.yaml").read_text())
         h = Hyper(**run["hyper"])
-        done = re.findall(r"done: (\d+) steps in ([\d.]+) s \(([\d.]+) s/step in the loop\)",
-                          (run_dir / "train.log").read_text())
+        done = re.findall(
+            r"done: (\d+) steps in ([\d.]+) s \(([\d.]+) s/step in the loop\)", (run_dir / "train.log").read_text()
+        )
         if not done:
             sys.exit(f"error: {run_dir / 'train.log'}: no `done:` line (the run did not finish here)")
         steps, per = int(done[-1][0]), float(done[-1][2])
@@ -389,9 +451,11 @@ def runs_main(args) -> None:
         flops = gpu_step_flops(h, body_params(model), expected_predicted(h, run["objective"]))
         mfu = flops / per / (peak * 1e12) if peak else float("nan")
         world = run.get("runtime", {}).get("world_size", 1)
-        print(f"{run['run']}: {steps} steps, {h.precision}, {world} process(es), batch {h.batch_size} x seq "
-              f"{h.seq_len}: {per * 1000:.2f} ms/step, {h.batch_size * h.seq_len / per:,.0f} tokens/s, "
-              f"{flops / per / 1e12:.2f} TFLOP/s, MFU {mfu:.2%} of the bf16 peak")
+        print(
+            f"{run['run']}: {steps} steps, {h.precision}, {world} process(es), batch {h.batch_size} x seq "
+            f"{h.seq_len}: {per * 1000:.2f} ms/step, {h.batch_size * h.seq_len / per:,.0f} tokens/s, "
+            f"{flops / per / 1e12:.2f} TFLOP/s, MFU {mfu:.2%} of the bf16 peak"
+        )
 
 
 def cuda_main(args) -> None:
@@ -406,8 +470,11 @@ def cuda_main(args) -> None:
     for objective in ("encoder", "decoder"):
         model = build_model(args.size, objective, "standard", 0, _hyper=h).to(dev).train()
         opt = torch.optim.AdamW(model.parameters(), lr=h.lr, betas=tuple(h.betas), fused=True)
-        fwd = (torch.compile(lambda x, y: lm_loss(model, x, y, objective)) if args.compile
-               else (lambda x, y: lm_loss(model, x, y, objective)))
+
+        def loss_of(x, y, model=model, objective=objective):
+            return lm_loss(model, x, y, objective)
+
+        fwd = torch.compile(loss_of) if args.compile else loss_of
         n_body = body_params(model)
         g = torch.Generator(device=dev).manual_seed(0)
         times = []
@@ -434,8 +501,10 @@ def cuda_main(args) -> None:
         tokens = B * L
         flops = gpu_step_flops(h, n_body, n_pred)
         mfu = flops / per / (peak * 1e12) if peak else float("nan")
-        print(f"{objective:<8} {per:.4f} s/step  {tokens / per:,.0f} tokens/s  {flops / per / 1e12:.1f} TFLOP/s  "
-              f"MFU {mfu:.1%}")
+        print(
+            f"{objective:<8} {per:.4f} s/step  {tokens / per:,.0f} tokens/s  {flops / per / 1e12:.1f} TFLOP/s  "
+            f"MFU {mfu:.1%}"
+        )
         del model, opt
         torch.cuda.empty_cache()
 
@@ -447,15 +516,26 @@ def main(argv=None) -> None:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--compile", action="store_true", help="also measure torch.compile")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                   help="CPU only: training precision (bf16 = CPU bf16 autocast) and the denominator's dtype")
-    p.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "config" / "config.yaml"),
-                   help="CPU only: workflow config whose training group gives the model shape")
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="CPU only: training precision (bf16 = CPU bf16 autocast) and the denominator's dtype",
+    )
+    p.add_argument(
+        "--config",
+        default=str(Path(__file__).resolve().parents[1] / "config" / "config.yaml"),
+        help="CPU only: workflow config whose training group gives the model shape",
+    )
     p.add_argument("--group", default="main", help="CPU only: the training group of --config (default main)")
     p.add_argument("--size", default="bert-base", help="CUDA only: the size to measure")
     p.add_argument("--peak-tflops", type=float, default=None, help="CUDA only: the device's bf16 peak")
-    p.add_argument("--runs", nargs="+", metavar="RUN_DIR",
-                   help="report tokens/s and MFU of these finished runs instead of measuring (gpu_check.sh)")
+    p.add_argument(
+        "--runs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="report tokens/s and MFU of these finished runs instead of measuring (gpu_check.sh)",
+    )
     args = p.parse_args(argv)
     if args.runs:
         runs_main(args)

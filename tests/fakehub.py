@@ -15,10 +15,10 @@ import json
 import re
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import unquote, urlsplit
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -70,7 +70,7 @@ def _handler(hub: FakeHub):
         def _repo_path(self, path: str) -> tuple[str, str] | None:
             for repo in hub.repos:
                 if path.startswith(repo + "/"):
-                    return repo, path[len(repo) + 1:]
+                    return repo, path[len(repo) + 1 :]
             return None
 
         def do_HEAD(self):
@@ -84,17 +84,33 @@ def _handler(hub: FakeHub):
             with hub.lock:
                 hub.requests.append((self.command, path, self.headers.get("Range")))
             if path.startswith("api/models/"):
-                found = self._repo_path(path[len("api/models/"):])
+                found = self._repo_path(path[len("api/models/") :])
                 if not found:
                     return self._missing()
                 repo, rest = found
                 names = [p.relative_to(hub.repos[repo]).as_posix() for p in hub.files(repo)]
                 if rest.startswith("revision/"):
-                    return self._json({"id": repo, "modelId": repo, "sha": COMMIT, "private": False,
-                                       "siblings": [{"rfilename": n} for n in names]})
+                    return self._json(
+                        {
+                            "id": repo,
+                            "modelId": repo,
+                            "sha": COMMIT,
+                            "private": False,
+                            "siblings": [{"rfilename": n} for n in names],
+                        }
+                    )
                 if rest.startswith("tree/"):
-                    return self._json([{"type": "file", "path": n, "size": (hub.repos[repo] / n).stat().st_size,
-                                        "oid": hashlib.sha1(n.encode()).hexdigest()} for n in names])
+                    return self._json(
+                        [
+                            {
+                                "type": "file",
+                                "path": n,
+                                "size": (hub.repos[repo] / n).stat().st_size,
+                                "oid": hashlib.sha1(n.encode()).hexdigest(),
+                            }
+                            for n in names
+                        ]
+                    )
                 return self._missing()
             found = self._repo_path(path)
             m = re.fullmatch(r"resolve/([^/]+)/(.+)", found[1]) if found else None
@@ -139,11 +155,14 @@ def _handler(hub: FakeHub):
                     f.seek(start)
                     left = end - start + 1
                     with hub.lock:
-                        cut = hub.drop_after if file.suffix == ".safetensors" and (hub.drop_after or left) < left else None
+                        cut = (
+                            hub.drop_after
+                            if file.suffix == ".safetensors" and (hub.drop_after or left) < left
+                            else None
+                        )
                         if cut is not None:
                             hub.drop_after = None
                     if cut is not None:  # send part of the body, then hang up
-
                         left = cut
                         self.close_connection = True
                     while left > 0:
@@ -187,23 +206,39 @@ def tiny_llama(d: Path) -> Path:
     from safetensors.torch import save_file
     from transformers import LlamaConfig
 
-    cfg = LlamaConfig(vocab_size=2000, hidden_size=64, intermediate_size=256, num_hidden_layers=3,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=2000,
+        hidden_size=64,
+        intermediate_size=256,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=False,
+    )
     cfg.save_pretrained(d)
     g = torch.Generator().manual_seed(0)
     sd = {"model.embed_tokens.weight": (2000, 64), "lm_head.weight": (2000, 64), "model.norm.weight": (64,)}
     for i in range(3):
         p = f"model.layers.{i}."
-        sd.update({p + "self_attn.q_proj.weight": (64, 64), p + "self_attn.k_proj.weight": (32, 64),
-                   p + "self_attn.v_proj.weight": (32, 64), p + "self_attn.o_proj.weight": (64, 64),
-                   p + "mlp.up_proj.weight": (256, 64), p + "mlp.down_proj.weight": (64, 256)})
+        sd.update(
+            {
+                p + "self_attn.q_proj.weight": (64, 64),
+                p + "self_attn.k_proj.weight": (32, 64),
+                p + "self_attn.v_proj.weight": (32, 64),
+                p + "self_attn.o_proj.weight": (64, 64),
+                p + "mlp.up_proj.weight": (256, 64),
+                p + "mlp.down_proj.weight": (64, 256),
+            }
+        )
     sd = {k: torch.randn(*s, generator=g).to(torch.bfloat16) for k, s in sd.items()}
     keys = sorted(sd)
     shards = {"model-00001-of-00002.safetensors": keys[::2], "model-00002-of-00002.safetensors": keys[1::2]}
     for f, ks in shards.items():
         save_file({k: sd[k] for k in ks}, d / f)
     (d / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {}, "weight_map": {k: f for f, ks in shards.items() for k in ks}}))
+        json.dumps({"metadata": {}, "weight_map": {k: f for f, ks in shards.items() for k in ks}})
+    )
     return d
 
 

@@ -12,8 +12,8 @@ squares over all (batch, i, j) against a reference key per row and requires a re
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Sequence
 
 import torch
 

@@ -11,11 +11,9 @@ import pytest
 from scipy import stats
 
 from attention_geometry.analysis import summaries as A
-from attention_geometry.analysis.stats import first_reaching_step
-from attention_geometry.analysis.stats import t_interval
-from attention_geometry.analysis.stats import welch_interval
-from attention_geometry.workflow.provenance import package_versions
+from attention_geometry.analysis.stats import first_reaching_step, t_interval, welch_interval
 from attention_geometry.errors import UserError
+from attention_geometry.workflow.provenance import package_versions
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "resources" / "paper"
@@ -51,11 +49,35 @@ def _loss_table(curves: dict[tuple[str, str, int], list[tuple[int, float]]]) -> 
     for (objective, init, seed), pts in curves.items():
         run = f"tiny-wiki-{objective}-{init}-s{seed}"
         for step, ev in pts:
-            rows.append(dict(run=run, size="tiny", dataset="wiki", objective=objective, init=init, seed=seed,
-                             step=step, train_loss=ev + 0.1, eval_loss=ev, learning_rate=1e-3))
+            rows.append(
+                dict(
+                    run=run,
+                    size="tiny",
+                    dataset="wiki",
+                    objective=objective,
+                    init=init,
+                    seed=seed,
+                    step=step,
+                    train_loss=ev + 0.1,
+                    eval_loss=ev,
+                    learning_rate=1e-3,
+                )
+            )
             # a train-only row in between (eval_loss empty) must be ignored
-            rows.append(dict(run=run, size="tiny", dataset="wiki", objective=objective, init=init, seed=seed,
-                             step=step + 5, train_loss=ev, eval_loss=np.nan, learning_rate=1e-3))
+            rows.append(
+                dict(
+                    run=run,
+                    size="tiny",
+                    dataset="wiki",
+                    objective=objective,
+                    init=init,
+                    seed=seed,
+                    step=step + 5,
+                    train_loss=ev,
+                    eval_loss=np.nan,
+                    learning_rate=1e-3,
+                )
+            )
     return pd.DataFrame(rows)
 
 
@@ -93,7 +115,8 @@ def test_per_run_speedups_and_init_table_by_hand():
     # t-interval with n = 2 by hand: mean +- t_{0.975, 1} * sd / sqrt(2)
     half = 12.706204736174707 * np.std(sp, ddof=1) / math.sqrt(2)
     assert (row["speedup_mean"], row["speedup_low"], row["speedup_high"]) == pytest.approx(
-        (np.mean(sp), np.mean(sp) - half, np.mean(sp) + half))
+        (np.mean(sp), np.mean(sp) - half, np.mean(sp) + half)
+    )
     assert row["final_loss_mean"] == pytest.approx(3.4)
     assert row["loss_gain_mean"] == pytest.approx(0.7)
     assert row["speedup_text"].startswith(f"{100 * np.mean(sp):+.1f} %")
@@ -109,8 +132,12 @@ def test_per_run_speedups_and_init_table_by_hand():
 
 def test_contrast_runs_compares_at_the_common_horizon():
     # a shorter treatment run: the pair is compared at its last step (200), both curves cut there
-    t = _loss_table({("decoder", "standard", 0): list(zip([0, 100, 200, 300], [5.0, 4.0, 3.0, 2.0])),
-                     ("decoder", "symmetric-fresh", 0): list(zip([0, 100, 200], [5.0, 3.5, 3.2]))})
+    t = _loss_table(
+        {
+            ("decoder", "standard", 0): list(zip([0, 100, 200, 300], [5.0, 4.0, 3.0, 2.0])),
+            ("decoder", "symmetric-fresh", 0): list(zip([0, 100, 200], [5.0, 3.5, 3.2])),
+        }
+    )
     c = A.contrast_runs(t, "symmetric-fresh", "standard").iloc[0]
     assert c["horizon"] == 200 and c["loss_gain"] == pytest.approx(3.0 - 3.2)
     # target = max(3.0, 3.2) = 3.2: standard at 100 + 100 * 0.8 = 180; symmetric-fresh at 200
@@ -125,8 +152,12 @@ def test_contrast_runs_compares_at_the_common_horizon():
 
 
 def test_init_table_refuses_runs_of_different_lengths_and_select_runs():
-    t = _loss_table({("encoder", "standard", 0): list(zip([0, 100], [2.0, 1.0])),
-                     ("encoder", "standard", 1): list(zip([0, 100, 200], [2.0, 1.0, 0.9]))})
+    t = _loss_table(
+        {
+            ("encoder", "standard", 0): list(zip([0, 100], [2.0, 1.0])),
+            ("encoder", "standard", 1): list(zip([0, 100, 200], [2.0, 1.0, 0.9])),
+        }
+    )
     with pytest.raises(UserError, match="different steps"):
         A.init_table(t, "standard")
     one = A.select_runs(t, ["tiny-wiki-encoder-standard-s0"], "loss")
@@ -140,8 +171,12 @@ def test_init_table_refuses_runs_of_different_lengths_and_select_runs():
 
 def test_per_run_speedups_refuses_ambiguous_baseline():
     steps = [0, 100]
-    t = _loss_table({("encoder", "standard", 0): list(zip(steps, [2.0, 1.0])),
-                     ("encoder", "symmetric", 0): list(zip(steps, [2.0, 0.5]))})
+    t = _loss_table(
+        {
+            ("encoder", "standard", 0): list(zip(steps, [2.0, 1.0])),
+            ("encoder", "symmetric", 0): list(zip(steps, [2.0, 0.5])),
+        }
+    )
     dup = t[t["init"] == "standard"].assign(run="other-standard-run")
     with pytest.raises(UserError, match="several"):
         A.per_run_speedups(pd.concat([t, dup]), "standard")
@@ -205,11 +240,18 @@ def test_spearman_bootstrap_against_explicit_loop():
 
 # ------------------------------------------------------------------------------------------ summaries
 def test_summarize_over_layers_by_hand():
-    df = pd.DataFrame({"model": ["a"] * 4 + ["b"] * 3, "symmetry": [0.1, 0.4, 0.2, 0.3, 1.0, -1.0, 0.0],
-                       "directionality": [0, 0, 0, 1, 0.5, 0.5, 0.5]})
+    df = pd.DataFrame(
+        {
+            "model": ["a"] * 4 + ["b"] * 3,
+            "symmetry": [0.1, 0.4, 0.2, 0.3, 1.0, -1.0, 0.0],
+            "directionality": [0, 0, 0, 1, 0.5, 0.5, 0.5],
+        }
+    )
     out = A.summarize_over_layers(df, ["model"]).set_index("model")
     # a: sorted 0.1 0.2 0.3 0.4 -> median 0.25, q1 at position 0.75 -> 0.175, q3 at 2.25 -> 0.325
-    assert out.loc["a", ["symmetry_median", "symmetry_q1", "symmetry_q3"]].tolist() == pytest.approx([0.25, 0.175, 0.325])
+    assert out.loc["a", ["symmetry_median", "symmetry_q1", "symmetry_q3"]].tolist() == pytest.approx(
+        [0.25, 0.175, 0.325]
+    )
     assert out.loc["a", "n_layers"] == 4
     assert out.loc["b", ["symmetry_median", "symmetry_q1", "symmetry_q3"]].tolist() == pytest.approx([0.0, -0.5, 0.5])
     assert out.loc["a", "directionality_q3"] == pytest.approx(0.25)
@@ -234,14 +276,33 @@ def test_paper_distinct_models_and_caveats_from_resources():
 
 
 def test_model_table_sides_and_head_filter():
-    ours = pd.DataFrame({
-        "model": ["m"] * 4, "modality": "text", "architecture": "encoder-only", "component": "encoder",
-        "n_params": 10, "layer": [0, 0, 1, 1], "head": ["all", "0", "all", "0"],
-        "symmetry": [0.2, 9.0, 0.4, 9.0], "directionality": [0.0, 9.0, -0.2, 9.0]})
-    paper = pd.DataFrame({
-        "modality": "language", "family_file": "F", "model": ["p", "p", "q", "q"], "architecture": "decoder-only",
-        "component": "decoder", "n_params": 5, "layer": [0, 1, 0, 1], "symmetry": [0.0, 0.1, 0.5, 0.5],
-        "directionality": [-0.5, -0.3, 0, 0], "same_as": [np.nan, np.nan, "p", "p"]})
+    ours = pd.DataFrame(
+        {
+            "model": ["m"] * 4,
+            "modality": "text",
+            "architecture": "encoder-only",
+            "component": "encoder",
+            "n_params": 10,
+            "layer": [0, 0, 1, 1],
+            "head": ["all", "0", "all", "0"],
+            "symmetry": [0.2, 9.0, 0.4, 9.0],
+            "directionality": [0.0, 9.0, -0.2, 9.0],
+        }
+    )
+    paper = pd.DataFrame(
+        {
+            "modality": "language",
+            "family_file": "F",
+            "model": ["p", "p", "q", "q"],
+            "architecture": "decoder-only",
+            "component": "decoder",
+            "n_params": 5,
+            "layer": [0, 1, 0, 1],
+            "symmetry": [0.0, 0.1, 0.5, 0.5],
+            "directionality": [-0.5, -0.3, 0, 0],
+            "same_as": [np.nan, np.nan, "p", "p"],
+        }
+    )
     t = A.model_table(ours, paper, None).set_index("source")
     assert t.loc["ours", "symmetry_median"] == pytest.approx(0.3)  # per-head rows (9.0) left out
     assert t.loc["ours", "n_layers"] == 2
@@ -250,10 +311,20 @@ def test_model_table_sides_and_head_filter():
 
 
 def test_model_table_flags_our_caveated_model_types():
-    ours = pd.DataFrame({
-        "model": ["g", "g", "s", "s"], "model_type": ["gemma3_text", "gemma3_text", "llama", "llama"],
-        "modality": "text", "architecture": "decoder-only", "component": "decoder", "n_params": 10,
-        "layer": [0, 1, 0, 1], "head": "all", "symmetry": [0.1, 0.2, 0.3, 0.4], "directionality": 0.0})
+    ours = pd.DataFrame(
+        {
+            "model": ["g", "g", "s", "s"],
+            "model_type": ["gemma3_text", "gemma3_text", "llama", "llama"],
+            "modality": "text",
+            "architecture": "decoder-only",
+            "component": "decoder",
+            "n_params": 10,
+            "layer": [0, 1, 0, 1],
+            "head": "all",
+            "symmetry": [0.1, 0.2, 0.3, 0.4],
+            "directionality": 0.0,
+        }
+    )
     t = A.model_table(ours, None).set_index("model")
     assert t.loc["g", "caveat"] == A.OUR_CAVEATS["gemma3_text"] and t.loc["s", "caveat"] == ""
     assert t.loc["g", "symmetry_median"] == pytest.approx(0.15)
@@ -276,25 +347,43 @@ def _training_scores(spec: dict[str, tuple[str, str, int, dict[int, list[float]]
         for step, syms in by_step.items():
             for layer, s in enumerate(syms):
                 for head in ("all", "0"):
-                    rows.append(dict(model=run, run=run, size="tiny", dataset="wiki", objective=objective,
-                                     init=init, seed=seed, step=step, layer=layer, head=head,
-                                     symmetry=s if head == "all" else -5.0,
-                                     directionality=-0.5 + 0.05 * layer if head == "all" else 5.0))
+                    rows.append(
+                        dict(
+                            model=run,
+                            run=run,
+                            size="tiny",
+                            dataset="wiki",
+                            objective=objective,
+                            init=init,
+                            seed=seed,
+                            step=step,
+                            layer=layer,
+                            head=head,
+                            symmetry=s if head == "all" else -5.0,
+                            directionality=-0.5 + 0.05 * layer if head == "all" else 5.0,
+                        )
+                    )
     return pd.DataFrame(rows)
 
 
 def test_run_symmetry_and_symmetry_vs_gain():
     steps = [0, 100, 200]
-    scores = _training_scores({
-        "tiny-wiki-encoder-standard-s0": ("encoder", "standard", 0, {0: [0.0, 0.1], 200: [0.2, 0.4]}),
-        "tiny-wiki-encoder-symmetric-fresh-s0": ("encoder", "symmetric-fresh", 0, {0: [1.0, 1.0], 200: [0.7, 0.9]}),
-    })
+    scores = _training_scores(
+        {
+            "tiny-wiki-encoder-standard-s0": ("encoder", "standard", 0, {0: [0.0, 0.1], 200: [0.2, 0.4]}),
+            "tiny-wiki-encoder-symmetric-fresh-s0": ("encoder", "symmetric-fresh", 0, {0: [1.0, 1.0], 200: [0.7, 0.9]}),
+        }
+    )
     rs = A.run_symmetry(scores).set_index("init")
     assert rs.loc["standard", "symmetry_final"] == pytest.approx(0.3)
     assert rs.loc["symmetric-fresh", "symmetry_change"] == pytest.approx(0.8 - 1.0)
     assert rs.loc["standard", "directionality_final"] == pytest.approx(-0.475)
-    loss = _loss_table({("encoder", "standard", 0): list(zip(steps, [5.0, 4.0, 3.0])),
-                        ("encoder", "symmetric-fresh", 0): list(zip(steps, [5.0, 3.0, 2.5]))})
+    loss = _loss_table(
+        {
+            ("encoder", "standard", 0): list(zip(steps, [5.0, 4.0, 3.0])),
+            ("encoder", "symmetric-fresh", 0): list(zip(steps, [5.0, 3.0, 2.5])),
+        }
+    )
     j = A.symmetry_vs_gain(scores, loss, "standard")
     assert list(j["init"]) == ["symmetric-fresh"]
     assert j["loss_gain"].iloc[0] == pytest.approx(0.5)
@@ -321,10 +410,13 @@ def test_package_versions_name_the_source_tree_when_the_project_is_not_installed
     """Under --sdm conda the package runs from the checkout's src/ on PYTHONPATH, not installed: the report
     names the version of that code (pyproject.toml's), not "not installed"."""
     import importlib.metadata
+
     import tomllib
 
-    assert package_versions(["numpy", "no-such-dist-zz"]) == {"numpy": np.__version__,
-                                                                "no-such-dist-zz": "not installed"}
+    assert package_versions(["numpy", "no-such-dist-zz"]) == {
+        "numpy": np.__version__,
+        "no-such-dist-zz": "not installed",
+    }
     real = importlib.metadata.version
 
     def version(name):
@@ -335,4 +427,5 @@ def test_package_versions_name_the_source_tree_when_the_project_is_not_installed
     monkeypatch.setattr(importlib.metadata, "version", version)
     pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     assert package_versions(["attention-geometry"]) == {
-        "attention-geometry": f"{pyproject['project']['version']} (source tree)"}
+        "attention-geometry": f"{pyproject['project']['version']} (source tree)"
+    }

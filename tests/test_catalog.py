@@ -23,14 +23,48 @@ NOTEBOOKS = sorted({notebook_file(CATALOG, name) for name in CATALOG})
 FORBIDDEN_MODULES = {"torch", "transformers", "safetensors", "gguf", "accelerate", "tokenizers"}
 # subpackages / modules a notebook never imports: what computes W_qk or scores, reads weights, trains, or makes
 # workflow tables (the notebooks draw from tidy tables only)
-FORBIDDEN_PACKAGE_MODULES = ("scoring", "weights", "training", "data", "formats.corpus", "workflow.concat",
-                             "workflow.plan")
-FORBIDDEN_CALLS = {"layer_matrices", "score_model", "wqk", "median_symmetry_layer", "open_source", "write_wqk",
-                   "symmetry_speedup_tables", "from_pretrained", "load_file"}
+FORBIDDEN_PACKAGE_MODULES = (
+    "scoring",
+    "weights",
+    "training",
+    "data",
+    "formats.corpus",
+    "workflow.concat",
+    "workflow.plan",
+)
+FORBIDDEN_CALLS = {
+    "layer_matrices",
+    "score_model",
+    "wqk",
+    "median_symmetry_layer",
+    "open_source",
+    "write_wqk",
+    "symmetry_speedup_tables",
+    "from_pretrained",
+    "load_file",
+}
 # calls that write a file when given a path (pandas, numpy, matplotlib, pathlib, the package)
-WRITERS = {"to_csv", "to_parquet", "to_excel", "to_json", "to_pickle", "to_latex", "to_markdown", "to_html",
-           "to_feather", "write_tables", "save", "savefig", "savez", "savez_compressed", "write_text",
-           "write_bytes", "atomic_write_bytes", "atomic_write_text", "atomic_write_table"}
+WRITERS = {
+    "to_csv",
+    "to_parquet",
+    "to_excel",
+    "to_json",
+    "to_pickle",
+    "to_latex",
+    "to_markdown",
+    "to_html",
+    "to_feather",
+    "write_tables",
+    "save",
+    "savefig",
+    "savez",
+    "savez_compressed",
+    "write_text",
+    "write_bytes",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "atomic_write_table",
+}
 FILE_MOVERS = {"copy", "copy2", "copyfile", "copytree", "move", "rename", "replace", "symlink", "link"}  # os, shutil
 PATH_KEYWORDS = {"path", "path_or_buf", "buf", "fname", "file", "csv", "tex", "md", "pdf", "png", "out", "dst"}
 
@@ -43,8 +77,12 @@ def _code(path: str) -> ast.Module:
 
 def _subscript_of(node, name: str) -> str | None:
     """The constant key of `name["key"]`, else None."""
-    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == name
-            and isinstance(node.slice, ast.Constant)):
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == name
+        and isinstance(node.slice, ast.Constant)
+    ):
         return node.slice.value
     return None
 
@@ -98,15 +136,21 @@ def test_notebook_computes_no_wqk(path):
 
 def _is_os_file_call(call: ast.Call, name: str) -> bool:
     f = call.func
-    return (name in FILE_MOVERS and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
-            and f.value.id in ("os", "shutil"))
+    return (
+        name in FILE_MOVERS
+        and isinstance(f, ast.Attribute)
+        and isinstance(f.value, ast.Name)
+        and f.value.id in ("os", "shutil")
+    )
 
 
 def _is_pathlike_literal(node) -> bool:
-    return (isinstance(node, (ast.JoinedStr, ast.BinOp))
-            or (isinstance(node, ast.Constant) and isinstance(node.value, str))
-            or _subscript_of(node, "inputs") is not None
-            or (isinstance(node, ast.Call) and _call_name(node) in {"join", "Path", "with_suffix", "with_name"}))
+    return (
+        isinstance(node, (ast.JoinedStr, ast.BinOp))
+        or (isinstance(node, ast.Constant) and isinstance(node.value, str))
+        or _subscript_of(node, "inputs") is not None
+        or (isinstance(node, ast.Call) and _call_name(node) in {"join", "Path", "with_suffix", "with_name"})
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS)
@@ -122,7 +166,9 @@ def test_notebook_writes_only_its_catalog_outputs(path):
         name = _call_name(node)
         args = list(node.args) + [k.value for k in node.keywords if k.arg in PATH_KEYWORDS]
         if name == "open" and isinstance(node.func, ast.Name):
-            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            mode = (
+                node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            )
             if isinstance(mode, ast.Constant) and set(str(mode.value)) & set("wax+"):
                 assert _subscript_of(node.args[0], "outputs") is not None, (path, ast.unparse(node))
         elif (name in WRITERS or _is_os_file_call(node, name)) and args:

@@ -10,12 +10,12 @@ import torch
 import yaml
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
-from attention_geometry.scoring import scorer as checkpoints
-from attention_geometry.scoring.scorer import layer_matrices, score_model
-from attention_geometry.formats.columns import SCORE_COLUMNS, TRAINING_COLUMNS
-from attention_geometry.formats.files import atomic_write_table
 from attention_geometry.cli import main
 from attention_geometry.errors import UserError
+from attention_geometry.formats.columns import SCORE_COLUMNS, TRAINING_COLUMNS
+from attention_geometry.formats.files import atomic_write_table
+from attention_geometry.scoring import scorer as checkpoints
+from attention_geometry.scoring.scorer import layer_matrices, score_model
 
 torch.set_num_threads(1)
 
@@ -24,8 +24,15 @@ N_LAYERS, N_HEADS, WIDTH = 3, 4, 16
 
 def tiny_bert(seed=0, cls=BertModel, **kw):
     torch.manual_seed(seed)
-    cfg = BertConfig(vocab_size=40, hidden_size=WIDTH, num_hidden_layers=N_LAYERS, num_attention_heads=N_HEADS,
-                     intermediate_size=32, max_position_embeddings=24, **kw)
+    cfg = BertConfig(
+        vocab_size=40,
+        hidden_size=WIDTH,
+        num_hidden_layers=N_LAYERS,
+        num_attention_heads=N_HEADS,
+        intermediate_size=32,
+        max_position_embeddings=24,
+        **kw,
+    )
     m = cls(cfg, add_pooling_layer=False) if cls is BertModel else cls(cfg)
     return m.eval()
 
@@ -39,14 +46,14 @@ def reference(model, num_std=2.0):
         Wq = a.query.weight.detach().double().numpy()
         Wk = a.key.weight.detach().double().numpy()
         dh = Wq.shape[0] // N_HEADS
-        heads = [Wq[h * dh:(h + 1) * dh].T @ Wk[h * dh:(h + 1) * dh] for h in range(N_HEADS)]
+        heads = [Wq[h * dh : (h + 1) * dh].T @ Wk[h * dh : (h + 1) * dh] for h in range(N_HEADS)]
         out.append((sum(heads), heads))
     return out
 
 
 def np_scores(M, num_std=2.0):
     Ms, Mn = (M + M.T) / 2, (M - M.T) / 2
-    s = ((Ms ** 2).sum() - (Mn ** 2).sum()) / (M ** 2).sum()
+    s = ((Ms**2).sum() - (Mn**2).sum()) / (M**2).sum()
     r, c = np.linalg.norm(M, axis=1), np.linalg.norm(M, axis=0)
     R = np.clip(r - (r.mean() + num_std * r.std(ddof=1)), 0, None).sum()
     C = np.clip(c - (c.mean() + num_std * c.std(ddof=1)), 0, None).sum()
@@ -59,7 +66,9 @@ def test_score_model_against_reference():
     assert list(df.columns) == SCORE_COLUMNS
     assert len(df) == N_LAYERS * (1 + N_HEADS)
     assert set(df.model) == {"tiny"} and set(df.model_type) == {"bert"}
-    assert set(df.architecture) == {"encoder-only"} and set(df.component) == {"encoder"} and set(df.modality) == {"text"}
+    assert (
+        set(df.architecture) == {"encoder-only"} and set(df.component) == {"encoder"} and set(df.modality) == {"text"}
+    )
     assert (df.n_params == m.num_parameters()).all()
     assert (df.d_model == WIDTH).all() and (df.n_heads == N_HEADS).all() and (df.n_kv_heads == N_HEADS).all()
     ref = reference(m)
@@ -116,7 +125,9 @@ def test_cli_score_writes_table(tmp_path, capsys, suffix):
     m = tiny_bert(seed=3)
     m.save_pretrained(tmp_path / "tiny")
     out = tmp_path / "res" / f"scores{suffix}"
-    code, _, err = run_cli(["score", tmp_path / "tiny", "--out", out, "--per-head", "--num-std", "1.5", "--name", "T"], capsys)
+    code, _, err = run_cli(
+        ["score", tmp_path / "tiny", "--out", out, "--per-head", "--num-std", "1.5", "--name", "T"], capsys
+    )
     assert code == 0, err
     df = pd.read_csv(out, dtype={"head": str}) if suffix == ".csv" else pd.read_parquet(out)
     assert list(df.columns) == SCORE_COLUMNS
@@ -185,8 +196,18 @@ def bad_inputs(tmp_path):
     }
 
 
-@pytest.mark.parametrize("case", ["unknown model_type", "missing weights", "truncated weights", "NaN weights",
-                                  "Inf weights", "zero W_qk", "nonexistent path"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "unknown model_type",
+        "missing weights",
+        "truncated weights",
+        "NaN weights",
+        "Inf weights",
+        "zero W_qk",
+        "nonexistent path",
+    ],
+)
 @pytest.mark.parametrize("quiet", [True, False])
 def test_cli_bad_input_one_line_no_output(tmp_path, capsys, case, quiet):
     src, pattern = bad_inputs(tmp_path)[case]()
@@ -200,6 +221,7 @@ def test_cli_bad_input_one_line_no_output(tmp_path, capsys, case, quiet):
     if quiet:
         assert err == line + "\n"
     import re
+
     assert re.search(pattern, line), line
     assert list(out.parent.iterdir()) == []
 
@@ -207,7 +229,9 @@ def test_cli_bad_input_one_line_no_output(tmp_path, capsys, case, quiet):
 def test_cli_bad_output_suffix(tmp_path, capsys):
     tiny_bert().save_pretrained(tmp_path / "m")
     code, _, err = run_cli(["score", tmp_path / "m", "--out", tmp_path / "scores.xlsx"], capsys)
-    assert code == 2 and err == f"error: {tmp_path / 'scores.xlsx'}: unknown output suffix '.xlsx'; use .csv or .parquet\n"
+    assert (
+        code == 2 and err == f"error: {tmp_path / 'scores.xlsx'}: unknown output suffix '.xlsx'; use .csv or .parquet\n"
+    )
     assert not (tmp_path / "scores.xlsx").exists()
 
 
@@ -326,8 +350,9 @@ def test_in_memory_vision_model_scores_like_its_saved_checkpoint(tmp_path):
     from transformers import ViTConfig, ViTModel
 
     torch.manual_seed(0)
-    cfg = ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                    image_size=16, patch_size=8)
+    cfg = ViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=16, patch_size=8
+    )
     model = ViTModel(cfg).eval()
     model.save_pretrained(tmp_path / "vit")
     live = score_model(model, progress=False)

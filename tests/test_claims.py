@@ -10,11 +10,10 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from attention_geometry.analysis import summaries as A
-from attention_geometry.analysis.paper_claims import paper_pair_gap
-from attention_geometry.analysis.paper_claims import paper_symmetric_init
 from attention_geometry.analysis import claims as C
 from attention_geometry.analysis import stats as S
+from attention_geometry.analysis import summaries as A
+from attention_geometry.analysis.paper_claims import paper_pair_gap, paper_symmetric_init
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "resources" / "paper"
@@ -29,10 +28,12 @@ def run_name(objective, init, seed):
 def score_rows(seeds):
     """Per seed: symmetry / directionality of every run, constant over the last snapshots; the two layers
     sit at value -+ 0.01, so the median over layers and snapshots is the value itself."""
-    values = {("encoder", "standard"): lambda s: (0.5 + 0.01 * s, 0.0 + 0.01 * s),
-              ("decoder", "standard"): lambda s: (0.1 + 0.02 * s, -0.4 - 0.01 * s),
-              ("encoder", "symmetric-fresh"): lambda s: (0.8 - 0.01 * s, 0.0),
-              ("decoder", "symmetric-fresh"): lambda s: (0.4 + 0.01 * s, -0.2)}
+    values = {
+        ("encoder", "standard"): lambda s: (0.5 + 0.01 * s, 0.0 + 0.01 * s),
+        ("decoder", "standard"): lambda s: (0.1 + 0.02 * s, -0.4 - 0.01 * s),
+        ("encoder", "symmetric-fresh"): lambda s: (0.8 - 0.01 * s, 0.0),
+        ("decoder", "symmetric-fresh"): lambda s: (0.4 + 0.01 * s, -0.2),
+    }
     rows = []
     for (obj, init), f in values.items():
         for s in seeds:
@@ -40,25 +41,51 @@ def score_rows(seeds):
             for step in STEPS[:4]:
                 for layer, off in enumerate((-0.01, 0.01)):
                     # step 0 is far off: it must not enter the horizon (k = 3: steps 100, 200, 300)
-                    rows.append(dict(run=run_name(obj, init, s), size="tiny", dataset="w", objective=obj, init=init,
-                                     seed=s, step=step, layer=layer, head="all",
-                                     symmetry=(sym + off) if step else 5.0, directionality=(d + off) if step else 5.0))
+                    rows.append(
+                        dict(
+                            run=run_name(obj, init, s),
+                            size="tiny",
+                            dataset="w",
+                            objective=obj,
+                            init=init,
+                            seed=s,
+                            step=step,
+                            layer=layer,
+                            head="all",
+                            symmetry=(sym + off) if step else 5.0,
+                            directionality=(d + off) if step else 5.0,
+                        )
+                    )
     return pd.DataFrame(rows)
 
 
 def loss_rows(seeds):
-    curves = {("encoder", "standard"): lambda s: [8.0, 6.0, 5.0, 4.5, 4.0 + 0.01 * s],
-              ("encoder", "symmetric-fresh"): lambda s: [8.0, 5.5, 4.5, 4.0, 3.5 + 0.01 * s],
-              # fresh = symmetric-fresh up to 0.001: no effect of symmetry beyond the init scale
-              ("encoder", "fresh"): lambda s: [8.0, 5.5, 4.5, 4.0, 3.5 + 0.01 * s + 0.001 * (-1) ** s],
-              ("decoder", "standard"): lambda s: [7.0, 5.0, 4.0, 3.5, 3.0],
-              ("decoder", "symmetric-fresh"): lambda s: [7.0, 5.0, 4.0, 3.5, 3.0 + 0.001 * (-1) ** s]}
+    curves = {
+        ("encoder", "standard"): lambda s: [8.0, 6.0, 5.0, 4.5, 4.0 + 0.01 * s],
+        ("encoder", "symmetric-fresh"): lambda s: [8.0, 5.5, 4.5, 4.0, 3.5 + 0.01 * s],
+        # fresh = symmetric-fresh up to 0.001: no effect of symmetry beyond the init scale
+        ("encoder", "fresh"): lambda s: [8.0, 5.5, 4.5, 4.0, 3.5 + 0.01 * s + 0.001 * (-1) ** s],
+        ("decoder", "standard"): lambda s: [7.0, 5.0, 4.0, 3.5, 3.0],
+        ("decoder", "symmetric-fresh"): lambda s: [7.0, 5.0, 4.0, 3.5, 3.0 + 0.001 * (-1) ** s],
+    }
     rows = []
     for (obj, init), f in curves.items():
         for s in seeds:
             for step, ev in zip(STEPS, f(s)):
-                rows.append(dict(run=run_name(obj, init, s), size="tiny", dataset="w", objective=obj, init=init,
-                                 seed=s, step=step, train_loss=ev, eval_loss=ev, learning_rate=1e-3))
+                rows.append(
+                    dict(
+                        run=run_name(obj, init, s),
+                        size="tiny",
+                        dataset="w",
+                        objective=obj,
+                        init=init,
+                        seed=s,
+                        step=step,
+                        train_loss=ev,
+                        eval_loss=ev,
+                        learning_rate=1e-3,
+                    )
+                )
     return pd.DataFrame(rows)
 
 
@@ -71,18 +98,41 @@ def update_rows(seeds):
                     if kind == "applied" and step == 300:
                         continue  # the last snapshot has no applied update
                     for layer in (0, 1):
-                        rows.append(dict(run=run_name(obj, "standard", s), size="tiny", dataset="w", objective=obj,
-                                         init="standard", seed=s, step=step, layer=layer, kind=kind,
-                                         symmetry=0.3 if obj == "encoder" else 0.05 + 0.01 * s,
-                                         directionality=0.0 if obj == "encoder" else -0.3 - 0.01 * s))
+                        rows.append(
+                            dict(
+                                run=run_name(obj, "standard", s),
+                                size="tiny",
+                                dataset="w",
+                                objective=obj,
+                                init="standard",
+                                seed=s,
+                                step=step,
+                                layer=layer,
+                                kind=kind,
+                                symmetry=0.3 if obj == "encoder" else 0.05 + 0.01 * s,
+                                directionality=0.0 if obj == "encoder" else -0.3 - 0.01 * s,
+                            )
+                        )
     return pd.DataFrame(rows)
 
 
 def null_rows():
     rng = np.random.default_rng(0)
-    return pd.DataFrame([dict(size="tiny", init=init, sample=i, layer=layer, symmetry=rng.normal(0, 0.02),
-                              directionality=rng.normal(0, 0.1))
-                         for init in ("standard", "fresh") for i in range(100) for layer in (0, 1)])
+    return pd.DataFrame(
+        [
+            dict(
+                size="tiny",
+                init=init,
+                sample=i,
+                layer=layer,
+                symmetry=rng.normal(0, 0.02),
+                directionality=rng.normal(0, 0.1),
+            )
+            for init in ("standard", "fresh")
+            for i in range(100)
+            for layer in (0, 1)
+        ]
+    )
 
 
 def pretrained_rows(n_per_class):
@@ -90,10 +140,19 @@ def pretrained_rows(n_per_class):
     for arch, comp, sym in (("encoder-only", "encoder", 0.5), ("decoder-only", "decoder", 0.1)):
         for m in range(n_per_class):
             for layer in range(3):
-                rows.append(dict(model=f"{arch}-{m}", modality="text", architecture=arch, component=comp,
-                                 n_params=10 + m, layer=layer, head="all",
-                                 symmetry=sym + (0.02 if comp == "encoder" else 0.03) * m + 0.01 * layer,
-                                 directionality=-0.1 - 0.005 * m if comp == "encoder" else -0.4 - 0.01 * m))
+                rows.append(
+                    dict(
+                        model=f"{arch}-{m}",
+                        modality="text",
+                        architecture=arch,
+                        component=comp,
+                        n_params=10 + m,
+                        layer=layer,
+                        head="all",
+                        symmetry=sym + (0.02 if comp == "encoder" else 0.03) * m + 0.01 * layer,
+                        directionality=-0.1 - 0.005 * m if comp == "encoder" else -0.4 - 0.01 * m,
+                    )
+                )
     return pd.DataFrame(rows)
 
 
@@ -102,10 +161,18 @@ def build(seeds=(0, 1, 2), swap=False, null=True, n_models=1, training=None, pre
     dec = [run_name("decoder", "standard", s) for s in seeds]
     loss = loss_rows(seeds)
     out = C.reproduction_claims(
-        training=score_rows(seeds) if training is None else training, loss=loss, updates=update_rows(seeds), pretrained=pretrained_rows(n_models) if pretrained is None else pretrained,
+        training=score_rows(seeds) if training is None else training,
+        loss=loss,
+        updates=update_rows(seeds),
+        pretrained=pretrained_rows(n_models) if pretrained is None else pretrained,
         null=null_rows() if null else None,
         emergence_runs={"encoder": dec, "decoder": enc} if swap else {"encoder": enc, "decoder": dec},
-        ablation_runs=sorted(loss["run"].unique()), margins=MARGINS, horizon_snapshots=3, level=0.95, **kw)
+        ablation_runs=sorted(loss["run"].unique()),
+        margins=MARGINS,
+        horizon_snapshots=3,
+        level=0.95,
+        **kw,
+    )
     return out.set_index("id")
 
 
@@ -239,10 +306,14 @@ def test_update_claims_on_seeds():
     assert c.loc["h_gradient_2", "estimate"] == pytest.approx(-0.31)
     assert "scored steps 100 steps apart" in c.loc["h_applied_1", "note"]
     flipped = C.reproduction_claims(
-        training=score_rows((0, 1, 2)), loss=None,
+        training=score_rows((0, 1, 2)),
+        loss=None,
         updates=update_rows((0, 1, 2)).assign(directionality=lambda d: -d["directionality"]),
-        emergence_runs={"encoder": [run_name("encoder", "standard", s) for s in (0, 1, 2)],
-                        "decoder": [run_name("decoder", "standard", s) for s in (0, 1, 2)]}).set_index("id")
+        emergence_runs={
+            "encoder": [run_name("encoder", "standard", s) for s in (0, 1, 2)],
+            "decoder": [run_name("decoder", "standard", s) for s in (0, 1, 2)],
+        },
+    ).set_index("id")
     assert flipped.loc["h_gradient_2", "verdict"] == "contradicted"
     assert C.OPPOSITE in flipped.loc["h_gradient_2", "note"]
     # no loss table: the loss claims are listed as not tested, not dropped
@@ -260,7 +331,7 @@ def test_paper_pair_gap_from_resources():
     txt = paper_pair_gap(paper, "symmetry", False, 0.95)
     last = paper[paper["step"] == paper["step"].max()]
     gaps = []
-    for (model, dataset), g in last.groupby(["model", "dataset"]):
+    for _, g in last.groupby(["model", "dataset"]):
         e = np.median(g.loc[g["objective"] == "encoder", "symmetry"])
         d = np.median(g.loc[g["objective"] == "decoder", "symmetry"])
         gaps.append(e - d)
@@ -273,9 +344,11 @@ def test_paper_symmetric_init_figures_from_resources():
     loss = pd.read_csv(PAPER / "paper_symmetric_init_loss.csv")
     t1 = pd.read_csv(PAPER / "paper_table1.csv")
     txt = paper_symmetric_init(loss, t1, None, "loss", 0.95)
-    gains = [g[g["init"] == "standard"].sort_values("step")["train_loss"].iloc[-1]
-             - g[g["init"] == "symmetric"].sort_values("step")["train_loss"].iloc[-1]
-             for _, g in loss.groupby(["model", "dataset"])]
+    gains = [
+        g[g["init"] == "standard"].sort_values("step")["train_loss"].iloc[-1]
+        - g[g["init"] == "symmetric"].sort_values("step")["train_loss"].iloc[-1]
+        for _, g in loss.groupby(["model", "dataset"])
+    ]
     assert txt.startswith(f"{np.mean(gains):+.3f}") and "n = 6" in txt
     sp = paper_symmetric_init(loss, t1, None, "speedup", 0.95)
     assert "bert-mini wikipedia 73 %" in sp and "bert-base jigsaw none" in sp
@@ -297,7 +370,9 @@ def test_init_table_signed_speedups_every_seed_counts():
     sp = [1 - 296 / b for b in big_s]
     ci = sps.ttest_1samp(sp, 0).confidence_interval(0.95)
     assert row["n_pairs"] == 3 and row["target"] == pytest.approx(4.02)
-    assert (row["speedup_mean"], row["speedup_low"], row["speedup_high"]) == pytest.approx((np.mean(sp), ci.low, ci.high))
+    assert (row["speedup_mean"], row["speedup_low"], row["speedup_high"]) == pytest.approx(
+        (np.mean(sp), ci.low, ci.high)
+    )
     assert row["loss_gain_mean"] == pytest.approx(0.5)
     vs_fresh = t[(t["init"] == "symmetric-fresh") & (t["compared_to"] == "fresh")]
     assert len(vs_fresh) == 1 and vs_fresh["objective"].iloc[0] == "encoder"  # no decoder fresh run: no row

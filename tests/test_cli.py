@@ -10,28 +10,37 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_version_is_the_project_version():
     want = re.search(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
-    out = subprocess.run([sys.executable, "-m", "attention_geometry.cli", "--version"],
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "attention_geometry.cli", "--version"], capture_output=True, text=True, check=False
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"attention-geometry {want}"
 
 
 def test_unknown_subcommand_is_refused():
-    out = subprocess.run([sys.executable, "-m", "attention_geometry.cli", "no-such-command"],
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "attention_geometry.cli", "no-such-command"], capture_output=True, text=True, check=False
+    )
     assert out.returncode != 0
     assert "invalid choice" in out.stderr
 
 
 def test_one_progress_switch_for_every_subcommand_and_every_rule_uses_it():
     from attention_geometry.cli import COMMANDS
+
     for name in COMMANDS:
-        out = subprocess.run([sys.executable, "-m", "attention_geometry.cli", name, "--help"],
-                             capture_output=True, text=True, check=False)
+        out = subprocess.run(
+            [sys.executable, "-m", "attention_geometry.cli", name, "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert out.returncode == 0 and "--no-progress" in out.stdout, (name, out.stderr[-500:])
     # the rules' logs are files: no carriage-return bar streams in them
-    calls = re.findall(r'python -m attention_geometry ([a-z-]+)([^"]*)"', "".join(
-        p.read_text() for p in sorted((ROOT / "rules").glob("*.smk"))))
+    calls = re.findall(
+        r'python -m attention_geometry ([a-z-]+)([^"]*)"',
+        "".join(p.read_text() for p in sorted((ROOT / "rules").glob("*.smk"))),
+    )
     assert len(calls) >= 9
     assert all(rest.startswith(" --no-progress") for _, rest in calls), calls
 
@@ -39,14 +48,22 @@ def test_one_progress_switch_for_every_subcommand_and_every_rule_uses_it():
 def test_no_progress_silences_the_bars(tmp_path):
     # `score` draws a bar over the layers: with --no-progress (and its old name --quiet) stderr has none
     from attention_geometry.training.models import build_model
+
     model = build_model("tiny", "encoder", "standard", seed=0, vocab_size=64)
     model.save_pretrained(tmp_path / "m")
     base = [sys.executable, "-m", "attention_geometry.cli", "score", str(tmp_path / "m")]
     env = {"TQDM_MININTERVAL": "0"}
     import os
-    runs = {flag: subprocess.run(base + ["--out", str(tmp_path / f"{i}.csv")] + ([flag] if flag else []),
-                                 capture_output=True, text=True, env={**os.environ, **env})
-            for i, flag in enumerate(["", "--no-progress", "--quiet"])}
+
+    runs = {
+        flag: subprocess.run(
+            base + ["--out", str(tmp_path / f"{i}.csv")] + ([flag] if flag else []),
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+        )
+        for i, flag in enumerate(["", "--no-progress", "--quiet"])
+    }
     assert all(r.returncode == 0 for r in runs.values()), [r.stderr[-500:] for r in runs.values()]
     assert "scoring" in runs[""].stderr
     assert "scoring" not in runs["--no-progress"].stderr and "scoring" not in runs["--quiet"].stderr

@@ -8,9 +8,10 @@ from __future__ import annotations
 import copy
 import os
 
-from attention_geometry.workflow.records import record_path, record_text, records, stale_error
-from attention_geometry.formats.files import atomic_write_text
 from test_workflow_logic import _config, _plan  # the validated-config helpers (tests/ is on sys.path)
+
+from attention_geometry.formats.files import atomic_write_text
+from attention_geometry.workflow.records import record_path, record_text, records, stale_error
 
 
 def _changed(a: dict, b: dict) -> set[str]:
@@ -24,11 +25,22 @@ def _default():
 def test_each_record_holds_only_the_config_that_feeds_its_results():
     base = _default()
     rec = records(_plan(base))
-    assert {"training_scores", "training_loss", "update_scores", "null_scores", "pretrained_scores",
-            "pretrained_models", "symmetry_speedup", "corpus_wiki_offline"} <= set(rec)
+    assert {
+        "training_scores",
+        "training_loss",
+        "update_scores",
+        "null_scores",
+        "pretrained_scores",
+        "pretrained_models",
+        "symmetry_speedup",
+        "corpus_wiki_offline",
+    } <= set(rec)
     assert {k for k in rec if k.startswith("wqk_")} == {
-        "wqk_run_tiny-wiki_offline-encoder-standard-s0", "wqk_run_tiny-wiki_offline-decoder-standard-s0",
-        "wqk_pretrained_minilm", "wqk_pretrained_smollm2"}
+        "wqk_run_tiny-wiki_offline-encoder-standard-s0",
+        "wqk_run_tiny-wiki_offline-decoder-standard-s0",
+        "wqk_pretrained_minilm",
+        "wqk_pretrained_smollm2",
+    }
     notebooks = {k for k in rec if k.startswith("make_")}
     assert len(notebooks) == len(_plan(base).notebooks) >= 10
 
@@ -43,8 +55,13 @@ def test_each_record_holds_only_the_config_that_feeds_its_results():
     cfg = copy.deepcopy(base)
     cfg["training"]["groups"]["main"]["settings"]["max_steps"] = 3000
     changed = _changed(rec, records(_plan(cfg)))
-    assert {"training_scores", "training_loss", "update_scores", "null_scores",
-            "wqk_run_tiny-wiki_offline-encoder-standard-s0"} <= changed
+    assert {
+        "training_scores",
+        "training_loss",
+        "update_scores",
+        "null_scores",
+        "wqk_run_tiny-wiki_offline-encoder-standard-s0",
+    } <= changed
     assert not changed & {"pretrained_scores", "pretrained_models", "corpus_wiki_offline", "wqk_pretrained_minilm"}
 
     # a pretrained entry: its tables and its Figure 1 matrix only

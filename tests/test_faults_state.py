@@ -19,16 +19,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_training_runs import _cli, write_corpus, write_run
 
 from attention_geometry.data.corpus_config import corpus_config_from_dict
-from attention_geometry.data.prepare import corpus_status
-from attention_geometry.data.prepare import prepare_corpus
-from attention_geometry.formats.corpus import CorpusError
-from attention_geometry.formats import files, rundir
+from attention_geometry.data.prepare import corpus_status, prepare_corpus
 from attention_geometry.errors import UserError
-from attention_geometry.training.run_config import load_run_config
+from attention_geometry.formats import files, rundir
+from attention_geometry.formats.corpus import CorpusError
 from attention_geometry.training.loop import train
-from test_training_runs import _cli, write_corpus, write_run
+from attention_geometry.training.run_config import load_run_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONSTANT = {"schedule": "constant"}
@@ -40,8 +39,9 @@ def _sha(path: Path) -> str:
 
 
 def _run_cfg(tmp_path: Path, corpus: Path, max_steps: int, name: str = "run.yaml") -> Path:
-    return write_run(tmp_path / name, corpus, max_steps=max_steps, state_every=3, snapshot_every=3,
-                     eval_every=3, overrides=CONSTANT)
+    return write_run(
+        tmp_path / name, corpus, max_steps=max_steps, state_every=3, snapshot_every=3, eval_every=3, overrides=CONSTANT
+    )
 
 
 def _same_run(a: Path, b: Path) -> None:
@@ -50,8 +50,7 @@ def _same_run(a: Path, b: Path) -> None:
     snaps = sorted(p.name for p in (a / "checkpoints").iterdir())
     assert snaps == sorted(p.name for p in (b / "checkpoints").iterdir())
     for s in snaps:
-        assert (_sha(a / "checkpoints" / s / "model.safetensors")
-                == _sha(b / "checkpoints" / s / "model.safetensors")), s
+        assert _sha(a / "checkpoints" / s / "model.safetensors") == _sha(b / "checkpoints" / s / "model.safetensors"), s
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +86,10 @@ def test_checksums_record_every_file_and_find_changes(tmp_path):
     assert files.verify_checksums(d) is False  # none recorded: nothing to check
     files.write_checksums(d)
     rec = json.loads((d / files.CHECKSUMS).read_text())["files"]
-    assert rec == {"a.bin": {"sha256": _sha(d / "a.bin"), "bytes": 1000}, "b.txt": {"sha256": _sha(d / "b.txt"), "bytes": 5}}
+    assert rec == {
+        "a.bin": {"sha256": _sha(d / "a.bin"), "bytes": 1000},
+        "b.txt": {"sha256": _sha(d / "b.txt"), "bytes": 5},
+    }
     assert files.verify_checksums(d) is True
     with open(d / "a.bin", "r+b") as f:  # same size, other bytes
         f.seek(500)
@@ -121,7 +123,7 @@ def _safetensors_tensor(path: Path, needle: str) -> tuple[str, int, int]:
     """(name, absolute start, end) of the first tensor whose name contains `needle`, read from the header."""
     raw = path.read_bytes()
     n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     name = sorted(k for k in header if needle in k)[0]
     a, b = header[name]["data_offsets"]
     return name, 8 + n + a, 8 + n + b
@@ -147,13 +149,18 @@ def test_snapshots_carry_checksums_and_a_zeroed_key_tensor_is_refused(tmp_path, 
     for args in (("score-checkpoints", str(out)), ("score", str(snap))):
         r = _cli(*args, "--out", str(tmp_path / "x.csv"), "--no-progress")
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-        assert r.stderr.startswith("error: damaged snapshot: ") and f"{snap / 'model.safetensors'}: sha256 differs" in r.stderr
+        assert (
+            r.stderr.startswith("error: damaged snapshot: ")
+            and f"{snap / 'model.safetensors'}: sha256 differs" in r.stderr
+        )
     assert not (tmp_path / "x.csv").exists()
 
 
 def test_score_updates_verifies_the_snapshots_it_reads_only(tmp_path, six, corpus):
     out, _ = six  # snapshots at steps 0, 3, 6
-    name, a, b = _safetensors_tensor(out / "checkpoints" / "step-0000006" / "model.safetensors", "attention.self.key.weight")
+    name, a, b = _safetensors_tensor(
+        out / "checkpoints" / "step-0000006" / "model.safetensors", "attention.self.key.weight"
+    )
     with open(out / "checkpoints" / "step-0000006" / "model.safetensors", "r+b") as f:
         f.seek(a)
         f.write(b"\x00" * ((b - a) // 2))
@@ -257,7 +264,9 @@ def test_loss_rows_missing_before_the_state_step_are_an_error(six):
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(kept)
-    with pytest.raises(UserError, match=r"loss\.csv: damaged loss log \(no rows for 2 step\(s\) before the state's step: 2, 4\)"):
+    with pytest.raises(
+        UserError, match=r"loss\.csv: damaged loss log \(no rows for 2 step\(s\) before the state's step: 2, 4\)"
+    ):
         train(load_run_config(longer), out, progress=False)
 
 
@@ -266,8 +275,10 @@ def test_loss_rows_missing_before_the_state_step_are_an_error(six):
 
 def _holder(lock: Path) -> subprocess.Popen:
     """Another process holding `lock` as a trainer does (files.pid_lock)."""
-    code = ("import sys, time; from attention_geometry.formats.files import pid_lock\n"
-            f"with pid_lock({str(lock)!r}, 'run x'):\n    print('held', flush=True); time.sleep(60)")
+    code = (
+        "import sys, time; from attention_geometry.formats.files import pid_lock\n"
+        f"with pid_lock({str(lock)!r}, 'run x'):\n    print('held', flush=True); time.sleep(60)"
+    )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "held"
     return p
@@ -297,8 +308,9 @@ def test_a_stale_lock_is_taken_over_with_a_warning(tmp_path):
         with pytest.raises(UserError, match=f"run r is locked by pid {os.getpid()}"):
             with files.pid_lock(lock, "run r"):
                 pass
-    assert seen == [f"run r: taking over the stale lock of pid {dead.stdout.strip()}, which ended without "
-                    f"releasing it ({lock})"]
+    assert seen == [
+        f"run r: taking over the stale lock of pid {dead.stdout.strip()}, which ended without releasing it ({lock})"
+    ]
     assert not lock.exists()
 
 
@@ -311,14 +323,18 @@ def test_a_moved_byte_identical_corpus_resumes_and_another_one_restarts(tmp_path
     out = tmp_path / "out"
     train(load_run_config(_run_cfg(tmp_path, corpus, 6)), out, progress=False)
     # the same settings on the moved copy: the same run (finished), run.yaml now names the new path
-    assert train(load_run_config(_run_cfg(tmp_path, moved, 6, "moved6.yaml")), out, progress=False)["status"] == "finished"
+    assert (
+        train(load_run_config(_run_cfg(tmp_path, moved, 6, "moved6.yaml")), out, progress=False)["status"] == "finished"
+    )
     assert yaml.safe_load((out / "run.yaml").read_text())["corpus"] == str(moved.resolve())
     assert f"corpus moved ({corpus.resolve()} -> {moved.resolve()})" in (out / "train.log").read_text()
     summary = train(load_run_config(_run_cfg(tmp_path, moved, 9, "moved.yaml")), out, progress=False)
     assert summary["status"] == "resumed" and not (tmp_path / "out.old-1").exists()
     _same_run(out, reference)
     other = write_corpus(tmp_path / "other", seed=1)  # same shape, other tokens, same name
-    assert train(load_run_config(_run_cfg(tmp_path, other, 9, "other.yaml")), out, progress=False)["status"] == "trained"
+    assert (
+        train(load_run_config(_run_cfg(tmp_path, other, 9, "other.yaml")), out, progress=False)["status"] == "trained"
+    )
     assert (tmp_path / "out.old-1").is_dir()
     assert "settings changed (corpus_sha256" in (out / "train.log").read_text()
 
@@ -326,8 +342,15 @@ def test_a_moved_byte_identical_corpus_resumes_and_another_one_restarts(tmp_path
 # ------------------------------------------------------------------------------------------ corpus config
 
 
-@pytest.mark.parametrize("text, got", [("", "an empty file"), ("# only a comment\n", "an empty file"),
-                                       ("- dataset: wiki_offline\n", "a list"), ("wiki_offline\n", "a str")])
+@pytest.mark.parametrize(
+    "text, got",
+    [
+        ("", "an empty file"),
+        ("# only a comment\n", "an empty file"),
+        ("- dataset: wiki_offline\n", "a list"),
+        ("wiki_offline\n", "a str"),
+    ],
+)
 def test_an_empty_or_non_mapping_corpus_config_is_one_line(tmp_path, text, got):
     cfg = tmp_path / "CORPUS.yaml"
     cfg.write_text(text)
@@ -340,15 +363,22 @@ def test_an_empty_or_non_mapping_corpus_config_is_one_line(tmp_path, text, got):
 def _docs(folder: Path, n: int = 30, extra: str = "") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(n):
-        (folder / f"d{i:03d}.txt").write_text(f"Document {i} {extra}: the river and the mountain, the city "
-                                              f"and the sea, number {i * 7} of many.\n")
+        (folder / f"d{i:03d}.txt").write_text(
+            f"Document {i} {extra}: the river and the mountain, the city and the sea, number {i * 7} of many.\n"
+        )
     return folder
 
 
 def test_changed_input_text_is_not_nothing_to_do(tmp_path):
     text = _docs(tmp_path / "text")
-    cfg = corpus_config_from_dict({"dataset": "text_files", "paths": [str(text)], "block_len": 16,
-                                     "tokenizer": {"vocab_size": 100, "min_frequency": 1}})
+    cfg = corpus_config_from_dict(
+        {
+            "dataset": "text_files",
+            "paths": [str(text)],
+            "block_len": 16,
+            "tokenizer": {"vocab_size": 100, "min_frequency": 1},
+        }
+    )
     out = prepare_corpus(cfg, tmp_path / "c")
     m = json.loads((out / "manifest.json").read_text())
     assert m["files_sha256"] == {n: _sha(out / n) for n in ("train.npy", "heldout.npy", "tokenizer.json")}
@@ -360,8 +390,11 @@ def test_changed_input_text_is_not_nothing_to_do(tmp_path):
     (text / "d007.txt").write_text("Document 7 was rewritten: the forest and the ocean.\n")
     assert input_fingerprint(cfg) != before  # the workflow's parameter of prepare_corpus changes
     assert corpus_status(cfg, out) == "changed"
-    with pytest.raises(CorpusError, match=r"prepared from input text that changed since \(the content of .*d007\.txt "
-                                            r"changed \(sha256\)\): use --force"):
+    with pytest.raises(
+        CorpusError,
+        match=r"prepared from input text that changed since \(the content of .*d007\.txt "
+        r"changed \(sha256\)\): use --force",
+    ):
         prepare_corpus(cfg, out)
     prepare_corpus(cfg, out, force=True)
     assert json.loads((out / "manifest.json").read_text())["documents_sha256"] != m["documents_sha256"]
@@ -395,8 +428,9 @@ def test_a_schema_error_is_one_line_with_the_key_path():
     assert schema_error(good, schema) is None
     bad = copy.deepcopy(good)
     bad["training"]["groups"]["main"]["settings"]["max_stpes"] = 3
-    assert schema_error(bad, schema) == ("config training.groups.main.settings: Additional properties are not "
-                                         "allowed ('max_stpes' was unexpected)")
+    assert schema_error(bad, schema) == (
+        "config training.groups.main.settings: Additional properties are not allowed ('max_stpes' was unexpected)"
+    )
     bad = copy.deepcopy(good)
     bad["training"]["groups"]["main"]["runs"][0]["size"] = 7
     msg = schema_error(bad, schema)

@@ -9,14 +9,25 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attention_geometry.analysis import summaries as analysis, figdata
 from attention_geometry import cli
+from attention_geometry.analysis import figdata
+from attention_geometry.analysis import summaries as analysis
 from attention_geometry.errors import UserError
 
 
 def _example(d=8, **kw):
-    meta = dict(name="m", component="encoder", layer=1, n_layers=3, d_model=d, n_heads=2, symmetry=0.25,
-                directionality=-0.5, symmetry_min=0.0, symmetry_max=0.75)
+    meta = dict(
+        name="m",
+        component="encoder",
+        layer=1,
+        n_layers=3,
+        d_model=d,
+        n_heads=2,
+        symmetry=0.25,
+        directionality=-0.5,
+        symmetry_min=0.0,
+        symmetry_max=0.75,
+    )
     meta.update(kw)
     return figdata.WqkExample(M=np.arange(d * d, dtype=np.float32).reshape(d, d) / 7, **meta)
 
@@ -50,9 +61,11 @@ def test_read_wqk_errors(tmp_path):
 def test_importing_figdata_loads_no_model_code():
     import subprocess
 
-    code = ("import sys, attention_geometry.analysis.figdata; "
-            "bad = [m for m in ('torch', 'transformers', 'attention_geometry.scoring.scorer') if m in sys.modules]; "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, attention_geometry.analysis.figdata; "
+        "bad = [m for m in ('torch', 'transformers', 'attention_geometry.scoring.scorer') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -67,10 +80,26 @@ def tiny_models(tmp_path_factory):
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("models")
     models = {
-        "bert": BertForMaskedLM(BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
-                                           intermediate_size=32, max_position_embeddings=32)),
-        "llama": LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=24, num_hidden_layers=4, num_attention_heads=4,
-                                              num_key_value_heads=2, intermediate_size=32)),
+        "bert": BertForMaskedLM(
+            BertConfig(
+                vocab_size=64,
+                hidden_size=16,
+                num_hidden_layers=3,
+                num_attention_heads=2,
+                intermediate_size=32,
+                max_position_embeddings=32,
+            )
+        ),
+        "llama": LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=64,
+                hidden_size=24,
+                num_hidden_layers=4,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                intermediate_size=32,
+            )
+        ),
     }
     for key, model in models.items():
         model.save_pretrained(folder / key)
@@ -79,8 +108,8 @@ def tiny_models(tmp_path_factory):
 
 @pytest.mark.parametrize("key", ["bert", "llama"])
 def test_median_symmetry_layer_is_the_lower_median(tiny_models, key, tmp_path):
-    from attention_geometry.scoring.scorer import layer_matrices
     from attention_geometry.scoring.measures import scores
+    from attention_geometry.scoring.scorer import layer_matrices
 
     src = tiny_models / key
     mats = list(layer_matrices(src))
@@ -116,11 +145,26 @@ def _loss_and_scores():
                 keys = dict(run=run, size="tiny", dataset="w", objective=obj, init=init, seed=seed)
                 for step in (0, 50, 100):
                     for layer in range(2):
-                        srows.append(dict(keys, step=step, layer=layer, head="all",
-                                          symmetry=rng.uniform(0, 1), directionality=rng.uniform(-1, 0)))
+                        srows.append(
+                            dict(
+                                keys,
+                                step=step,
+                                layer=layer,
+                                head="all",
+                                symmetry=rng.uniform(0, 1),
+                                directionality=rng.uniform(-1, 0),
+                            )
+                        )
                     gain = 0.2 * (init != "standard") * step / 100
-                    lrows.append(dict(keys, step=step, train_loss=1.0, eval_loss=5 - 2 * step / 100 - gain + 0.01 * seed,
-                                      learning_rate=1e-3))
+                    lrows.append(
+                        dict(
+                            keys,
+                            step=step,
+                            train_loss=1.0,
+                            eval_loss=5 - 2 * step / 100 - gain + 0.01 * seed,
+                            learning_rate=1e-3,
+                        )
+                    )
     return pd.DataFrame(srows), pd.DataFrame(lrows)
 
 
@@ -129,13 +173,31 @@ def test_symmetry_speedup_cli_writes_what_the_library_computes(tmp_path):
     scores.to_csv(tmp_path / "s.csv", index=False)
     loss.to_csv(tmp_path / "l.csv", index=False)
     runs = sorted(scores["run"].unique())
-    args = ["symmetry-speedup", "--scores", str(tmp_path / "s.csv"), "--loss", str(tmp_path / "l.csv"),
-            "--runs", *runs, "--baseline-init", "standard", "--ci-level", "0.9", "--bootstrap-resamples", "50",
-            "--bootstrap-seed", "3", "--out-runs", str(tmp_path / "o" / "runs.csv"),
-            "--out-correlations", str(tmp_path / "o" / "corr.csv")]
+    args = [
+        "symmetry-speedup",
+        "--scores",
+        str(tmp_path / "s.csv"),
+        "--loss",
+        str(tmp_path / "l.csv"),
+        "--runs",
+        *runs,
+        "--baseline-init",
+        "standard",
+        "--ci-level",
+        "0.9",
+        "--bootstrap-resamples",
+        "50",
+        "--bootstrap-seed",
+        "3",
+        "--out-runs",
+        str(tmp_path / "o" / "runs.csv"),
+        "--out-correlations",
+        str(tmp_path / "o" / "corr.csv"),
+    ]
     assert cli.main(args) == 0
-    table, corr = figdata.symmetry_speedup_tables(pd.read_csv(tmp_path / "s.csv"), pd.read_csv(tmp_path / "l.csv"),
-                                                  runs, "standard", 0.9, 50, 3)
+    table, corr = figdata.symmetry_speedup_tables(
+        pd.read_csv(tmp_path / "s.csv"), pd.read_csv(tmp_path / "l.csv"), runs, "standard", 0.9, 50, 3
+    )
     assert len(table) == 6 and set(table["init"]) == {"symmetric-fresh"}
     assert len(corr) == 2 * 2 * 2  # per objective, 2 x 2 column pairs
     analysis.write_tables(table, csv=str(tmp_path / "runs.csv"))

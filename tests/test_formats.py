@@ -11,17 +11,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attention_geometry.formats import columns as contract, rundir
-from attention_geometry.formats.corpus import SPECIAL_TOKENS, CorpusError, load_corpus
 from attention_geometry.errors import UserError
-from attention_geometry.formats.files import atomic_write_bytes, atomic_write_table, atomic_write_text, read_yaml, replace_dir
+from attention_geometry.formats import columns as contract
+from attention_geometry.formats import rundir
+from attention_geometry.formats.corpus import SPECIAL_TOKENS, CorpusError, load_corpus
+from attention_geometry.formats.files import (
+    atomic_write_bytes,
+    atomic_write_table,
+    atomic_write_text,
+    read_yaml,
+    replace_dir,
+)
 
 SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 
 
 def test_format_modules_import_neither_torch_nor_pandas():
-    code = ("import sys; import attention_geometry.formats.rundir, attention_geometry.formats.columns, attention_geometry.formats.corpus, "
-            "attention_geometry.formats.files; print(sorted(m for m in ('torch', 'pandas') if m in sys.modules))")
+    code = (
+        "import sys; import attention_geometry.formats.rundir, attention_geometry.formats.columns, "
+        "attention_geometry.formats.corpus, "
+        "attention_geometry.formats.files; print(sorted(m for m in ('torch', 'pandas') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -153,8 +163,16 @@ def write_corpus(d: Path, n_train=4, n_heldout=2, width=8, **manifest) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     for name, n in (("train", n_train), ("heldout", n_heldout)):
         np.save(d / f"{name}.npy", np.full((n, width), 7, dtype=np.uint16))
-    m = {"format_version": 1, "dataset": "text_files", "name": "toy", "block_len": width, "vocab_size": 50,
-         "special_tokens": dict(SPECIAL), "n_train_blocks": n_train, "n_heldout_blocks": n_heldout}
+    m = {
+        "format_version": 1,
+        "dataset": "text_files",
+        "name": "toy",
+        "block_len": width,
+        "vocab_size": 50,
+        "special_tokens": dict(SPECIAL),
+        "n_train_blocks": n_train,
+        "n_heldout_blocks": n_heldout,
+    }
     m.update(manifest)
     (d / "manifest.json").write_text(json.dumps({k: v for k, v in m.items() if v is not None}))
     return d
@@ -166,18 +184,21 @@ def test_load_corpus_reads_the_format(tmp_path):
     assert c.special_tokens == SPECIAL and set(SPECIAL) == set(SPECIAL_TOKENS) and c.dataset == "toy"
     assert not c.train.flags.writeable
     with pytest.raises(CorpusError, match="tokenizer.json is missing"):
-        c.tokenizer
+        _ = c.tokenizer
 
 
-@pytest.mark.parametrize("change, match", [
-    ({"n_train": 0}, "has no blocks"),
-    ({"n_train": 0, "n_train_blocks": None}, "has no blocks"),
-    ({"special_tokens": {"pad": 0, "cls": 2, "sep": 3, "mask": 4}}, "special_tokens.unk"),
-    ({"block_len": None}, "'block_len' is missing"),
-    ({"format_version": 2}, "--force"),
-    ({"n_heldout_blocks": 3}, "does not match the manifest"),
-    ({"vocab_size": "big"}, "vocab_size"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"n_train": 0}, "has no blocks"),
+        ({"n_train": 0, "n_train_blocks": None}, "has no blocks"),
+        ({"special_tokens": {"pad": 0, "cls": 2, "sep": 3, "mask": 4}}, "special_tokens.unk"),
+        ({"block_len": None}, "'block_len' is missing"),
+        ({"format_version": 2}, "--force"),
+        ({"n_heldout_blocks": 3}, "does not match the manifest"),
+        ({"vocab_size": "big"}, "vocab_size"),
+    ],
+)
 def test_load_corpus_refuses_what_no_reader_can_use(tmp_path, change, match):
     n_train = change.pop("n_train", 4)
     d = write_corpus(tmp_path / "c", n_train=n_train, **change)

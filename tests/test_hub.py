@@ -7,15 +7,15 @@ from __future__ import annotations
 import json
 import struct
 
+import fakehub
 import pytest
 import torch
 from safetensors import safe_open
 
-import fakehub
-from attention_geometry.scoring.scorer import score_model
 from attention_geometry.cli import main
-from attention_geometry.weights.loading import open_source
+from attention_geometry.scoring.scorer import score_model
 from attention_geometry.weights.base import LoadError
+from attention_geometry.weights.loading import open_source
 
 REPO = "org/tiny-llama"
 QK = ("self_attn.q_proj.weight", "self_attn.k_proj.weight")
@@ -35,6 +35,7 @@ def online(monkeypatch, tmp_path):
     def point(url):
         monkeypatch.setattr(constants, "ENDPOINT", url)
         monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
+
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
@@ -56,7 +57,9 @@ def expected_bytes(d):
 
 def same_scores(a, b):
     assert list(a.columns) == list(b.columns) and len(a) == len(b) > 0
-    assert (a.drop(columns=["symmetry", "directionality"]) == b.drop(columns=["symmetry", "directionality"])).all().all()
+    assert (
+        (a.drop(columns=["symmetry", "directionality"]) == b.drop(columns=["symmetry", "directionality"])).all().all()
+    )
     for c in ("symmetry", "directionality"):
         assert (a[c] - b[c]).abs().max() <= 1e-6
 
@@ -136,8 +139,17 @@ def test_prefetch_of_a_bin_folder(tmp_path):
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(3)
-    m = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
-                             intermediate_size=32, max_position_embeddings=16), add_pooling_layer=False)
+    m = BertModel(
+        BertConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=32,
+            max_position_embeddings=16,
+        ),
+        add_pooling_layer=False,
+    )
     d = tmp_path / "bert-bin"
     m.config.save_pretrained(d)
     torch.save(m.state_dict(), d / "pytorch_model.bin")

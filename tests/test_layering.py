@@ -164,7 +164,9 @@ def consumer_sources() -> list[tuple[str, str]]:
     rule files' import lines, and the notebooks' code cells."""
     out = [(str(p.relative_to(ROOT)), p.read_text(encoding="utf-8")) for p in sorted(SRC.rglob("*.py"))]
     for folder in ("tests", "benchmarks"):
-        out += [(str(p.relative_to(ROOT)), p.read_text(encoding="utf-8")) for p in sorted((ROOT / folder).rglob("*.py"))]
+        out += [
+            (str(p.relative_to(ROOT)), p.read_text(encoding="utf-8")) for p in sorted((ROOT / folder).rglob("*.py"))
+        ]
     for p in [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]:
         text = p.read_text(encoding="utf-8")
         stmts = re.findall(r"^[ \t]*(from attention_geometry[\w.]* import (?:\([^)]*\)|[^\n]*))", text, re.M)
@@ -172,7 +174,11 @@ def consumer_sources() -> list[tuple[str, str]]:
         out.append((str(p.relative_to(ROOT)), "\n".join(stmts)))
     for p in sorted((ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(p.read_text(encoding="utf-8"))["cells"]
-        code = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells if c["cell_type"] == "code"]
+        code = [
+            "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+            for c in cells
+            if c["cell_type"] == "code"
+        ]
         code = [c for c in code if c.strip() and not c.lstrip().startswith(("%", "!"))]
         out.append((str(p.relative_to(ROOT)), "\n".join(code)))
     return out
@@ -210,7 +216,9 @@ def second_addresses() -> list[str]:
     for name, path in mods.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in tree.body:
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+            ):
                 for elt in node.value.elts:
                     if elt.value not in defined[name]:
                         problems.append(f"{name}.__all__ lists {elt.value}, which it does not define")

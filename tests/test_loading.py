@@ -10,21 +10,27 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import BertConfig, BertModel
 
-from attention_geometry.weights import safetensors_io
 from attention_geometry.errors import UserError
 from attention_geometry.scoring.registry import UnsupportedArchitecture
+from attention_geometry.weights import safetensors_io
+from attention_geometry.weights.base import LoadError, StateDictSource
 from attention_geometry.weights.loading import open_source
-from attention_geometry.weights.base import StateDictSource
 from attention_geometry.weights.safetensors_io import SafetensorsSource
-from attention_geometry.weights.base import LoadError
 
 torch.set_num_threads(1)
 
 
 def tiny_bert(seed=0, **kw):
     torch.manual_seed(seed)
-    cfg = BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=32, max_position_embeddings=24, **kw)
+    cfg = BertConfig(
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=32,
+        max_position_embeddings=24,
+        **kw,
+    )
     return BertModel(cfg, add_pooling_layer=False).eval()
 
 
@@ -109,8 +115,11 @@ def test_streaming_reads_only_requested_bytes(saved, monkeypatch):
 
     score_model(d, progress=False)
     with safe_open(str(d / "model.safetensors"), framework="pt") as f:
-        qk = sum(f.get_tensor(k).numel() * 4 for k in f.keys()
-                 if k.endswith(("attention.self.query.weight", "attention.self.key.weight")))
+        qk = sum(
+            f.get_tensor(k).numel() * 4
+            for k in f.keys()
+            if k.endswith(("attention.self.query.weight", "attention.self.key.weight"))
+        )
     (n,) = struct.unpack("<Q", (d / "model.safetensors").read_bytes()[:8])
     assert read["bytes"] == 8 + n + qk
     assert qk < (d / "model.safetensors").stat().st_size / 4
@@ -155,9 +164,16 @@ def test_header_beyond_file(saved):
         open_source(d)
 
 
-@pytest.mark.parametrize("header", [b"not json at all", b'["a list"]', b'{"w": {"dtype": "F32", "shape": [2]}}',
-                                    b'{"w": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 4]}}',
-                                    b'{"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 4]}}'])
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"not json at all",
+        b'["a list"]',
+        b'{"w": {"dtype": "F32", "shape": [2]}}',
+        b'{"w": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 4]}}',
+        b'{"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 4]}}',
+    ],
+)
 def test_malformed_header(saved, header):
     _, d = saved
     (d / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 16)
@@ -294,8 +310,9 @@ def test_hub_unreachable(monkeypatch):
 def test_remote_code_needs_a_pinned_commit(revision):
     # refused before anything is downloaded (no network is touched): a moving branch, a tag or a short hash
     # would run whatever code the repository holds on the day the job runs
-    from attention_geometry.weights.loading import open_source
     from attention_geometry.weights.base import LoadError
+    from attention_geometry.weights.loading import open_source
+
     with pytest.raises(LoadError, match="40-hex commit hash"):
         open_source("facebook/MobileLLM-125M", revision=revision, trust_remote_code=True)
     with pytest.raises(LoadError, match="40-hex commit hash"):
@@ -305,9 +322,22 @@ def test_remote_code_needs_a_pinned_commit(revision):
 def test_remote_code_refusal_is_one_cli_line(tmp_path):
     import subprocess
     import sys
+
     out = tmp_path / "x.csv"
-    r = subprocess.run([sys.executable, "-m", "attention_geometry.cli", "score", "facebook/MobileLLM-125M",
-                        "--trust-remote-code", "--out", str(out)], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attention_geometry.cli",
+            "score",
+            "facebook/MobileLLM-125M",
+            "--trust-remote-code",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: facebook/MobileLLM-125M: trust_remote_code")
     assert not out.exists()
@@ -322,8 +352,10 @@ def test_default_name_is_the_repo_id_the_folder_records(saved, tmp_path):
     cfg = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**cfg, "_name_or_path": "base-org/base-model"}))
     assert open_source(d).name == "tiny-bert"
-    (d / "README.md").write_text("# tiny\n```python\nmodel = SentenceTransformer('my-org/tiny-bert-v2')\n"
-                                 "tok = AutoTokenizer.from_pretrained(\"my-org/tiny-bert-v2\")\n```\n")
+    (d / "README.md").write_text(
+        "# tiny\n```python\nmodel = SentenceTransformer('my-org/tiny-bert-v2')\n"
+        'tok = AutoTokenizer.from_pretrained("my-org/tiny-bert-v2")\n```\n'
+    )
     assert open_source(d).name == "my-org/tiny-bert-v2"
     assert open_source(d, name="mine").name == "mine"  # an explicit --name wins
     # a card that loads two repos (e.g. a base and this model) does not say which is this one
@@ -350,8 +382,10 @@ def test_default_name_of_a_gguf_file_is_its_source_repo(tmp_path):
         w.close()
         return gguf.GGUFReader(str(path))
 
-    converted = write(tmp_path / "model.Q8_0.gguf", **{"general.name": "Some Run Name",
-                                                      "general.source.huggingface.repository": "org/Model-1B"})
+    converted = write(
+        tmp_path / "model.Q8_0.gguf",
+        **{"general.name": "Some Run Name", "general.source.huggingface.repository": "org/Model-1B"},
+    )
     assert loading.gguf_model_name(converted, "model.Q8_0.gguf") == "org/Model-1B"
     bare = write(tmp_path / "other.gguf", **{"general.name": "Some Run Name"})
     assert loading.gguf_model_name(bare, "other.gguf") == "other"

@@ -34,8 +34,13 @@ def _run(objective, init, seed):
 # like config/config.yaml's design, balanced: one group, 3 seeds x (encoder standard / symmetric-fresh / fresh,
 # decoder standard / symmetric-fresh), every run to the same horizon (the default adds a 4th seed of two encoder kinds)
 SEEDS = (0, 1, 2)
-VARIANTS = [("encoder", "standard"), ("encoder", "symmetric-fresh"), ("encoder", "fresh"), ("decoder", "standard"),
-            ("decoder", "symmetric-fresh")]
+VARIANTS = [
+    ("encoder", "standard"),
+    ("encoder", "symmetric-fresh"),
+    ("encoder", "fresh"),
+    ("decoder", "standard"),
+    ("decoder", "symmetric-fresh"),
+]
 RUNS = [(o, i, s) for o, i in VARIANTS for s in SEEDS]
 EMERGENCE = [r for r in RUNS if r[1] == "standard"]
 STEPS = [0, 100, 200, 300, 400]
@@ -58,9 +63,20 @@ def _tables(folder: Path) -> dict[str, str]:
             base = 0.5 if comp == "encoder" else 0.05
             for layer in range(4):
                 for head in ["all", "0", "1"]:
-                    rows.append(dict(model=model, architecture=arch, modality=modality, component=comp, layer=layer,
-                                     head=head, symmetry=base + 0.05 * rng.normal(), directionality=-0.3 + 0.1 * rng.normal(),
-                                     n_params=n_params, **SCORE_META))
+                    rows.append(
+                        dict(
+                            model=model,
+                            architecture=arch,
+                            modality=modality,
+                            component=comp,
+                            layer=layer,
+                            head=head,
+                            symmetry=base + 0.05 * rng.normal(),
+                            directionality=-0.3 + 0.1 * rng.normal(),
+                            n_params=n_params,
+                            **SCORE_META,
+                        )
+                    )
     pd.DataFrame(rows).to_csv(tables / "pretrained_scores.csv", index=False)
     # training scores and loss of every run
     srows, lrows, urows = [], [], []
@@ -78,35 +94,82 @@ def _tables(folder: Path) -> dict[str, str]:
                 else:
                     s = (0.4 if objective == "encoder" else 0.05) * t
                 for head in ["all", "0"]:
-                    srows.append(dict(model=run, architecture="encoder-only" if objective == "encoder" else "decoder-only",
-                                      modality="text", component=objective, layer=layer, head=head,
-                                      symmetry=s + 0.02 * rng.normal(), directionality=-0.5 * t + 0.02 * rng.normal(),
-                                      n_params=1_000_000, run=run, size="tiny", dataset="wiki", objective=objective,
-                                      init=init, seed=seed, step=step, **SCORE_META))
+                    srows.append(
+                        dict(
+                            model=run,
+                            architecture="encoder-only" if objective == "encoder" else "decoder-only",
+                            modality="text",
+                            component=objective,
+                            layer=layer,
+                            head=head,
+                            symmetry=s + 0.02 * rng.normal(),
+                            directionality=-0.5 * t + 0.02 * rng.normal(),
+                            n_params=1_000_000,
+                            run=run,
+                            size="tiny",
+                            dataset="wiki",
+                            objective=objective,
+                            init=init,
+                            seed=seed,
+                            step=step,
+                            **SCORE_META,
+                        )
+                    )
             gain = {"standard": 0.0, "symmetric-fresh": 0.3, "fresh": -0.05, "symmetric": 0.0}[init]
             if objective == "decoder":
                 gain = 0.0  # decoders gain nothing from a tied init (by construction)
             ev = 7.0 - 2.0 * t - gain * t + 0.01 * seed
             for sub in (0, 10):  # a train-only row between evaluations
-                lrows.append(dict(run=run, size="tiny", dataset="wiki", objective=objective, init=init, seed=seed,
-                                  step=step + sub, train_loss=ev + 0.1, eval_loss=(ev if sub == 0 else np.nan),
-                                  learning_rate=1e-3))
+                lrows.append(
+                    dict(
+                        run=run,
+                        size="tiny",
+                        dataset="wiki",
+                        objective=objective,
+                        init=init,
+                        seed=seed,
+                        step=step + sub,
+                        train_loss=ev + 0.1,
+                        eval_loss=(ev if sub == 0 else np.nan),
+                        learning_rate=1e-3,
+                    )
+                )
         if (objective, init, seed) in EMERGENCE:
             for step in steps[:-1]:
                 for layer in range(2):
                     for kind in ("gradient", "applied"):
                         enc = objective == "encoder"
-                        urows.append(dict(run=run, size="tiny", dataset="wiki", objective=objective, init=init,
-                                          seed=seed, step=step, layer=layer, kind=kind,
-                                          symmetry=(0.6 if enc else 0.05) + 0.02 * rng.normal(),
-                                          directionality=(0.0 if enc else -0.5) + 0.02 * rng.normal()))
+                        urows.append(
+                            dict(
+                                run=run,
+                                size="tiny",
+                                dataset="wiki",
+                                objective=objective,
+                                init=init,
+                                seed=seed,
+                                step=step,
+                                layer=layer,
+                                kind=kind,
+                                symmetry=(0.6 if enc else 0.05) + 0.02 * rng.normal(),
+                                directionality=(0.0 if enc else -0.5) + 0.02 * rng.normal(),
+                            )
+                        )
     pd.DataFrame(srows).to_csv(tables / "training_scores.csv", index=False)
     pd.DataFrame(lrows).to_csv(tables / "training_loss.csv", index=False)
     pd.DataFrame(urows).to_csv(tables / "update_scores.csv", index=False)
-    nrows = [dict(size="tiny", init=init, sample=100000 + k, layer=layer,
-                  symmetry=(1.0 if init == "symmetric-fresh" else 0.01 * rng.normal()),
-                  directionality=(0.0 if init == "symmetric-fresh" else 0.3 * rng.normal()))
-             for init in ("standard", "symmetric-fresh", "fresh") for k in range(20) for layer in range(2)]
+    nrows = [
+        dict(
+            size="tiny",
+            init=init,
+            sample=100000 + k,
+            layer=layer,
+            symmetry=(1.0 if init == "symmetric-fresh" else 0.01 * rng.normal()),
+            directionality=(0.0 if init == "symmetric-fresh" else 0.3 * rng.normal()),
+        )
+        for init in ("standard", "symmetric-fresh", "fresh")
+        for k in range(20)
+        for layer in range(2)
+    ]
     pd.DataFrame(nrows).to_csv(tables / "null_scores.csv", index=False)
     manifest = folder / "corpus" / "manifest.json"
     manifest.parent.mkdir()
@@ -119,19 +182,54 @@ def _figure_data(folder: Path) -> dict[str, str]:
     tested in tests/test_figdata.py) and the symmetry vs speed-up tables (by the CLI, from the tables)."""
     rng = np.random.default_rng(1)
     out = {}
-    for i, (key, d) in enumerate([("fig1_encoder_run", 16), ("fig1_decoder_run", 16), ("fig1_encoder_model", 48),
-                                  ("fig1_decoder_model", 40)]):
+    for i, (key, d) in enumerate(
+        [("fig1_encoder_run", 16), ("fig1_decoder_run", 16), ("fig1_encoder_model", 48), ("fig1_decoder_model", 40)]
+    ):
         path = folder / "figdata" / f"{key}.npz"
-        figdata.write_wqk(path, figdata.WqkExample(
-            M=rng.normal(size=(d, d)).astype(np.float32), name=key, component="encoder", layer=i % 2, n_layers=2,
-            d_model=d, n_heads=2, symmetry=0.1 * i, directionality=-0.1, symmetry_min=0.0, symmetry_max=0.5))
+        figdata.write_wqk(
+            path,
+            figdata.WqkExample(
+                M=rng.normal(size=(d, d)).astype(np.float32),
+                name=key,
+                component="encoder",
+                layer=i % 2,
+                n_layers=2,
+                d_model=d,
+                n_heads=2,
+                symmetry=0.1 * i,
+                directionality=-0.1,
+                symmetry_min=0.0,
+                symmetry_max=0.5,
+            ),
+        )
         out[key] = str(path)
     tables = folder / "tables"
-    assert cli.main(["symmetry-speedup", "--scores", str(tables / "training_scores.csv"),
-                     "--loss", str(tables / "training_loss.csv"), "--runs", *PARAMS["ablation_runs"],
-                     "--baseline-init", "standard", "--ci-level", "0.95", "--bootstrap-resamples", "200",
-                     "--bootstrap-seed", "0", "--out-runs", str(tables / "symmetry_speedup_runs.csv"),
-                     "--out-correlations", str(tables / "symmetry_speedup_correlations.csv")]) == 0
+    assert (
+        cli.main(
+            [
+                "symmetry-speedup",
+                "--scores",
+                str(tables / "training_scores.csv"),
+                "--loss",
+                str(tables / "training_loss.csv"),
+                "--runs",
+                *PARAMS["ablation_runs"],
+                "--baseline-init",
+                "standard",
+                "--ci-level",
+                "0.95",
+                "--bootstrap-resamples",
+                "200",
+                "--bootstrap-seed",
+                "0",
+                "--out-runs",
+                str(tables / "symmetry_speedup_runs.csv"),
+                "--out-correlations",
+                str(tables / "symmetry_speedup_correlations.csv"),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -174,9 +272,15 @@ def _execute(name, subs, results: Path):
     params = {k: PARAMS[k] for k in entry.get("params", [])}
     params.update(entry.get("constants", {}))
     (results / "notebooks").mkdir(parents=True, exist_ok=True)
-    papermill.execute_notebook(str(ROOT / notebook_file(CATALOG, name)), str(results / "notebooks" / f"{name}.ipynb"),
-                               parameters={"inputs": inputs, "outputs": outputs, "params": params},
-                               kernel_name="python3", cwd=str(ROOT), progress_bar=False, log_output=False)
+    papermill.execute_notebook(
+        str(ROOT / notebook_file(CATALOG, name)),
+        str(results / "notebooks" / f"{name}.ipynb"),
+        parameters={"inputs": inputs, "outputs": outputs, "params": params},
+        kernel_name="python3",
+        cwd=str(ROOT),
+        progress_bar=False,
+        log_output=False,
+    )
     return outputs
 
 

@@ -1,4 +1,5 @@
-"""The random-init null (attention_geometry.scoring.random_init_null, `attention-geometry score-null`): rows and columns, tied
+"""The random-init null (attention_geometry.scoring.random_init_null, `attention-geometry score-null`):
+rows and columns, tied
 inits exactly symmetric, per-layer scores against an independent numpy computation, distinct samples, the
 CLI's output and its one-line errors."""
 
@@ -30,15 +31,32 @@ def write_corpus(d: Path, vocab=VOCAB, block_len=16) -> Path:
     rng = np.random.default_rng(0)
     for name, n in (("train", 8), ("heldout", 4)):
         np.save(d / f"{name}.npy", rng.integers(5, vocab, size=(n, block_len)).astype(np.int32))
-    (d / "manifest.json").write_text(json.dumps({
-        "dataset": "random", "name": "random", "block_len": block_len, "vocab_size": vocab,
-        "special_tokens": SPECIAL}))
+    (d / "manifest.json").write_text(
+        json.dumps(
+            {
+                "dataset": "random",
+                "name": "random",
+                "block_len": block_len,
+                "vocab_size": vocab,
+                "special_tokens": SPECIAL,
+            }
+        )
+    )
     return d
 
 
 def write_run(path: Path, corpus: Path, **kw) -> Path:
-    cfg = {"corpus": str(corpus), "size": "tiny", "objective": "encoder", "init": "standard", "seed": 0,
-           "max_steps": 10, "eval_blocks": 4, "overrides": dict(SHAPE), **kw}
+    cfg = {
+        "corpus": str(corpus),
+        "size": "tiny",
+        "objective": "encoder",
+        "init": "standard",
+        "seed": 0,
+        "max_steps": 10,
+        "eval_blocks": 4,
+        "overrides": dict(SHAPE),
+        **kw,
+    }
     path.write_text(yaml.safe_dump(cfg))
     return path
 
@@ -65,7 +83,7 @@ def wqk_by_hand(model) -> list[np.ndarray]:
         wq = layer.attention.self.query.weight.detach().double().numpy()
         wk = layer.attention.self.key.weight.detach().double().numpy()
         dh = wq.shape[0] // H
-        out.append(sum(wq[h * dh:(h + 1) * dh].T @ wk[h * dh:(h + 1) * dh] for h in range(H)))
+        out.append(sum(wq[h * dh : (h + 1) * dh].T @ wk[h * dh : (h + 1) * dh] for h in range(H)))
     return out
 
 
@@ -93,8 +111,9 @@ def test_rows_and_columns(table):
     assert len(table) == len(NULL_INITS) * 3 * SHAPE["num_layers"]
     assert set(table["size"]) == {"tiny"}
     keys = set(zip(table["init"], table["sample"], table["layer"]))
-    assert keys == {(i, NULL_SEED_OFFSET + s, layer) for i in NULL_INITS for s in range(3)
-                    for layer in range(SHAPE["num_layers"])}
+    assert keys == {
+        (i, NULL_SEED_OFFSET + s, layer) for i in NULL_INITS for s in range(3) for layer in range(SHAPE["num_layers"])
+    }
     assert table[["symmetry", "directionality"]].notna().all().all()
     eps = 1e-12  # a tied W_qk scores 1 up to rounding
     assert table["symmetry"].between(-1 - eps, 1 + eps).all()
@@ -129,11 +148,11 @@ def test_samples_differ_and_differ_from_training_seeds(table, run_yaml):
         per_sample = [tuple(g.sort_values("layer")["symmetry"]) for _, g in t.groupby("sample")]
         assert len(set(per_sample)) == 3
     # seed 0's model (the run's own initial weights) is not one of the null samples
-    M0 = wqk_by_hand(build_model("tiny", "encoder", "standard", 0, special_tokens=SPECIAL, vocab_size=VOCAB,
-                                 **SHAPE))
+    M0 = wqk_by_hand(build_model("tiny", "encoder", "standard", 0, special_tokens=SPECIAL, vocab_size=VOCAB, **SHAPE))
     s0 = scores_by_hand(M0[0])[0]
-    assert not np.isclose(table[(table["init"] == "standard") & (table["layer"] == 0)]["symmetry"], s0,
-                          rtol=0, atol=1e-12).any()
+    assert not np.isclose(
+        table[(table["init"] == "standard") & (table["layer"] == 0)]["symmetry"], s0, rtol=0, atol=1e-12
+    ).any()
 
 
 def test_run_init_and_seed_do_not_matter(table, run_yaml, tmp_path):
@@ -161,24 +180,39 @@ def test_function_errors(run_yaml, tmp_path):
 
 def test_cli_writes_the_table(run_yaml, table, tmp_path, capsys):
     out = tmp_path / "t" / "null.csv"
-    code = main(["score-null", "--run-config", str(run_yaml), "--inits", *NULL_INITS, "--samples", "3",
-                 "--out", str(out), "--quiet"])
+    code = main(
+        [
+            "score-null",
+            "--run-config",
+            str(run_yaml),
+            "--inits",
+            *NULL_INITS,
+            "--samples",
+            "3",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 0
     got = pd.read_csv(out)
     pd.testing.assert_frame_equal(got, table, check_dtype=False, rtol=0, atol=1e-15)
     assert [p.name for p in out.parent.iterdir()] == ["null.csv"]  # no temporary file left
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--inits", "standard", "tied"], "error: inits: unknown init 'tied'"),
-    (["--inits", "fresh", "fresh"], "error: inits: 'fresh' given more than once"),
-    (["--samples", "0"], "error: samples: must be an integer >= 1, got 0"),
-    (["--threads", "0"], "error: --threads: must be >= 1, got 0"),
-    (["--out", "{tmp}/null.xlsx"], "error: {tmp}/null.xlsx: unknown output suffix '.xlsx'"),
-    (["--run-config", "{tmp}/missing.yaml"], "error: run config not found: {tmp}/missing.yaml"),
-    (["--run-config", "{tmp}/bad.yaml"], "error: {tmp}/bad.yaml: size: unknown size 'huge'"),
-    (["--run-config", "{tmp}/nocorpus.yaml"], "error: corpus: corpus directory not found"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--inits", "standard", "tied"], "error: inits: unknown init 'tied'"),
+        (["--inits", "fresh", "fresh"], "error: inits: 'fresh' given more than once"),
+        (["--samples", "0"], "error: samples: must be an integer >= 1, got 0"),
+        (["--threads", "0"], "error: --threads: must be >= 1, got 0"),
+        (["--out", "{tmp}/null.xlsx"], "error: {tmp}/null.xlsx: unknown output suffix '.xlsx'"),
+        (["--run-config", "{tmp}/missing.yaml"], "error: run config not found: {tmp}/missing.yaml"),
+        (["--run-config", "{tmp}/bad.yaml"], "error: {tmp}/bad.yaml: size: unknown size 'huge'"),
+        (["--run-config", "{tmp}/nocorpus.yaml"], "error: corpus: corpus directory not found"),
+    ],
+)
 def test_cli_errors_are_one_line(run_yaml, tmp_path, capsys, args, message):
     write_run(tmp_path / "bad.yaml", tmp_path, size="huge")
     write_run(tmp_path / "nocorpus.yaml", tmp_path / "nope")

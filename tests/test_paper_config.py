@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from attention_geometry.formats import rundir
-from attention_geometry.workflow import plan as workflow
 from attention_geometry.training.run_config import run_config_from_dict
+from attention_geometry.workflow import plan as workflow
 
 REPO = Path(__file__).resolve().parents[1]
 REBUTTAL_STEPS = {"wikipedia": 123000, "red_pajama": 140000, "jigsaw": 184000}
@@ -26,14 +26,17 @@ def expand_runs(cfg: dict) -> dict[str, dict]:
     """run name -> {spec (keys as in the config: `corpus`), settings, groups}: the workflow's own expansion
     (attention_geometry.workflow.plan.expand_runs; entry keys override the group's settings)."""
     runs, _ = workflow.expand_runs(cfg["training"]["groups"], cfg["corpora"])
-    return {n: {"spec": {workflow.CONFIG_KEY[k]: v for k, v in r.spec.items()}, "settings": r.settings,
-                "groups": r.groups} for n, r in runs.items()}
+    return {
+        n: {"spec": {workflow.CONFIG_KEY[k]: v for k, v in r.spec.items()}, "settings": r.settings, "groups": r.groups}
+        for n, r in runs.items()
+    }
 
 
 def steps(settings: dict, kind: str) -> list[int]:
     """The snapshot or eval steps the training CLI and the workflow resolve (rundir.snapshot_steps)."""
-    return rundir.snapshot_steps(settings.get(f"{kind}_steps"), settings.get(f"{kind}_every"),
-                                 settings["max_steps"], key=f"{kind}_steps")
+    return rundir.snapshot_steps(
+        settings.get(f"{kind}_steps"), settings.get(f"{kind}_every"), settings["max_steps"], key=f"{kind}_steps"
+    )
 
 
 def lam(settings: dict) -> float:
@@ -141,8 +144,12 @@ def test_update_steps_have_equal_applied_intervals(cfg, runs):
 
 def test_every_run_yaml_is_accepted_by_the_training_cli(runs, tmp_path):
     for n, r in runs.items():
-        raw = {"corpus": str(tmp_path), "run": n, **{k: r["spec"][k] for k in ("size", "objective", "init", "seed")},
-               **r["settings"]}
+        raw = {
+            "corpus": str(tmp_path),
+            "run": n,
+            **{k: r["spec"][k] for k in ("size", "objective", "init", "seed")},
+            **r["settings"],
+        }
         rc = run_config_from_dict(raw, where=n)
         assert rc.max_steps == 200000
 
@@ -154,9 +161,12 @@ def test_rebuttal_checkpoints_are_recorded_with_their_source():
     assert list(rows[0]) == ["model", "dataset", "step", "init", "eval_loss", "speedup_percent", "source"]
     got = {(r["dataset"], int(r["step"]), r["init"]): (float(r["eval_loss"]), r["speedup_percent"]) for r in rows}
     assert got == {
-        ("wikipedia", 123000, "standard"): (0.2151, ""), ("wikipedia", 123000, "symmetric"): (0.1874, "56.5"),
-        ("jigsaw", 184000, "standard"): (0.8113, ""), ("jigsaw", 184000, "symmetric"): (0.7612, "11.0"),
-        ("red_pajama", 140000, "standard"): (0.2261, ""), ("red_pajama", 140000, "symmetric"): (0.2058, "37.8"),
+        ("wikipedia", 123000, "standard"): (0.2151, ""),
+        ("wikipedia", 123000, "symmetric"): (0.1874, "56.5"),
+        ("jigsaw", 184000, "standard"): (0.8113, ""),
+        ("jigsaw", 184000, "symmetric"): (0.7612, "11.0"),
+        ("red_pajama", 140000, "standard"): (0.2261, ""),
+        ("red_pajama", 140000, "symmetric"): (0.2058, "37.8"),
     }
     assert all(r["model"] == "bert-large" and "rebuttal" in r["source"] for r in rows)
     assert "paper_rebuttal_checkpoints.csv" in (REPO / "resources" / "paper" / "README.md").read_text()

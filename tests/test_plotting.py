@@ -3,11 +3,11 @@ naming the covered element; clean ones pass and are written."""
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
 from attention_geometry.analysis import plotting
-import matplotlib.pyplot as plt
 from attention_geometry.errors import UserError
 
 plt = plt

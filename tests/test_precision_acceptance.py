@@ -4,9 +4,8 @@ and the comparison of a candidate run's claims with a reference run's."""
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
-
 from precision_acceptance import compare_claims, main, seed_claims
+from scipy import stats
 
 
 def _claims(rows):
@@ -19,12 +18,15 @@ def test_compare_accepts_inside_and_same_verdict_only():
     assert ok and same["inside"].all() and same["same_verdict"].all()  # the interval's ends count as inside
     outside, ok = compare_claims(ref, _claims([("a", 0.41, 0.2, 0.6, "holds"), ("f", 0.01, 0.0, 0.02, "contradicted")]))
     assert not ok and outside.set_index("id").loc["a", "inside"] == False  # noqa: E712
-    flipped, ok = compare_claims(ref, _claims([("a", 0.25, -0.1, 0.6, "inconclusive"), ("f", 0.01, 0.0, 0.02, "contradicted")]))
+    flipped, ok = compare_claims(
+        ref, _claims([("a", 0.25, -0.1, 0.6, "inconclusive"), ("f", 0.01, 0.0, 0.02, "contradicted")])
+    )
     assert not ok and list(flipped["same_verdict"]) == [False, True]
     missing, ok = compare_claims(ref, _claims([("a", 0.25, 0.1, 0.4, "holds")]))
     assert not ok and missing.set_index("id").loc["f", "verdict"] == "missing"
-    no_interval, ok = compare_claims(_claims([("a", 0.25, np.nan, np.nan, "inconclusive")]),
-                                     _claims([("a", 0.25, np.nan, np.nan, "inconclusive")]))
+    no_interval, ok = compare_claims(
+        _claims([("a", 0.25, np.nan, np.nan, "inconclusive")]), _claims([("a", 0.25, np.nan, np.nan, "inconclusive")])
+    )
     assert not ok  # a reference without an interval cannot accept anything
 
 
@@ -35,12 +37,30 @@ def _training_table(rng, seeds):
             run = f"tiny-x-{objective}-standard-s{seed}"
             for step in (0, 250, 500, 750):
                 for layer in (0, 1):
-                    rows.append({"model": run, "model_type": "bert", "architecture": "encoder-only",
-                                 "modality": "text", "component": objective, "layer": layer, "head": "all",
-                                 "symmetry": rng.uniform(0.2, 0.6) if objective == "encoder" else rng.uniform(0, 0.1),
-                                 "directionality": rng.uniform(-1, 1), "n_params": 1, "d_model": 8, "n_heads": 2,
-                                 "n_kv_heads": 2, "run": run, "size": "tiny", "dataset": "x", "objective": objective,
-                                 "init": "standard", "seed": seed, "step": step})
+                    rows.append(
+                        {
+                            "model": run,
+                            "model_type": "bert",
+                            "architecture": "encoder-only",
+                            "modality": "text",
+                            "component": objective,
+                            "layer": layer,
+                            "head": "all",
+                            "symmetry": rng.uniform(0.2, 0.6) if objective == "encoder" else rng.uniform(0, 0.1),
+                            "directionality": rng.uniform(-1, 1),
+                            "n_params": 1,
+                            "d_model": 8,
+                            "n_heads": 2,
+                            "n_kv_heads": 2,
+                            "run": run,
+                            "size": "tiny",
+                            "dataset": "x",
+                            "objective": objective,
+                            "init": "standard",
+                            "seed": seed,
+                            "step": step,
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -50,7 +70,8 @@ def test_seed_claims_uses_only_the_given_seeds(tmp_path):
     (tmp_path / "tables").mkdir()
     t.to_csv(tmp_path / "tables" / "training_scores.csv", index=False)
     t.iloc[:0][["run", "size", "dataset", "objective", "init", "seed", "step"]].assign(
-        train_loss=[], eval_loss=[], learning_rate=[]).to_csv(tmp_path / "tables" / "training_loss.csv", index=False)
+        train_loss=[], eval_loss=[], learning_rate=[]
+    ).to_csv(tmp_path / "tables" / "training_loss.csv", index=False)
     claims = seed_claims(str(tmp_path), [0, 1, 2]).set_index("id")
     # independently: per seed, the median over layers and the last 3 snapshots (250, 500, 750); the paired
     # encoder - decoder differences over seeds 0-2 and their t-interval
@@ -69,9 +90,20 @@ def test_cli_prints_the_decision(tmp_path, capsys):
     for name in ("ref", "cand"):
         (tmp_path / name / "tables").mkdir(parents=True)
         _training_table(rng, [0, 1, 2]).to_csv(tmp_path / name / "tables" / "training_scores.csv", index=False)
-        pd.DataFrame(columns=["run", "size", "dataset", "objective", "init", "seed", "step", "train_loss",
-                              "eval_loss", "learning_rate"]).to_csv(tmp_path / name / "tables" / "training_loss.csv",
-                                                                    index=False)
+        pd.DataFrame(
+            columns=[
+                "run",
+                "size",
+                "dataset",
+                "objective",
+                "init",
+                "seed",
+                "step",
+                "train_loss",
+                "eval_loss",
+                "learning_rate",
+            ]
+        ).to_csv(tmp_path / name / "tables" / "training_loss.csv", index=False)
     ref = str(tmp_path / "ref")
     assert main([ref, ref, "--seeds", "0", "1", "2", "--config", str(tmp_path / "none.yaml")]) == 2  # no config
     cfg = tmp_path / "c.yaml"

@@ -8,7 +8,6 @@ from unittest import mock
 
 import pytest
 import torch
-
 from test_proof_seq2seq import capture_each, once, prove_stacks, zero_
 
 torch.set_num_threads(1)
@@ -16,102 +15,204 @@ torch.set_num_threads(1)
 
 def _whisper():
     from transformers import WhisperConfig, WhisperModel
-    cfg = WhisperConfig(vocab_size=60, num_mel_bins=8, d_model=32, encoder_layers=2, decoder_layers=3,
-                        encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                        max_source_positions=10, max_target_positions=16, pad_token_id=0, bos_token_id=1,
-                        eos_token_id=2, decoder_start_token_id=1, attn_implementation="eager")
+
+    cfg = WhisperConfig(
+        vocab_size=60,
+        num_mel_bins=8,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=3,
+        encoder_attention_heads=4,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_source_positions=10,
+        max_target_positions=16,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+        attn_implementation="eager",
+    )
     m = WhisperModel(cfg).double().eval()
-    return cfg, m, {"encoder": ([l.self_attn for l in m.encoder.layers], lambda o: o.encoder_attentions),
-                    "decoder": ([l.self_attn for l in m.decoder.layers], lambda o: o.decoder_attentions)}, lambda: m(
-        input_features=torch.randn(2, 8, 20, dtype=torch.float64),
-        decoder_input_ids=torch.randint(3, 60, (2, 6)), output_attentions=True)
+    return (
+        cfg,
+        m,
+        {
+            "encoder": ([l.self_attn for l in m.encoder.layers], lambda o: o.encoder_attentions),
+            "decoder": ([l.self_attn for l in m.decoder.layers], lambda o: o.decoder_attentions),
+        },
+        lambda: m(
+            input_features=torch.randn(2, 8, 20, dtype=torch.float64),
+            decoder_input_ids=torch.randint(3, 60, (2, 6)),
+            output_attentions=True,
+        ),
+    )
 
 
 def _speech_to_text():
     from transformers import Speech2TextConfig, Speech2TextModel
-    cfg = Speech2TextConfig(vocab_size=60, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
-                            decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, conv_channels=16,
-                            input_feat_per_channel=8, input_channels=1, max_source_positions=32,
-                            max_target_positions=16, attn_implementation="eager")
+
+    cfg = Speech2TextConfig(
+        vocab_size=60,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=3,
+        encoder_attention_heads=4,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        conv_channels=16,
+        input_feat_per_channel=8,
+        input_channels=1,
+        max_source_positions=32,
+        max_target_positions=16,
+        attn_implementation="eager",
+    )
     m = Speech2TextModel(cfg).double().eval()
-    return cfg, m, {"encoder": ([l.self_attn for l in m.encoder.layers], lambda o: o.encoder_attentions),
-                    "decoder": ([l.self_attn for l in m.decoder.layers], lambda o: o.decoder_attentions)}, lambda: m(
-        input_features=torch.randn(2, 24, 8, dtype=torch.float64),
-        decoder_input_ids=torch.randint(3, 60, (2, 6)), output_attentions=True)
+    return (
+        cfg,
+        m,
+        {
+            "encoder": ([l.self_attn for l in m.encoder.layers], lambda o: o.encoder_attentions),
+            "decoder": ([l.self_attn for l in m.decoder.layers], lambda o: o.decoder_attentions),
+        },
+        lambda: m(
+            input_features=torch.randn(2, 24, 8, dtype=torch.float64),
+            decoder_input_ids=torch.randint(3, 60, (2, 6)),
+            output_attentions=True,
+        ),
+    )
 
 
 def _speecht5():
     from transformers import SpeechT5Config, SpeechT5Model
-    cfg = SpeechT5Config(vocab_size=60, hidden_size=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
-                         decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                         encoder_max_relative_position=16, attn_implementation="eager")
+
+    cfg = SpeechT5Config(
+        vocab_size=60,
+        hidden_size=32,
+        encoder_layers=2,
+        decoder_layers=3,
+        encoder_attention_heads=4,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        encoder_max_relative_position=16,
+        attn_implementation="eager",
+    )
     m = SpeechT5Model(cfg).double().eval()  # no pre-nets: encoder and decoder take hidden states directly
     enc, dec = m.encoder.wrapped_encoder, m.decoder.wrapped_decoder
     # the encoder adds q_i . r(j - i) to its logits (learned relative position embeddings pe_k): zeroed
     zero_(enc.embed_positions.pe_k.weight)
-    return cfg, m, {"encoder": ([l.attention for l in enc.layers], lambda o: o.encoder_attentions),
-                    "decoder": ([l.self_attn for l in dec.layers], lambda o: o.decoder_attentions)}, lambda: m(
-        input_values=torch.randn(2, 9, 32, dtype=torch.float64),
-        decoder_input_values=torch.randn(2, 6, 32, dtype=torch.float64), output_attentions=True)
+    return (
+        cfg,
+        m,
+        {
+            "encoder": ([l.attention for l in enc.layers], lambda o: o.encoder_attentions),
+            "decoder": ([l.self_attn for l in dec.layers], lambda o: o.decoder_attentions),
+        },
+        lambda: m(
+            input_values=torch.randn(2, 9, 32, dtype=torch.float64),
+            decoder_input_values=torch.randn(2, 6, 32, dtype=torch.float64),
+            output_attentions=True,
+        ),
+    )
 
 
 def _musicgen():
-    from transformers import (EncodecConfig, MusicgenConfig, MusicgenDecoderConfig,
-                              MusicgenForConditionalGeneration, T5Config)
+    from transformers import (
+        EncodecConfig,
+        MusicgenConfig,
+        MusicgenDecoderConfig,
+        MusicgenForConditionalGeneration,
+        T5Config,
+    )
+
     text = T5Config(vocab_size=50, d_model=24, d_kv=8, d_ff=48, num_layers=2, num_heads=3)
-    audio = EncodecConfig(hidden_size=8, num_filters=4, upsampling_ratios=[2, 2], codebook_size=16,
-                          num_lstm_layers=1)
-    decoder = MusicgenDecoderConfig(vocab_size=16, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-                                    ffn_dim=64, num_codebooks=2, max_position_embeddings=32, pad_token_id=16,
-                                    bos_token_id=16)
+    audio = EncodecConfig(hidden_size=8, num_filters=4, upsampling_ratios=[2, 2], codebook_size=16, num_lstm_layers=1)
+    decoder = MusicgenDecoderConfig(
+        vocab_size=16,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        ffn_dim=64,
+        num_codebooks=2,
+        max_position_embeddings=32,
+        pad_token_id=16,
+        bos_token_id=16,
+    )
     cfg = MusicgenConfig(text_encoder=text, audio_encoder=audio, decoder=decoder, attn_implementation="eager")
     m = MusicgenForConditionalGeneration(cfg).double().eval()
     enc = [b.layer[0].SelfAttention for b in m.text_encoder.encoder.block]
     dec = [l.self_attn for l in m.decoder.model.decoder.layers]
     # the frozen T5 text encoder's relative position bias (block 0's table) is not part of W_qk
     zero_(m.text_encoder.encoder.block[0].layer[0].SelfAttention.relative_attention_bias.weight)
-    return cfg, m, {"encoder": (enc, lambda o: o.encoder_attentions),
-                    "decoder": (dec, lambda o: o.decoder_attentions)}, lambda: m(
-        input_ids=torch.randint(0, 50, (2, 7)), decoder_input_ids=torch.randint(0, 16, (2 * 2, 6)),
-        output_attentions=True)
+    return (
+        cfg,
+        m,
+        {"encoder": (enc, lambda o: o.encoder_attentions), "decoder": (dec, lambda o: o.decoder_attentions)},
+        lambda: m(
+            input_ids=torch.randint(0, 50, (2, 7)),
+            decoder_input_ids=torch.randint(0, 16, (2 * 2, 6)),
+            output_attentions=True,
+        ),
+    )
 
 
-CONV = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, conv_dim=(8, 8),
-            conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2,
-            attn_implementation="eager")
+CONV = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    conv_dim=(8, 8),
+    conv_stride=(5, 2),
+    conv_kernel=(10, 3),
+    num_conv_pos_embeddings=8,
+    num_conv_pos_embedding_groups=2,
+    attn_implementation="eager",
+)
 
 
 def _wav2vec2_like(config_cls, model_cls, **extra):
     cfg = config_cls(**CONV, **extra)
     m = model_cls(cfg).double().eval()
     attn = [l.attention for l in m.encoder.layers]
-    return cfg, m, {"encoder": (attn, lambda o: o.attentions)}, lambda: m(
-        input_values=torch.randn(2, 400, dtype=torch.float64), output_attentions=True)
+    return (
+        cfg,
+        m,
+        {"encoder": (attn, lambda o: o.attentions)},
+        lambda: m(input_values=torch.randn(2, 400, dtype=torch.float64), output_attentions=True),
+    )
 
 
 def _hubert():
     from transformers import HubertConfig, HubertModel
+
     return _wav2vec2_like(HubertConfig, HubertModel)
 
 
 def _wav2vec2():
     from transformers import Wav2Vec2Config, Wav2Vec2Model
+
     return _wav2vec2_like(Wav2Vec2Config, Wav2Vec2Model)
 
 
 def _wav2vec2_stable():
     # the pre-norm encoder of the large checkpoints and MMS
     from transformers import Wav2Vec2Config, Wav2Vec2Model
+
     return _wav2vec2_like(Wav2Vec2Config, Wav2Vec2Model, do_stable_layer_norm=True, feat_extract_norm="layer")
 
 
 def _unispeech_sat():
     from transformers import UniSpeechSatConfig, UniSpeechSatModel
+
     return _wav2vec2_like(UniSpeechSatConfig, UniSpeechSatModel)
 
 
 def _wavlm():
     from transformers import WavLMConfig, WavLMModel
+
     cfg, m, stacks, fwd = _wav2vec2_like(WavLMConfig, WavLMModel)
     # gated relative position bias: layer 0 computes bucketed biases from rel_attn_embed, every layer scales them
     # by a gate of its query's hidden state; a zero table makes the bias zero whatever the gate
@@ -121,9 +222,17 @@ def _wavlm():
     return cfg, m, stacks, fwd
 
 
-BUILDERS = {"whisper": _whisper, "speech_to_text": _speech_to_text, "speecht5": _speecht5, "musicgen": _musicgen,
-            "hubert": _hubert, "wav2vec2": _wav2vec2, "wav2vec2-stable-layer-norm": _wav2vec2_stable,
-            "unispeech-sat": _unispeech_sat, "wavlm": _wavlm}
+BUILDERS = {
+    "whisper": _whisper,
+    "speech_to_text": _speech_to_text,
+    "speecht5": _speecht5,
+    "musicgen": _musicgen,
+    "hubert": _hubert,
+    "wav2vec2": _wav2vec2,
+    "wav2vec2-stable-layer-norm": _wav2vec2_stable,
+    "unispeech-sat": _unispeech_sat,
+    "wavlm": _wavlm,
+}
 
 
 class PerHeadWeights:
@@ -168,7 +277,9 @@ def test_audio_proof(case):
     for comp, (mods, probs_of) in stacks.items():
         probs = list(probs_of(out))
         if model_type == "wavlm":
-            assert len(per_head.seen) == len(mods) and torch.allclose(probs[0], per_head.seen[0].mean(1, keepdim=True).expand_as(probs[0]))
+            assert len(per_head.seen) == len(mods) and torch.allclose(
+                probs[0], per_head.seen[0].mean(1, keepdim=True).expand_as(probs[0])
+            )
             probs = per_head.seen
         else:
             assert not per_head.seen

@@ -9,15 +9,15 @@ checkpoint's tensor names, and runs the proof harness (tests/proof.py) on every 
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import Iterator, Sequence
 
 import pytest
 import torch
+from proof import assert_bilinear, bilinear_error, capture_inputs
 from transformers.core_model_loading import revert_weight_conversion
 
 from attention_geometry.scoring.extract import get_family, iter_layer_qk, wqk
-from proof import assert_bilinear, bilinear_error, capture_inputs
 
 torch.set_num_threads(1)
 
@@ -37,12 +37,20 @@ def capture_each(modules: Sequence[torch.nn.Module]) -> Iterator[list[list[torch
 
 def once(captured: list[list[torch.Tensor]], what: str) -> list[torch.Tensor]:
     """Each attention module must have run exactly once in the forward pass."""
-    assert [len(c) for c in captured] == [1] * len(captured), f"{what}: calls per attention module {[len(c) for c in captured]}"
+    assert [len(c) for c in captured] == [1] * len(captured), (
+        f"{what}: calls per attention module {[len(c) for c in captured]}"
+    )
     return [c[0] for c in captured]
 
 
-def prove_stacks(model_type: str, model: torch.nn.Module, config, observed: dict[str, tuple[Sequence, Sequence]],
-                 state_dict: dict[str, torch.Tensor] | None = None, tol: float = 1e-4) -> None:
+def prove_stacks(
+    model_type: str,
+    model: torch.nn.Module,
+    config,
+    observed: dict[str, tuple[Sequence, Sequence]],
+    state_dict: dict[str, torch.Tensor] | None = None,
+    tol: float = 1e-4,
+) -> None:
     """observed: component -> (inputs x per applied layer [B, T, d], probabilities per layer [B, H, T, S]).
 
     The extraction must yield exactly these components, layers 0..n-1 of each, and every head of every layer
@@ -55,11 +63,14 @@ def prove_stacks(model_type: str, model: torch.nn.Module, config, observed: dict
     got: dict[str, list] = {}
     for L in layers:
         got.setdefault(L.component, []).append(L)
-    assert sorted(got) == sorted(observed), f"{model_type}: extracted stacks {sorted(got)}, model has {sorted(observed)}"
+    assert sorted(got) == sorted(observed), (
+        f"{model_type}: extracted stacks {sorted(got)}, model has {sorted(observed)}"
+    )
     for comp, (xs, probs) in observed.items():
         assert len(xs) == len(probs) > 0, f"{model_type} {comp}: {len(xs)} inputs, {len(probs)} attention maps"
         assert [L.layer for L in got[comp]] == list(range(len(xs))), (
-            f"{model_type} {comp}: extracted layers {[L.layer for L in got[comp]]}, model applied {len(xs)}")
+            f"{model_type} {comp}: extracted layers {[L.layer for L in got[comp]]}, model applied {len(xs)}"
+        )
         for L, x, p in zip(got[comp], xs, probs):
             what = f"{model_type} {comp} layer {L.layer}"
             assert p.shape[1] == L.n_heads, f"{what}: {L.n_heads} extracted heads, model has {p.shape[1]}"
@@ -83,39 +94,79 @@ def _t5():
     from transformers import T5Config, T5Model
 
     # d_kv * num_heads (24) != d_model (32): the projections are not square; 2 encoder, 3 decoder blocks
-    cfg = T5Config(vocab_size=50, d_model=32, d_kv=6, d_ff=64, num_layers=2, num_decoder_layers=3, num_heads=4,
-                   attn_implementation="eager")
+    cfg = T5Config(
+        vocab_size=50,
+        d_model=32,
+        d_kv=6,
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=3,
+        num_heads=4,
+        attn_implementation="eager",
+    )
     m = T5Model(cfg).double().eval()
     enc = [b.layer[0].SelfAttention for b in m.encoder.block]
     dec = [b.layer[0].SelfAttention for b in m.decoder.block]
     # the relative position bias (block 0 of each stack computes it, all blocks add it) is not part of W_qk
-    zero_(m.encoder.block[0].layer[0].SelfAttention.relative_attention_bias.weight,
-          m.decoder.block[0].layer[0].SelfAttention.relative_attention_bias.weight)
-    return cfg, m, enc, dec, lambda: m(input_ids=torch.randint(0, 50, (2, 7)),
-                                       decoder_input_ids=torch.randint(0, 50, (2, 6)), output_attentions=True)
+    zero_(
+        m.encoder.block[0].layer[0].SelfAttention.relative_attention_bias.weight,
+        m.decoder.block[0].layer[0].SelfAttention.relative_attention_bias.weight,
+    )
+    return (
+        cfg,
+        m,
+        enc,
+        dec,
+        lambda: m(
+            input_ids=torch.randint(0, 50, (2, 7)),
+            decoder_input_ids=torch.randint(0, 50, (2, 6)),
+            output_attentions=True,
+        ),
+    )
 
 
 def _bart_like(config_cls, model_cls):
     def build():
         # different widths of head count and depth per stack, so a stack sized by the other's fields fails
-        cfg = config_cls(vocab_size=50, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
-                         decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                         max_position_embeddings=32, attn_implementation="eager")
+        cfg = config_cls(
+            vocab_size=50,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=3,
+            encoder_attention_heads=4,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=32,
+            attn_implementation="eager",
+        )
         m = model_cls(cfg).double().eval()
         enc = [layer.self_attn for layer in m.encoder.layers]
         dec = [layer.self_attn for layer in m.decoder.layers]
-        return cfg, m, enc, dec, lambda: m(input_ids=torch.randint(3, 50, (2, 7)),
-                                           decoder_input_ids=torch.randint(3, 50, (2, 6)), output_attentions=True)
+        return (
+            cfg,
+            m,
+            enc,
+            dec,
+            lambda: m(
+                input_ids=torch.randint(3, 50, (2, 7)),
+                decoder_input_ids=torch.randint(3, 50, (2, 6)),
+                output_attentions=True,
+            ),
+        )
+
     return build
 
 
 def _bart():
     from transformers import BartConfig, BartModel
+
     return _bart_like(BartConfig, BartModel)()
 
 
 def _mbart():
     from transformers import MBartConfig, MBartModel
+
     return _bart_like(MBartConfig, MBartModel)()
 
 
@@ -129,11 +180,16 @@ def test_seq2seq_proof(model_type):
     assert cfg.model_type == model_type
     with torch.no_grad():
         for a in [*enc, *dec]:  # biases are not part of W_qk
-            zero_(getattr(getattr(a, "q", None) or a.q_proj, "bias", None), getattr(getattr(a, "k", None) or a.k_proj, "bias", None))
+            zero_(
+                getattr(getattr(a, "q", None) or a.q_proj, "bias", None),
+                getattr(getattr(a, "k", None) or a.k_proj, "bias", None),
+            )
         with capture_each(enc) as xe, capture_each(dec) as xd:
             out = forward()
-    observed = {"encoder": (once(xe, "encoder"), out.encoder_attentions),
-                "decoder": (once(xd, "decoder"), out.decoder_attentions)}
+    observed = {
+        "encoder": (once(xe, "encoder"), out.encoder_attentions),
+        "decoder": (once(xd, "decoder"), out.decoder_attentions),
+    }
     # the decoder is causal: masked keys have p = 0 and the harness leaves them out
     assert bool((out.decoder_attentions[0][..., 0, 1:] == 0).all())
     prove_stacks(model_type, m, cfg, observed)

@@ -11,16 +11,17 @@ worked out here, independently of extract.py's head and layout logic.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
 import transformers as tf
+from proof import assert_bilinear, bilinear_error, capture_inputs
 
 from attention_geometry.scoring.extract import get_family, iter_layer_qk, supported_model_types, wqk
 from attention_geometry.scoring.registry import UnsupportedArchitecture
-from proof import assert_bilinear, bilinear_error, capture_inputs
 
 torch.set_num_threads(1)
 
@@ -57,51 +58,143 @@ CASES = [
     Case("bert", lambda: tf.BertConfig(**SMALL, **EAGER), "BertSelfAttention", tf.BertForMaskedLM),
     Case("roberta", lambda: tf.RobertaConfig(**SMALL, **EAGER), "RobertaSelfAttention"),
     Case("xlm-roberta", lambda: tf.XLMRobertaConfig(**SMALL, **EAGER), "XLMRobertaSelfAttention"),
-    Case("albert", lambda: tf.AlbertConfig(embedding_size=16, num_hidden_groups=2, inner_group_num=2,
-                                           **dict(SMALL, num_hidden_layers=3), **EAGER),
-         "AlbertAttention", tf.AlbertForMaskedLM),
-    Case("distilbert", lambda: tf.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=64, **EAGER),
-         "DistilBertSelfAttention"),
+    Case(
+        "albert",
+        lambda: tf.AlbertConfig(
+            embedding_size=16, num_hidden_groups=2, inner_group_num=2, **dict(SMALL, num_hidden_layers=3), **EAGER
+        ),
+        "AlbertAttention",
+        tf.AlbertForMaskedLM,
+    ),
+    Case(
+        "distilbert",
+        lambda: tf.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=64, **EAGER),
+        "DistilBertSelfAttention",
+    ),
     Case("electra", lambda: tf.ElectraConfig(embedding_size=16, **SMALL, **EAGER), "ElectraSelfAttention"),
-    Case("deberta", lambda: tf.DebertaConfig(**SMALL, relative_attention=False, **EAGER),
-         "DisentangledSelfAttention", raw_layout="per_head"),
-    Case("deberta-v2", lambda: tf.DebertaV2Config(**SMALL, relative_attention=False, **EAGER),
-         "DisentangledSelfAttention"),
-    Case("modernbert", lambda: tf.ModernBertConfig(**dict(SMALL, num_hidden_layers=3), pad_token_id=0,
-                                                   bos_token_id=1, eos_token_id=2, cls_token_id=1,
-                                                   sep_token_id=2, global_attn_every_n_layers=2, local_attention=4,
-                                                   **EAGER),
-         "ModernBertAttention", rotary=True, raw_layout="contiguous"),
-    Case("openai-gpt", lambda: tf.OpenAIGPTConfig(n_embd=32, n_layer=2, n_head=4, **EAGER), "Attention",
-         causal=True, raw_layout="conv1d"),
-    Case("gpt2", lambda: tf.GPT2Config(n_embd=32, n_layer=2, n_head=4, **EAGER), "GPT2Attention",
-         tf.GPT2LMHeadModel, causal=True, raw_layout="conv1d"),
-    Case("imagegpt", lambda: tf.ImageGPTConfig(n_embd=32, n_layer=2, n_head=4, **EAGER), "ImageGPTAttention",
-         causal=True, raw_layout="conv1d"),
-    Case("gpt_neo", lambda: tf.GPTNeoConfig(hidden_size=32, num_layers=2, num_heads=4, window_size=4,
-                                            attention_types=[[["global", "local"], 1]], **EAGER),
-         "GPTNeoSelfAttention", causal=True),
-    Case("gptj", lambda: tf.GPTJConfig(n_embd=32, n_layer=2, n_head=4, rotary_dim=4, **EAGER), "GPTJAttention",
-         causal=True, rotary=True),
-    Case("gpt_neox", lambda: tf.GPTNeoXConfig(**SMALL, **EAGER), "GPTNeoXAttention", causal=True, rotary=True,
-         raw_layout="per_head"),
-    Case("llama", lambda: tf.LlamaConfig(**GQA, **EAGER), "LlamaAttention", tf.LlamaForCausalLM,
-         causal=True, rotary=True),
-    Case("mistral", lambda: tf.MistralConfig(**GQA, sliding_window=4, **EAGER), "MistralAttention",
-         causal=True, rotary=True),
-    Case("mixtral", lambda: tf.MixtralConfig(**GQA, num_local_experts=2, num_experts_per_tok=1,
-                                                 experts_implementation="eager", **EAGER),
-         "MixtralAttention", causal=True, rotary=True),
+    Case(
+        "deberta",
+        lambda: tf.DebertaConfig(**SMALL, relative_attention=False, **EAGER),
+        "DisentangledSelfAttention",
+        raw_layout="per_head",
+    ),
+    Case(
+        "deberta-v2",
+        lambda: tf.DebertaV2Config(**SMALL, relative_attention=False, **EAGER),
+        "DisentangledSelfAttention",
+    ),
+    Case(
+        "modernbert",
+        lambda: tf.ModernBertConfig(
+            **dict(SMALL, num_hidden_layers=3),
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            cls_token_id=1,
+            sep_token_id=2,
+            global_attn_every_n_layers=2,
+            local_attention=4,
+            **EAGER,
+        ),
+        "ModernBertAttention",
+        rotary=True,
+        raw_layout="contiguous",
+    ),
+    Case(
+        "openai-gpt",
+        lambda: tf.OpenAIGPTConfig(n_embd=32, n_layer=2, n_head=4, **EAGER),
+        "Attention",
+        causal=True,
+        raw_layout="conv1d",
+    ),
+    Case(
+        "gpt2",
+        lambda: tf.GPT2Config(n_embd=32, n_layer=2, n_head=4, **EAGER),
+        "GPT2Attention",
+        tf.GPT2LMHeadModel,
+        causal=True,
+        raw_layout="conv1d",
+    ),
+    Case(
+        "imagegpt",
+        lambda: tf.ImageGPTConfig(n_embd=32, n_layer=2, n_head=4, **EAGER),
+        "ImageGPTAttention",
+        causal=True,
+        raw_layout="conv1d",
+    ),
+    Case(
+        "gpt_neo",
+        lambda: tf.GPTNeoConfig(
+            hidden_size=32,
+            num_layers=2,
+            num_heads=4,
+            window_size=4,
+            attention_types=[[["global", "local"], 1]],
+            **EAGER,
+        ),
+        "GPTNeoSelfAttention",
+        causal=True,
+    ),
+    Case(
+        "gptj",
+        lambda: tf.GPTJConfig(n_embd=32, n_layer=2, n_head=4, rotary_dim=4, **EAGER),
+        "GPTJAttention",
+        causal=True,
+        rotary=True,
+    ),
+    Case(
+        "gpt_neox",
+        lambda: tf.GPTNeoXConfig(**SMALL, **EAGER),
+        "GPTNeoXAttention",
+        causal=True,
+        rotary=True,
+        raw_layout="per_head",
+    ),
+    Case(
+        "llama", lambda: tf.LlamaConfig(**GQA, **EAGER), "LlamaAttention", tf.LlamaForCausalLM, causal=True, rotary=True
+    ),
+    Case(
+        "mistral",
+        lambda: tf.MistralConfig(**GQA, sliding_window=4, **EAGER),
+        "MistralAttention",
+        causal=True,
+        rotary=True,
+    ),
+    Case(
+        "mixtral",
+        lambda: tf.MixtralConfig(
+            **GQA, num_local_experts=2, num_experts_per_tok=1, experts_implementation="eager", **EAGER
+        ),
+        "MixtralAttention",
+        causal=True,
+        rotary=True,
+    ),
     Case("qwen2", lambda: tf.Qwen2Config(**GQA, **EAGER), "Qwen2Attention", causal=True, rotary=True),
     Case("phi", lambda: tf.PhiConfig(**GQA, **EAGER), "PhiAttention", causal=True, rotary=True),
-    Case("phi3", lambda: tf.Phi3Config(**GQA, pad_token_id=0, bos_token_id=1, eos_token_id=2, **EAGER),
-         "Phi3Attention", causal=True, rotary=True, raw_layout="contiguous"),
+    Case(
+        "phi3",
+        lambda: tf.Phi3Config(**GQA, pad_token_id=0, bos_token_id=1, eos_token_id=2, **EAGER),
+        "Phi3Attention",
+        causal=True,
+        rotary=True,
+        raw_layout="contiguous",
+    ),
     # gemma: multi-query (one key/value head), as in gemma-2b
-    Case("gemma", lambda: tf.GemmaConfig(**dict(SMALL, num_key_value_heads=1), head_dim=8, **EAGER),
-         "GemmaAttention", causal=True, rotary=True),
-    Case("gemma3_text", lambda: tf.Gemma3TextConfig(**GQA, head_dim=8, query_pre_attn_scalar=8, sliding_window=4,
-                                                    **EAGER),
-         "Gemma3Attention", causal=True, rotary=True, prepare=_identity_qk_norms),
+    Case(
+        "gemma",
+        lambda: tf.GemmaConfig(**dict(SMALL, num_key_value_heads=1), head_dim=8, **EAGER),
+        "GemmaAttention",
+        causal=True,
+        rotary=True,
+    ),
+    Case(
+        "gemma3_text",
+        lambda: tf.Gemma3TextConfig(**GQA, head_dim=8, query_pre_attn_scalar=8, sliding_window=4, **EAGER),
+        "Gemma3Attention",
+        causal=True,
+        rotary=True,
+        prepare=_identity_qk_norms,
+    ),
 ]
 BY_TYPE = {c.model_type: c for c in CASES}
 
@@ -139,8 +232,7 @@ def run_case(case: Case, prepare: bool = True):
         calls: list[str] = []
         hooks = [m.register_forward_pre_hook(lambda mod, args, name=n: calls.append(name)) for n, m in named]
         ids = torch.randint(4, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
-        kwargs: dict[str, Any] = dict(attention_mask=torch.ones(BATCH, SEQ, dtype=torch.long),
-                                      output_attentions=True)
+        kwargs: dict[str, Any] = dict(attention_mask=torch.ones(BATCH, SEQ, dtype=torch.long), output_attentions=True)
         if case.rotary:
             kwargs["position_ids"] = torch.zeros(BATCH, SEQ, dtype=torch.long)
         if case.causal:
@@ -189,10 +281,13 @@ def _wrong_layouts(case: Case, sd, layer, n_heads: int, n_kv: int) -> dict[str, 
             w4 = w.reshape(n_heads, 3, dh, -1)
             q, k = w4[:, 0], w4[:, 1]
         elif case.raw_layout == "contiguous":  # grouped split read as if every query head had its own key
-            q, k = w[: n_heads * dh].reshape(n_heads, dh, -1), w[n_heads * dh: 2 * n_heads * dh].reshape(n_heads, dh, -1)
+            q, k = (
+                w[: n_heads * dh].reshape(n_heads, dh, -1),
+                w[n_heads * dh : 2 * n_heads * dh].reshape(n_heads, dh, -1),
+            )
         else:  # per-head interleaved (or Conv1D q|k|v) read the other way round
             if case.raw_layout == "per_head":
-                q, k = w[: n_heads * dh], w[n_heads * dh: 2 * n_heads * dh]
+                q, k = w[: n_heads * dh], w[n_heads * dh : 2 * n_heads * dh]
                 q, k = q.reshape(n_heads, dh, -1), k.reshape(n_heads, dh, -1)
             else:
                 w4 = w.reshape(n_heads, 3, dh, -1)
@@ -204,9 +299,31 @@ def _wrong_layouts(case: Case, sd, layer, n_heads: int, n_kv: int) -> dict[str, 
 # ----------------------------------------------------------------------------------------------- proofs
 
 
-REQUIRED = {"bert", "roberta", "xlm-roberta", "albert", "distilbert", "electra", "deberta", "deberta-v2",
-            "modernbert", "openai-gpt", "gpt2", "gpt_neo", "gptj", "gpt_neox", "llama", "mistral", "mixtral",
-            "qwen2", "phi", "phi3", "gemma", "gemma3_text", "imagegpt"}
+REQUIRED = {
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "albert",
+    "distilbert",
+    "electra",
+    "deberta",
+    "deberta-v2",
+    "modernbert",
+    "openai-gpt",
+    "gpt2",
+    "gpt_neo",
+    "gptj",
+    "gpt_neox",
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "phi",
+    "phi3",
+    "gemma",
+    "gemma3_text",
+    "imagegpt",
+}
 
 
 def test_every_text_family_is_registered_and_proven():
@@ -250,8 +367,15 @@ def test_proof(model_type):
 
 def test_wrong_readings_are_exercised():
     """The fused and grouped families really get a layout / pairing mistake to fail on."""
-    assert {c.model_type for c in CASES if c.raw_layout} >= {"gpt2", "openai-gpt", "imagegpt", "gpt_neox",
-                                                            "deberta", "modernbert", "phi3"}
+    assert {c.model_type for c in CASES if c.raw_layout} >= {
+        "gpt2",
+        "openai-gpt",
+        "imagegpt",
+        "gpt_neox",
+        "deberta",
+        "modernbert",
+        "phi3",
+    }
     grouped = [t for t in BY_TYPE if get_family(t).stacks[0].n_kv_heads is not None]
     assert set(grouped) == {"llama", "mistral", "mixtral", "qwen2", "phi", "phi3", "gemma", "gemma3_text"}
 
@@ -259,22 +383,34 @@ def test_wrong_readings_are_exercised():
 # ------------------------------------------------------------------------- what the proof switches off
 
 
-@pytest.mark.parametrize("model_type,make", [
-    ("deberta-v2", lambda: tf.DebertaV2Config(**SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"],
-                                              max_relative_positions=8, **EAGER)),
-    ("deberta", lambda: tf.DebertaConfig(**SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"],
-                                         max_relative_positions=8, **EAGER)),
-    ("gemma3_text", BY_TYPE["gemma3_text"].make),  # q_norm / k_norm left in place
-    ("phi", lambda: tf.PhiConfig(**GQA, qk_layernorm=True, **EAGER)),
-])
+@pytest.mark.parametrize(
+    "model_type,make",
+    [
+        (
+            "deberta-v2",
+            lambda: tf.DebertaV2Config(
+                **SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"], max_relative_positions=8, **EAGER
+            ),
+        ),
+        (
+            "deberta",
+            lambda: tf.DebertaConfig(
+                **SMALL, relative_attention=True, pos_att_type=["p2c", "c2p"], max_relative_positions=8, **EAGER
+            ),
+        ),
+        ("gemma3_text", BY_TYPE["gemma3_text"].make),  # q_norm / k_norm left in place
+        ("phi", lambda: tf.PhiConfig(**GQA, qk_layernorm=True, **EAGER)),
+    ],
+)
 def test_switched_off_terms_do_enter_the_logits(model_type, make):
     """What docs/architectures/text.md lists beyond x^T W_qk x is real: left on, the bilinear check fails."""
     base = BY_TYPE[model_type]
     case = Case(model_type, make, base.attention, base.model_cls, base.causal, base.rotary)
     config, model, inputs, attentions = run_case(case, prepare=False)
     _, layers = _extract(case, config, model)
-    errs = [bilinear_error(p, x, wqk(L, per_head=True))[0].max().item()
-            for L, (_, x), p in zip(layers, inputs, attentions)]
+    errs = [
+        bilinear_error(p, x, wqk(L, per_head=True))[0].max().item() for L, (_, x), p in zip(layers, inputs, attentions)
+    ]
     assert max(errs) > WRONG, errs
 
 
@@ -295,8 +431,13 @@ def test_rotary_is_not_identity_at_real_positions():
 
 def test_bert_as_decoder():
     """A BERT run with is_decoder=True is causal; its rows are component `decoder` (docs/contracts.md)."""
-    case = Case("bert", lambda: tf.BertConfig(**SMALL, is_decoder=True, **EAGER), "BertSelfAttention",
-                tf.BertLMHeadModel, causal=True)
+    case = Case(
+        "bert",
+        lambda: tf.BertConfig(**SMALL, is_decoder=True, **EAGER),
+        "BertSelfAttention",
+        tf.BertLMHeadModel,
+        causal=True,
+    )
     config, model, inputs, attentions = run_case(case)
     _, layers = _extract(case, config, model)
     assert [L.component for L in layers] == ["decoder"] * config.num_hidden_layers
@@ -311,10 +452,20 @@ def test_bert_as_decoder():
 @pytest.mark.parametrize("layers,groups,inner", [(3, 2, 2), (4, 2, 1), (2, 1, 3), (6, 3, 2)])
 def test_albert_positions(layers, groups, inner):
     """One row per applied position; the tensors of each row belong to the group/inner layer that ran."""
-    case = Case("albert", lambda: tf.AlbertConfig(embedding_size=16, hidden_size=16, num_attention_heads=2,
-                                                  intermediate_size=32, num_hidden_layers=layers,
-                                                  num_hidden_groups=groups, inner_group_num=inner, **EAGER),
-                "AlbertAttention")
+    case = Case(
+        "albert",
+        lambda: tf.AlbertConfig(
+            embedding_size=16,
+            hidden_size=16,
+            num_attention_heads=2,
+            intermediate_size=32,
+            num_hidden_layers=layers,
+            num_hidden_groups=groups,
+            inner_group_num=inner,
+            **EAGER,
+        ),
+        "AlbertAttention",
+    )
     config, model, inputs, attentions = run_case(case)
     sd, rows = _extract(case, config, model)
     assert len(rows) == layers * inner == len(inputs)

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from test_proof_seq2seq import capture_each, once, prove_stacks, zero_
 
 torch.set_num_threads(1)
 
-VIT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32,
-           patch_size=8, num_channels=3, attn_implementation="eager")
+VIT = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    image_size=32,
+    patch_size=8,
+    num_channels=3,
+    attn_implementation="eager",
+)
 
 
 def pixels(batch: int = 2, size: int = 32) -> torch.Tensor:
@@ -32,21 +39,29 @@ def _vit_like(name: str, config_cls, model_cls, **extra):
     cfg = config_cls(**VIT, **extra)
     m = model_cls(cfg).double().eval()
     attn = [layer.attention for layer in vit_layers(m)]
-    return cfg, m, {"encoder": (attn, lambda out: out.attentions)}, lambda: m(pixel_values=pixels(), output_attentions=True)
+    return (
+        cfg,
+        m,
+        {"encoder": (attn, lambda out: out.attentions)},
+        lambda: m(pixel_values=pixels(), output_attentions=True),
+    )
 
 
 def _vit():
     from transformers import ViTConfig, ViTModel
+
     return _vit_like("vit", ViTConfig, ViTModel)
 
 
 def _deit():
     from transformers import DeiTConfig, DeiTModel
+
     return _vit_like("deit", DeiTConfig, DeiTModel)
 
 
 def _beit():
     from transformers import BeitConfig, BeitModel
+
     # real BEiT checkpoints add a learned relative position bias to the logits: switched on here and its table
     # zeroed, so the only logit term left is x^T W_qk x
     cfg, m, stacks, fwd = _vit_like("beit", BeitConfig, BeitModel, use_relative_position_bias=True)
@@ -58,52 +73,104 @@ def _beit():
 
 def _dinov2():
     from transformers import Dinov2Config, Dinov2Model
+
     return _vit_like("dinov2", Dinov2Config, Dinov2Model)
 
 
 def _vit_mae():
     from transformers import ViTMAEConfig, ViTMAEForPreTraining
+
     # the pretraining model, so the checkpoint also holds the MAE decoder's self-attention, which must not be
     # picked up as encoder layers (the paper scores the encoder only)
-    cfg = ViTMAEConfig(**VIT, decoder_hidden_size=16, decoder_num_hidden_layers=1, decoder_num_attention_heads=2,
-                       decoder_intermediate_size=32, mask_ratio=0.5)
+    cfg = ViTMAEConfig(
+        **VIT,
+        decoder_hidden_size=16,
+        decoder_num_hidden_layers=1,
+        decoder_num_attention_heads=2,
+        decoder_intermediate_size=32,
+        mask_ratio=0.5,
+    )
     m = ViTMAEForPreTraining(cfg).double().eval()
     attn = [layer.attention for layer in vit_layers(m.vit)]
 
     def fwd():
         return m.vit(pixel_values=pixels(), output_attentions=True)
+
     return cfg, m, {"encoder": (attn, lambda out: out.attentions)}, fwd
 
 
 def _git():
     from transformers import GitConfig, GitModel
-    cfg = GitConfig(vision_config=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-                                       image_size=32, patch_size=16),
-                    vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                    max_position_embeddings=32, bos_token_id=1, eos_token_id=2, attn_implementation="eager")
+
+    cfg = GitConfig(
+        vision_config=dict(
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            image_size=32,
+            patch_size=16,
+        ),
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        bos_token_id=1,
+        eos_token_id=2,
+        attn_implementation="eager",
+    )
     m = GitModel(cfg).double().eval()
     attn = [layer.attention.self for layer in m.encoder.layer]
-    return cfg, m, {"encoder": (attn, lambda out: out.attentions)}, lambda: m(
-        input_ids=torch.randint(3, 50, (2, 6)), pixel_values=pixels(), output_attentions=True)
+    return (
+        cfg,
+        m,
+        {"encoder": (attn, lambda out: out.attentions)},
+        lambda: m(input_ids=torch.randint(3, 50, (2, 6)), pixel_values=pixels(), output_attentions=True),
+    )
 
 
 def _detr():
     from transformers import DetrConfig, DetrModel, ResNetConfig
-    backbone = ResNetConfig(embedding_size=8, hidden_sizes=[8, 8, 8, 16], depths=[1, 1, 1, 1], layer_type="basic",
-                            out_features=["stage4"])
-    cfg = DetrConfig(backbone_config=backbone, use_timm_backbone=False, use_pretrained_backbone=False, d_model=32,
-                     encoder_layers=2, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=2,
-                     encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=5, attn_implementation="eager")
+
+    backbone = ResNetConfig(
+        embedding_size=8, hidden_sizes=[8, 8, 8, 16], depths=[1, 1, 1, 1], layer_type="basic", out_features=["stage4"]
+    )
+    cfg = DetrConfig(
+        backbone_config=backbone,
+        use_timm_backbone=False,
+        use_pretrained_backbone=False,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=3,
+        encoder_attention_heads=4,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        num_queries=5,
+        attn_implementation="eager",
+    )
     m = DetrModel(cfg).double().eval()
     enc = [layer.self_attn for layer in m.encoder.layers]
     dec = [layer.self_attn for layer in m.decoder.layers]
-    return cfg, m, {"encoder": (enc, lambda out: out.encoder_attentions),
-                    "decoder": (dec, lambda out: out.decoder_attentions)}, lambda: m(
-        pixel_values=pixels(size=64), output_attentions=True)
+    return (
+        cfg,
+        m,
+        {"encoder": (enc, lambda out: out.encoder_attentions), "decoder": (dec, lambda out: out.decoder_attentions)},
+        lambda: m(pixel_values=pixels(size=64), output_attentions=True),
+    )
 
 
-BUILDERS = {"vit": _vit, "deit": _deit, "beit": _beit, "dinov2": _dinov2, "vit_mae": _vit_mae, "git": _git,
-            "detr": _detr}
+BUILDERS = {
+    "vit": _vit,
+    "deit": _deit,
+    "beit": _beit,
+    "dinov2": _dinov2,
+    "vit_mae": _vit_mae,
+    "git": _git,
+    "detr": _detr,
+}
 
 
 def q_k(attn: torch.nn.Module) -> list[torch.nn.Linear]:

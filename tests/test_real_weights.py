@@ -3,7 +3,8 @@ attention).
 
 What is checked independently of the extraction code: the shapes read from the loaded configs, M rebuilt
 here by an explicit loop over heads from the loaded model's own projection modules (query head h paired with
-key/value head h // (H_q / H_kv) for SmolLM2), and agreement between the streaming readers (safetensors; GGUF q/k) and a full
+key/value head h // (H_q / H_kv) for SmolLM2), and agreement between the streaming readers
+(safetensors; GGUF q/k) and a full
 transformers load of the same weights.
 """
 
@@ -17,12 +18,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from attention_geometry.scoring.scorer import layer_matrices, score_model
 from attention_geometry.formats.columns import SCORE_COLUMNS
 from attention_geometry.formats.files import join_files
+from attention_geometry.scoring.scorer import layer_matrices, score_model
+from attention_geometry.weights.base import StateDictSource
 from attention_geometry.weights.gguf_qk import GGUFSource
 from attention_geometry.weights.loading import open_gguf_transformers, open_source
-from attention_geometry.weights.base import StateDictSource
 from attention_geometry.weights.safetensors_io import SafetensorsSource
 
 torch.set_num_threads(1)
@@ -63,7 +64,9 @@ def gemma_file(tmp_path_factory):
     import yaml
 
     pytest.importorskip("gguf")
-    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())["pretrained"]["gemma3"]
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())["pretrained"][
+        "gemma3"
+    ]
     parts = []
     for spec in cfg["gguf_parts"]:
         package, _, sub = spec.partition("/")
@@ -83,7 +86,14 @@ def assert_qk_reader_equals_transformers(path, full, permuted):
     and n_params match, and its q/k rows are the transformers rows permuted by llama.cpp's order (or not)."""
     src = open_source(path, name=full.name)
     assert isinstance(src, GGUFSource)
-    for f in ("model_type", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "head_dim"):
+    for f in (
+        "model_type",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "hidden_size",
+        "head_dim",
+    ):
         assert getattr(src.config, f) == getattr(full.config, f), f
     assert src.n_params == full.n_params == full.model.num_parameters()
     H, KV = src.config.num_attention_heads, src.config.num_key_value_heads
@@ -117,8 +127,13 @@ def test_gemma3_shapes(gemma_file):
     src = open_source(gemma_file)
     cfg = src.config
     assert isinstance(src, GGUFSource) and cfg.model_type == "gemma3_text"
-    assert (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size, cfg.head_dim) == \
-        (18, 4, 1, 640, 256)
+    assert (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size, cfg.head_dim) == (
+        18,
+        4,
+        1,
+        640,
+        256,
+    )
     df = score_model(src, progress=False)
     assert len(df) == 18 and (df.n_kv_heads == 1).all() and df.symmetry.between(-1, 1).all()
 
@@ -129,7 +144,7 @@ def explicit_wqk(wq, wk, n_heads, n_kv_heads, pair):
     wk = wk.detach().double()
     dh = wq.shape[0] // n_heads
     assert wk.shape[0] == n_kv_heads * dh
-    return [wq[h * dh:(h + 1) * dh].T @ wk[pair(h) * dh:(pair(h) + 1) * dh] for h in range(n_heads)]
+    return [wq[h * dh : (h + 1) * dh].T @ wk[pair(h) * dh : (pair(h) + 1) * dh] for h in range(n_heads)]
 
 
 def test_minilm(minilm_dir):

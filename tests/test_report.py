@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_workflow import job_counts, snakemake  # the same runner and dry-run parser (tests/ is on sys.path)
+from test_workflow_logic import _config, _plan
 
 from attention_geometry.formats.corpus import write_corpus_record
 from attention_geometry.workflow.plan import caption_rst, load_catalog, notebook_file
-from test_workflow import job_counts, snakemake  # the same runner and dry-run parser (tests/ is on sys.path)
-from test_workflow_logic import _config, _plan
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -54,8 +54,9 @@ def test_committed_captions_match_the_catalog():
         text = (folder / f"{name}.rst").read_text(encoding="utf-8")
         assert text == caption_rst(CATALOG, name), f"{name}: run python report/make_captions.py"
         assert _words(entry["caption"]) in _words(text) and notebook_file(CATALOG, name) in text
-    proc = subprocess.run([sys.executable, str(REPO / "report" / "make_captions.py"), "--check"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "report" / "make_captions.py"), "--check"], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -72,7 +73,9 @@ def test_caption_check_reports_a_drifted_caption(tmp_path, monkeypatch, capsys):
     (folder / "gone.rst").write_text("a removed entry\n")
     assert mod.main() == 1
     assert capsys.readouterr().out.splitlines() == [
-        "report/captions/fig3_emergence.rst: differs from notebooks/catalog.yaml", "report/captions/gone.rst: left over"]
+        "report/captions/fig3_emergence.rst: differs from notebooks/catalog.yaml",
+        "report/captions/gone.rst: left over",
+    ]
     monkeypatch.setattr(sys, "argv", ["make_captions.py"])
     assert mod.main() == 0
     assert (folder / "fig3_emergence.rst").read_text() == caption_rst(CATALOG, "fig3_emergence")
@@ -96,14 +99,24 @@ def test_notebook_rules_read_only_committed_files():
 def test_corpus_record(tmp_path):
     corpus = tmp_path / "wiki_offline"
     corpus.mkdir()
-    manifest = {"n_documents": 3, "n_tokens": 40, "block_len": 8, "vocab_size": 64, "documents_sha256": "ab",
-                "n_train_blocks": 4, "n_heldout_blocks": 1, "sources": [{"path": "/a/machine/path"}]}
+    manifest = {
+        "n_documents": 3,
+        "n_tokens": 40,
+        "block_len": 8,
+        "vocab_size": 64,
+        "documents_sha256": "ab",
+        "n_train_blocks": 4,
+        "n_heldout_blocks": 1,
+        "sources": [{"path": "/a/machine/path"}],
+    }
     (corpus / "manifest.json").write_text(json.dumps(manifest))
     out = tmp_path / "t" / "corpus_wiki_offline.csv"
     write_corpus_record(str(corpus), "wiki_offline", str(out))
     sha = hashlib.sha256((corpus / "manifest.json").read_bytes()).hexdigest()
-    assert out.read_text() == ("corpus,manifest_sha256,documents_sha256,n_documents,n_tokens,n_train_blocks,"
-                               f"n_heldout_blocks,block_len,vocab_size\nwiki_offline,{sha},ab,3,40,4,1,8,64\n")
+    assert out.read_text() == (
+        "corpus,manifest_sha256,documents_sha256,n_documents,n_tokens,n_train_blocks,"
+        f"n_heldout_blocks,block_len,vocab_size\nwiki_offline,{sha},ab,3,40,4,1,8,64\n"
+    )
 
 
 # ------------------------------------------------------------------------------------------ a fresh clone
@@ -182,8 +195,11 @@ def test_fresh_clone_redraws_without_training_and_a_notebook_edit_reruns_only_it
     _edit(clone / "notebooks" / "fig3_emergence.ipynb")
     assert job_counts(snakemake("-n", cwd=clone).stdout) == {"make_fig3_emergence": 1, "all": 1}
     _edit(clone / "notebooks" / "reproduction_report.ipynb")
-    assert job_counts(snakemake("-n", cwd=clone).stdout) == {"make_fig3_emergence": 1, "make_reproduction_report": 1,
-                                                             "all": 1}
+    assert job_counts(snakemake("-n", cwd=clone).stdout) == {
+        "make_fig3_emergence": 1,
+        "make_reproduction_report": 1,
+        "all": 1,
+    }
     # a notebook shared by three entries (Figures 2, S1, S2) schedules those three
     snakemake("--touch", "--cores", "1", cwd=clone)
     _edit(clone / "notebooks" / "pretrained_scores_vs_params.ipynb")

@@ -12,16 +12,18 @@ import yaml
 
 from attention_geometry.data import corpus_config as corpus_cfg
 from attention_geometry.formats.corpus import CorpusError
-from attention_geometry.training.hyper import BETA_BOUNDS
-from attention_geometry.training.hyper import HYPER_BOUNDS
-from attention_geometry.training.hyper import HYPER_ENUMS
-from attention_geometry.training.hyper import HYPER_KINDS
-from attention_geometry.training.hyper import Hyper
-from attention_geometry.training.hyper import INITS
-from attention_geometry.training.hyper import OBJECTIVES
-from attention_geometry.training.hyper import SIZES
-from attention_geometry.training import run_config as run_cfg
 from attention_geometry.formats.value_kinds import SCHEMA_TYPES, expected
+from attention_geometry.training import run_config as run_cfg
+from attention_geometry.training.hyper import (
+    BETA_BOUNDS,
+    HYPER_BOUNDS,
+    HYPER_ENUMS,
+    HYPER_KINDS,
+    INITS,
+    OBJECTIVES,
+    SIZES,
+    Hyper,
+)
 
 SCHEMA = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "schema.yaml").read_text())
 DEFS = SCHEMA["definitions"]

@@ -131,29 +131,32 @@ def test_sign_test_p_drops_zeros():
 
 
 # ------------------------------------------------------------------------------------------- verdict
-@pytest.mark.parametrize("low,high,sign,expected", [
-    # directional, predicted > 0
-    (0.10, 0.30, 1, "holds"),
-    (0.02, 0.20, 1, "holds"),            # beyond 0, not inside the margin
-    (-0.30, -0.10, 1, "contradicted"),   # other side of 0
-    (-0.10, 0.30, 1, "inconclusive"),
-    (-0.04, 0.04, 1, "contradicted"),    # negligible: entirely within +-margin
-    (0.01, 0.04, 1, "contradicted"),     # beyond 0 but negligible
-    (-0.05, 0.04, 1, "inconclusive"),    # touches -margin: not strictly within
-    # directional, predicted < 0 (mirror)
-    (-0.30, -0.10, -1, "holds"),
-    (0.10, 0.30, -1, "contradicted"),
-    (-0.30, 0.10, -1, "inconclusive"),
-    (-0.04, -0.01, -1, "contradicted"),
-    # claim of no effect
-    (-0.04, 0.04, 0, "holds"),
-    (0.01, 0.03, 0, "holds"),            # excludes 0 but within the margin: no effect of interest
-    (0.02, 0.20, 0, "contradicted"),
-    (-0.20, -0.06, 0, "contradicted"),
-    (-0.02, 0.20, 0, "inconclusive"),
-    (math.nan, math.nan, 1, "inconclusive"),
-    (math.nan, math.nan, 0, "inconclusive"),
-])
+@pytest.mark.parametrize(
+    "low,high,sign,expected",
+    [
+        # directional, predicted > 0
+        (0.10, 0.30, 1, "holds"),
+        (0.02, 0.20, 1, "holds"),  # beyond 0, not inside the margin
+        (-0.30, -0.10, 1, "contradicted"),  # other side of 0
+        (-0.10, 0.30, 1, "inconclusive"),
+        (-0.04, 0.04, 1, "contradicted"),  # negligible: entirely within +-margin
+        (0.01, 0.04, 1, "contradicted"),  # beyond 0 but negligible
+        (-0.05, 0.04, 1, "inconclusive"),  # touches -margin: not strictly within
+        # directional, predicted < 0 (mirror)
+        (-0.30, -0.10, -1, "holds"),
+        (0.10, 0.30, -1, "contradicted"),
+        (-0.30, 0.10, -1, "inconclusive"),
+        (-0.04, -0.01, -1, "contradicted"),
+        # claim of no effect
+        (-0.04, 0.04, 0, "holds"),
+        (0.01, 0.03, 0, "holds"),  # excludes 0 but within the margin: no effect of interest
+        (0.02, 0.20, 0, "contradicted"),
+        (-0.20, -0.06, 0, "contradicted"),
+        (-0.02, 0.20, 0, "inconclusive"),
+        (math.nan, math.nan, 1, "inconclusive"),
+        (math.nan, math.nan, 0, "inconclusive"),
+    ],
+)
 def test_verdict_rule(low, high, sign, expected):
     assert S.verdict(low, high, sign, 0.05) == expected
 
@@ -172,15 +175,29 @@ def test_verdict_bad_arguments():
 # ---------------------------------------------------------------------------------- horizon statistic
 def _scores():
     rows = []
-    spec = {"r-enc-s0": ("encoder", 0, {0: [0.0, 0.0], 100: [0.1, 0.3], 200: [0.5, 0.7], 300: [0.2, 0.9]}),
-            "r-dec-s0": ("decoder", 0, {0: [0.0, 0.0], 100: [0.05, 0.15]})}
+    spec = {
+        "r-enc-s0": ("encoder", 0, {0: [0.0, 0.0], 100: [0.1, 0.3], 200: [0.5, 0.7], 300: [0.2, 0.9]}),
+        "r-dec-s0": ("decoder", 0, {0: [0.0, 0.0], 100: [0.05, 0.15]}),
+    }
     for run, (obj, seed, by_step) in spec.items():
         for step, vals in by_step.items():
             for layer, v in enumerate(vals):
                 for head in ("all", "0"):
-                    rows.append(dict(run=run, size="tiny", dataset="w", objective=obj, init="standard", seed=seed,
-                                     step=step, layer=layer, head=head, symmetry=v if head == "all" else 99.0,
-                                     directionality=-v if head == "all" else 99.0))
+                    rows.append(
+                        dict(
+                            run=run,
+                            size="tiny",
+                            dataset="w",
+                            objective=obj,
+                            init="standard",
+                            seed=seed,
+                            step=step,
+                            layer=layer,
+                            head=head,
+                            symmetry=v if head == "all" else 99.0,
+                            directionality=-v if head == "all" else 99.0,
+                        )
+                    )
     return pd.DataFrame(rows)
 
 
@@ -259,7 +276,7 @@ def test_signed_speedup_treatment_never_beats_baseline_is_negative():
 
 
 def test_signed_speedup_non_monotone_baseline_uses_first_crossing():
-    base = [10.0, 3.0, 6.0, 2.0, 2.5]   # dips below 3.5 at ~93, rises, falls again
+    base = [10.0, 3.0, 6.0, 2.0, 2.5]  # dips below 3.5 at ~93, rises, falls again
     treat = [10.0, 5.0, 4.0, 3.0, 2.0]
     big_s = 100 * (10 - 3.5) / (10 - 3.0)
     assert S.signed_speedup(STEPS, base, STEPS, treat, 3.5) == pytest.approx(1 - 250 / big_s)

@@ -14,12 +14,17 @@ import torch
 import torch.nn.functional as F
 
 from attention_geometry.errors import UserError
-from attention_geometry.training.models import build_model, lm_loss, symmetry_penalty
-from attention_geometry.training.batches import lr_at, mask_tokens
+from attention_geometry.training.batches import Order, global_indices, lr_at, mask_tokens
 from attention_geometry.training.hyper import resolve_hyper
+from attention_geometry.training.models import (
+    _SumCrossEntropy,
+    build_model,
+    fresh_linear_std,
+    lm_loss,
+    self_attentions,
+    symmetry_penalty,
+)
 from attention_geometry.training.run_config import run_config_from_dict
-from attention_geometry.training.batches import Order, global_indices
-from attention_geometry.training.models import _SumCrossEntropy, fresh_linear_std, self_attentions
 
 torch.set_num_threads(1)
 
@@ -205,7 +210,7 @@ def test_fast_cross_entropy_matches_torch_value_and_gradient():
     rows = torch.tensor([3, 7, 0])  # the underflow rows on their own, against the float64 per-row losses
     per_row = F.cross_entropy(x[rows].double(), y[rows], reduction="none")
     for r, want in zip(rows, per_row):
-        assert _SumCrossEntropy.apply(x[r:r + 1], y[r:r + 1]).item() == pytest.approx(want.item(), rel=1e-6)
+        assert _SumCrossEntropy.apply(x[r : r + 1], y[r : r + 1]).item() == pytest.approx(want.item(), rel=1e-6)
 
 
 def test_causal_model_position_i_never_sees_later_tokens():
@@ -295,39 +300,51 @@ def test_symmetry_penalty_is_one_per_layer_for_symmetric_wqk_and_larger_otherwis
 
 
 def test_paper_sizes():
-    for size, (L, D, H, I) in {"bert-mini": (4, 256, 4, 1024), "bert-base": (12, 768, 12, 3072),
-                               "bert-large": (24, 1024, 16, 4096)}.items():
+    for size, (L, D, H, I) in {
+        "bert-mini": (4, 256, 4, 1024),
+        "bert-base": (12, 768, 12, 3072),
+        "bert-large": (24, 1024, 16, 4096),
+    }.items():
         h = resolve_hyper(size)
         assert (h.num_layers, h.hidden_size, h.num_heads, h.intermediate_size) == (L, D, H, I)
         assert (h.lr, h.warmup_steps, h.weight_decay, h.max_steps, h.seq_len) == (5e-5, 200, 0.01, 200_000, 512)
     t = resolve_hyper("tiny")
     assert (t.num_layers, t.hidden_size, t.num_heads, t.intermediate_size, t.batch_size) == (2, 128, 2, 512, 32)
     assert (t.lr, t.betas, t.weight_decay, t.grad_clip, t.warmup_steps, t.hidden_dropout) == (
-        1e-3, (0.9, 0.98), 0.01, 1.0, 100, 0.0)
+        1e-3,
+        (0.9, 0.98),
+        0.01,
+        1.0,
+        100,
+        0.0,
+    )
 
 
 # ------------------------------------------------------------------------------------------ bad input
 
 
-@pytest.mark.parametrize("raw, key", [
-    ({"corpus": "c", "size": "huge"}, "size"),
-    ({"corpus": "c", "objective": "seq2seq"}, "objective"),
-    ({"corpus": "c", "init": "orthogonal"}, "init"),
-    ({"corpus": "c", "learning_rate": 1}, "learning_rate"),
-    ({"corpus": "c", "overrides": {"hidden": 3}}, "overrides.hidden"),
-    ({"corpus": "c", "overrides": {"lr": "fast"}}, "overrides.lr"),
-    ({"corpus": "c", "overrides": {"hidden_size": 30, "num_heads": 4}}, "overrides.num_heads"),
-    ({"corpus": "c", "max_steps": 0}, "max_steps"),
-    ({"corpus": "c", "regularizer": {"lambda": -1}}, "regularizer.lambda"),
-    ({"corpus": "c", "snapshot_steps": [0, 10], "snapshot_every": 5}, "snapshot_steps"),
-    # an explicit step the run never reaches (the workflow refuses it too: rundir.snapshot_steps)
-    ({"corpus": "c", "max_steps": 20, "snapshot_steps": [0, 10, 30]}, "snapshot_steps"),
-    ({"corpus": "c", "overrides": {"max_steps": 20}, "eval_steps": [25]}, "eval_steps"),
-    ({"corpus": "c", "overrides": {"mask_token_fraction": -0.1}}, "overrides.mask_token_fraction"),
-    ({"size": "tiny"}, "corpus"),
-    ({"corpus": "c", "device": "tpu"}, "device"),
-    ({"corpus": "c", "seed": -1}, "seed"),
-])
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ({"corpus": "c", "size": "huge"}, "size"),
+        ({"corpus": "c", "objective": "seq2seq"}, "objective"),
+        ({"corpus": "c", "init": "orthogonal"}, "init"),
+        ({"corpus": "c", "learning_rate": 1}, "learning_rate"),
+        ({"corpus": "c", "overrides": {"hidden": 3}}, "overrides.hidden"),
+        ({"corpus": "c", "overrides": {"lr": "fast"}}, "overrides.lr"),
+        ({"corpus": "c", "overrides": {"hidden_size": 30, "num_heads": 4}}, "overrides.num_heads"),
+        ({"corpus": "c", "max_steps": 0}, "max_steps"),
+        ({"corpus": "c", "regularizer": {"lambda": -1}}, "regularizer.lambda"),
+        ({"corpus": "c", "snapshot_steps": [0, 10], "snapshot_every": 5}, "snapshot_steps"),
+        # an explicit step the run never reaches (the workflow refuses it too: rundir.snapshot_steps)
+        ({"corpus": "c", "max_steps": 20, "snapshot_steps": [0, 10, 30]}, "snapshot_steps"),
+        ({"corpus": "c", "overrides": {"max_steps": 20}, "eval_steps": [25]}, "eval_steps"),
+        ({"corpus": "c", "overrides": {"mask_token_fraction": -0.1}}, "overrides.mask_token_fraction"),
+        ({"size": "tiny"}, "corpus"),
+        ({"corpus": "c", "device": "tpu"}, "device"),
+        ({"corpus": "c", "seed": -1}, "seed"),
+    ],
+)
 def test_bad_run_config_names_the_key(raw, key):
     with pytest.raises(UserError) as e:
         run_config_from_dict(raw, where="RUN.yaml")
@@ -335,9 +352,14 @@ def test_bad_run_config_names_the_key(raw, key):
     assert key in msg and "\n" not in msg
 
 
-@pytest.mark.parametrize("args, key", [(("huge", "encoder", "standard"), "size"),
-                                       (("tiny", "seq2seq", "standard"), "objective"),
-                                       (("tiny", "encoder", "orthogonal"), "init")])
+@pytest.mark.parametrize(
+    "args, key",
+    [
+        (("huge", "encoder", "standard"), "size"),
+        (("tiny", "seq2seq", "standard"), "objective"),
+        (("tiny", "encoder", "orthogonal"), "init"),
+    ],
+)
 def test_build_model_rejects_unknown_names(args, key):
     with pytest.raises(UserError, match=key):
         build_model(*args, seed=0)

@@ -17,17 +17,16 @@ import pytest
 import torch
 import yaml
 
-from attention_geometry.errors import UserError
 from attention_geometry.data.corpus_config import corpus_config_from_dict
 from attention_geometry.data.prepare import prepare_corpus
+from attention_geometry.errors import UserError
+from attention_geometry.training.loop import train
 from attention_geometry.training.models import build_model
 from attention_geometry.training.run_config import load_run_config
-from attention_geometry.training.loop import train
 
 torch.set_num_threads(1)
 
-TINY = {"num_layers": 2, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "batch_size": 8,
-        "warmup_steps": 5}
+TINY = {"num_layers": 2, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "batch_size": 8, "warmup_steps": 5}
 SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 
 
@@ -40,16 +39,37 @@ def write_corpus(d: Path, n_train=64, n_heldout=16, block_len=16, vocab=50, seed
         if n:
             a[:, 0], a[:, -1] = SPECIAL["cls"], SPECIAL["sep"]
         np.save(d / f"{name}.npy", a)
-    (d / "manifest.json").write_text(json.dumps({
-        "dataset": "random", "name": "random", "block_len": block_len, "vocab_size": vocab,
-        "n_train_blocks": n_train, "n_heldout_blocks": n_heldout, "special_tokens": SPECIAL}))
+    (d / "manifest.json").write_text(
+        json.dumps(
+            {
+                "dataset": "random",
+                "name": "random",
+                "block_len": block_len,
+                "vocab_size": vocab,
+                "n_train_blocks": n_train,
+                "n_heldout_blocks": n_heldout,
+                "special_tokens": SPECIAL,
+            }
+        )
+    )
     return d
 
 
 def write_run(path: Path, corpus: Path, **kw) -> Path:
-    cfg = {"corpus": str(corpus), "size": "tiny", "objective": "encoder", "init": "standard", "seed": 0,
-           "max_steps": 12, "snapshot_every": 6, "eval_every": 4, "eval_blocks": 8, "state_every": 3,
-           "threads": 1, "overrides": dict(TINY)}
+    cfg = {
+        "corpus": str(corpus),
+        "size": "tiny",
+        "objective": "encoder",
+        "init": "standard",
+        "seed": 0,
+        "max_steps": 12,
+        "snapshot_every": 6,
+        "eval_every": 4,
+        "eval_blocks": 8,
+        "state_every": 3,
+        "threads": 1,
+        "overrides": dict(TINY),
+    }
     overrides = kw.pop("overrides", {})
     for kind in ("snapshot", "eval"):
         if f"{kind}_steps" in kw:
@@ -66,8 +86,13 @@ def _rows(out: Path) -> list[dict]:
 
 
 def _cli(*args, env=None, **kw):
-    return subprocess.run([sys.executable, "-m", "attention_geometry.cli", *args], capture_output=True,
-                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "attention_geometry.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +117,11 @@ def test_run_dir_contents(tmp_path, corpus, objective, init):
     snaps = sorted(p.name for p in (out / "checkpoints").iterdir())
     assert snaps == ["step-0000000", "step-0000006", "step-0000012"]
     for snap in snaps:
-        assert {p.name for p in (out / "checkpoints" / snap).iterdir()} >= {"model.safetensors", "config.json",
-                                                                             "run.yaml"}
+        assert {p.name for p in (out / "checkpoints" / snap).iterdir()} >= {
+            "model.safetensors",
+            "config.json",
+            "run.yaml",
+        }
     # step 0 is build_model's init, and a snapshot loads back as a stock transformers model
     from transformers import AutoModelForMaskedLM, BertLMHeadModel
 
@@ -109,8 +137,18 @@ def test_run_dir_contents(tmp_path, corpus, objective, init):
     assert not torch.equal(m12.bert.encoder.layer[0].attention.self.query.weight, sa.query.weight)
     rows = _rows(out)
     assert [int(r["step"]) for r in rows] == list(range(13))
-    assert list(rows[0]) == ["run", "size", "dataset", "objective", "init", "seed", "step", "train_loss",
-                             "eval_loss", "learning_rate"]
+    assert list(rows[0]) == [
+        "run",
+        "size",
+        "dataset",
+        "objective",
+        "init",
+        "seed",
+        "step",
+        "train_loss",
+        "eval_loss",
+        "learning_rate",
+    ]
     assert all(r["run"] == name and r["objective"] == objective and r["seed"] == "4" for r in rows)
     assert [int(r["step"]) for r in rows if r["eval_loss"]] == [0, 4, 8, 12]
     assert rows[0]["train_loss"] == "" and all(float(r["train_loss"]) > 0 for r in rows[1:])
@@ -128,16 +166,36 @@ def test_run_dir_contents(tmp_path, corpus, objective, init):
 
 def test_log_every_rows_are_window_means(tmp_path, corpus):
     out1, out5 = tmp_path / "o1", tmp_path / "o5"
-    train(load_run_config(write_run(tmp_path / "a.yaml", corpus, max_steps=10, eval_steps=[], snapshot_steps=[],
-                                    state_every=None)), out1, progress=False)
-    train(load_run_config(write_run(tmp_path / "b.yaml", corpus, max_steps=10, eval_steps=[], snapshot_steps=[],
-                                    state_every=None, log_every=5)), out5, progress=False)
+    train(
+        load_run_config(
+            write_run(tmp_path / "a.yaml", corpus, max_steps=10, eval_steps=[], snapshot_steps=[], state_every=None)
+        ),
+        out1,
+        progress=False,
+    )
+    train(
+        load_run_config(
+            write_run(
+                tmp_path / "b.yaml",
+                corpus,
+                max_steps=10,
+                eval_steps=[],
+                snapshot_steps=[],
+                state_every=None,
+                log_every=5,
+            )
+        ),
+        out5,
+        progress=False,
+    )
     r1 = {int(r["step"]): r for r in _rows(out1)}
     r5 = _rows(out5)
     assert [int(r["step"]) for r in r5] == [0, 5, 10]
     for r in r5[1:]:
         s = int(r["step"])
-        assert float(r["train_loss"]) == pytest.approx(np.mean([float(r1[t]["train_loss"]) for t in range(s - 4, s + 1)]))
+        assert float(r["train_loss"]) == pytest.approx(
+            np.mean([float(r1[t]["train_loss"]) for t in range(s - 4, s + 1)])
+        )
 
 
 def test_regularizer_run_pulls_wqk_towards_symmetry(tmp_path, corpus):
@@ -153,8 +211,11 @@ def test_regularizer_run_pulls_wqk_towards_symmetry(tmp_path, corpus):
 
     base = {"init": "standard", "eval_steps": [], "overrides": {"lr": 1e-2, "warmup_steps": 1}}
     train(load_run_config(write_run(tmp_path / "a.yaml", corpus, **base)), tmp_path / "a", progress=False)
-    train(load_run_config(write_run(tmp_path / "b.yaml", corpus, regularizer={"lambda": 1.0}, **base)),
-          tmp_path / "b", progress=False)
+    train(
+        load_run_config(write_run(tmp_path / "b.yaml", corpus, regularizer={"lambda": 1.0}, **base)),
+        tmp_path / "b",
+        progress=False,
+    )
     assert final_sym(tmp_path / "b") > final_sym(tmp_path / "a") + 0.1
 
 
@@ -173,15 +234,35 @@ def test_same_config_and_seed_give_identical_loss_log(tmp_path, corpus):
 
 def test_resume_after_sigkill_is_bitwise_equal(tmp_path, corpus):
     overrides = {"num_layers": 1, "hidden_size": 16, "num_heads": 2, "intermediate_size": 32}
-    cfg = write_run(tmp_path / "run.yaml", corpus, max_steps=150, snapshot_every=50, eval_every=25,
-                    state_every=5, overrides=overrides)
+    cfg = write_run(
+        tmp_path / "run.yaml",
+        corpus,
+        max_steps=150,
+        snapshot_every=50,
+        eval_every=25,
+        state_every=5,
+        overrides=overrides,
+    )
     ref = tmp_path / "ref"
     train(load_run_config(cfg), ref, progress=False)
 
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "attention_geometry.cli", "train", "--config", str(cfg),
-                             "--out", str(out), "--no-progress"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "attention_geometry.cli",
+            "train",
+            "--config",
+            str(cfg),
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     deadline = time.time() + 120
     while not (out / "state" / "state.json").is_file():
         assert proc.poll() is None and time.time() < deadline, "training ended before a state was written"
@@ -196,30 +277,63 @@ def test_resume_after_sigkill_is_bitwise_equal(tmp_path, corpus):
     (out / ".tmp-state-999" / "state.json").write_text('{"step": 145}')
     # the same command again (in-process here, to save a second interpreter start-up)
     assert train(load_run_config(cfg), out, progress=False)["status"] == "resumed"
-    assert f"resuming run tiny-random-encoder-standard-s0 from {out / 'state'} at step {killed_at}" in (
-        out / "train.log").read_text()
+    assert (
+        f"resuming run tiny-random-encoder-standard-s0 from {out / 'state'} at step {killed_at}"
+        in (out / "train.log").read_text()
+    )
     assert (out / "loss.csv").read_bytes() == (ref / "loss.csv").read_bytes()
     for snap in ("step-0000000", "step-0000050", "step-0000150"):
         a = (out / "checkpoints" / snap / "model.safetensors").read_bytes()
         assert a == (ref / "checkpoints" / snap / "model.safetensors").read_bytes(), snap
     assert (out / "state" / "training.pt").is_file()
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
-        "step-0000000", "step-0000050", "step-0000100", "step-0000150"]
+        "step-0000000",
+        "step-0000050",
+        "step-0000100",
+        "step-0000150",
+    ]
 
 
 # --------------------------------------------------------------------------------------------- DDP
 
 
 def test_two_process_ddp_matches_one_process(tmp_path, corpus):
-    cfg = write_run(tmp_path / "run.yaml", corpus, max_steps=8, snapshot_steps=[], eval_every=4,
-                    state_every=None, overrides={"batch_size": 8, "grad_accum": 2})
+    cfg = write_run(
+        tmp_path / "run.yaml",
+        corpus,
+        max_steps=8,
+        snapshot_steps=[],
+        eval_every=4,
+        state_every=None,
+        overrides={"batch_size": 8, "grad_accum": 2},
+    )
     one = tmp_path / "one"
     train(load_run_config(cfg), one, progress=False)
     two = tmp_path / "two"
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "-m", "attention_geometry.cli", "train", "--config", str(cfg), "--out", str(two),
-                          "--no-progress", "--device", "cpu"], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "attention_geometry.cli",
+            "train",
+            "--config",
+            str(cfg),
+            "--out",
+            str(two),
+            "--no-progress",
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     r1, r2 = _rows(one), _rows(two)
     assert [r["step"] for r in r1] == [r["step"] for r in r2]
@@ -259,8 +373,9 @@ def _same_files(a: Path, b: Path, names=("loss.csv",)) -> None:
     snaps = sorted(p.name for p in (a / "checkpoints").iterdir())
     assert snaps == sorted(p.name for p in (b / "checkpoints").iterdir())
     for snap in snaps:
-        assert ((a / "checkpoints" / snap / "model.safetensors").read_bytes()
-                == (b / "checkpoints" / snap / "model.safetensors").read_bytes()), snap
+        assert (a / "checkpoints" / snap / "model.safetensors").read_bytes() == (
+            b / "checkpoints" / snap / "model.safetensors"
+        ).read_bytes(), snap
 
 
 def test_rerun_with_other_settings_keeps_the_old_run_aside_and_starts_afresh(tmp_path, corpus):
@@ -275,8 +390,9 @@ def test_rerun_with_other_settings_keeps_the_old_run_aside_and_starts_afresh(tmp
     train(b, tmp_path / "fresh", progress=False)
     _same_files(out, tmp_path / "fresh")
     # a run that never reached its first state restarts the same way with a corrected config
-    train(load_run_config(write_run(tmp_path / "c.yaml", corpus, max_steps=3, eval_steps=[], seed=5)), out,
-          progress=False)
+    train(
+        load_run_config(write_run(tmp_path / "c.yaml", corpus, max_steps=3, eval_steps=[], seed=5)), out, progress=False
+    )
     assert (tmp_path / "out.old-2").is_dir() and yaml.safe_load((out / "run.yaml").read_text())["seed"] == 5
 
 
@@ -303,21 +419,38 @@ def test_more_steps_under_the_linear_schedule_restart(tmp_path, corpus):
     _same_files(out, tmp_path / "fresh")
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("delete loss.csv", "loss.csv: missing, but the run has a training state"),
-    ("garbage loss.csv", "loss.csv: damaged loss log"),
-    # in state/ and in the kept state.prev/ (one damaged state falls back: tests/test_faults_state.py)
-    ("garbage state.json", "damaged training state: "),
-    ("garbage run.yaml", "run.yaml"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("delete loss.csv", "loss.csv: missing, but the run has a training state"),
+        ("garbage loss.csv", "loss.csv: damaged loss log"),
+        # in state/ and in the kept state.prev/ (one damaged state falls back: tests/test_faults_state.py)
+        ("garbage state.json", "damaged training state: "),
+        ("garbage run.yaml", "run.yaml"),
+    ],
+)
 def test_a_damaged_run_dir_is_one_line_naming_the_file(tmp_path, corpus, damage, message):
     out = tmp_path / "out"
-    cfg = write_run(tmp_path / "run.yaml", corpus, max_steps=6, state_every=3, snapshot_every=3, eval_every=3,
-                    overrides={"schedule": "constant"})
+    cfg = write_run(
+        tmp_path / "run.yaml",
+        corpus,
+        max_steps=6,
+        state_every=3,
+        snapshot_every=3,
+        eval_every=3,
+        overrides={"schedule": "constant"},
+    )
     train(load_run_config(cfg), out, progress=False)
     # make it unfinished: a longer run of the same settings would resume from step 6 (constant schedule)
-    cfg = write_run(tmp_path / "run.yaml", corpus, max_steps=9, state_every=3, snapshot_every=3, eval_every=3,
-                    overrides={"schedule": "constant"})
+    cfg = write_run(
+        tmp_path / "run.yaml",
+        corpus,
+        max_steps=9,
+        state_every=3,
+        snapshot_every=3,
+        eval_every=3,
+        overrides={"schedule": "constant"},
+    )
     what, name = damage.split()
     targets = [out / "state/state.json", out / "state.prev/state.json"] if name == "state.json" else [out / name]
     for target in targets:
@@ -335,27 +468,47 @@ def test_a_snapshot_is_a_whole_hugging_face_model(tmp_path):
     and pipeline() load a snapshot alone."""
     from transformers import AutoTokenizer, pipeline
 
-
     words = "the cat sat on a mat while dogs ran in parks near old trees and birds sang songs".split()
     rng = np.random.default_rng(0)
     docs = tmp_path / "docs"
     docs.mkdir()
     for i in range(60):
         (docs / f"d{i}.txt").write_text(" ".join(words[j] for j in rng.integers(0, len(words), 40)) + ".\n")
-    cfg = corpus_config_from_dict({"dataset": "text_files", "paths": [str(docs)], "block_len": 16,
-                                     "tokenizer": {"vocab_size": 64, "min_frequency": 1}, "heldout_fraction": 0.1})
+    cfg = corpus_config_from_dict(
+        {
+            "dataset": "text_files",
+            "paths": [str(docs)],
+            "block_len": 16,
+            "tokenizer": {"vocab_size": 64, "min_frequency": 1},
+            "heldout_fraction": 0.1,
+        }
+    )
     corpus = prepare_corpus(cfg, tmp_path / "corpus")
     vocab = json.loads((corpus / "manifest.json").read_text())["vocab_size"]
     for objective, task in (("encoder", "fill-mask"), ("decoder", "text-generation")):
         out = tmp_path / objective
-        train(load_run_config(write_run(tmp_path / f"{objective}.yaml", corpus, objective=objective, max_steps=2,
-                                        snapshot_every=2, eval_steps=[], overrides={"vocab_size": None})),
-              out, progress=False)
+        train(
+            load_run_config(
+                write_run(
+                    tmp_path / f"{objective}.yaml",
+                    corpus,
+                    objective=objective,
+                    max_steps=2,
+                    snapshot_every=2,
+                    eval_steps=[],
+                    overrides={"vocab_size": None},
+                )
+            ),
+            out,
+            progress=False,
+        )
         snap = out / "checkpoints" / "step-0000002"
         tok = AutoTokenizer.from_pretrained(snap)
         assert len(tok) == vocab and tok.mask_token == "[MASK]" and tok.pad_token_id == 0
-        assert tok.convert_tokens_to_ids("[MASK]") == json.loads(
-            (corpus / "manifest.json").read_text())["special_tokens"]["mask"]
+        assert (
+            tok.convert_tokens_to_ids("[MASK]")
+            == json.loads((corpus / "manifest.json").read_text())["special_tokens"]["mask"]
+        )
         card = (snap / "README.md").read_text()
         assert f"pipeline_tag: {task}" in card and "at step 2" in card
         pipe = pipeline(task, model=str(snap), device="cpu")

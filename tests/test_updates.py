@@ -17,12 +17,12 @@ import yaml
 from safetensors.torch import load_file
 from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel
 
-from attention_geometry.scoring import updates as U
-from attention_geometry.errors import UserError
-from attention_geometry.scoring.measures import scores
 from attention_geometry.cli import main
+from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import UPDATE_COLUMNS
 from attention_geometry.formats.corpus import Corpus, load_corpus
+from attention_geometry.scoring import updates as U
+from attention_geometry.scoring.measures import scores
 
 torch.set_num_threads(1)
 
@@ -33,9 +33,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def tiny_config(objective: str, hidden=24, layers=2, heads=3) -> BertConfig:
     return BertConfig(
-        vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        intermediate_size=2 * hidden, max_position_embeddings=32, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0, is_decoder=objective == "decoder", attn_implementation="eager",
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        is_decoder=objective == "decoder",
+        attn_implementation="eager",
     )
 
 
@@ -76,8 +83,15 @@ def write_corpus(path: Path, heldout: np.ndarray) -> Path:
 
 
 def write_run(path: Path, objective: str, models: dict[int, torch.nn.Module], corpus: Path) -> Path:
-    run = {"run": f"tiny-toy-{objective}-standard-s0", "size": "tiny", "dataset": "toy", "objective": objective,
-           "init": "standard", "seed": 0, "corpus": str(corpus)}
+    run = {
+        "run": f"tiny-toy-{objective}-standard-s0",
+        "size": "tiny",
+        "dataset": "toy",
+        "objective": objective,
+        "init": "standard",
+        "seed": 0,
+        "corpus": str(corpus),
+    }
     path.mkdir(parents=True)
     (path / "run.yaml").write_text(yaml.safe_dump(run))
     for step, model in models.items():
@@ -116,7 +130,11 @@ class ExplicitQKAttention(torch.nn.Module):
         x = hidden_states
         B, T, _ = x.shape
         bil = torch.einsum("bid,hdf,bjf->bhij", x, self.M, x)
-        a = bil + torch.einsum("bid,hd->bhi", x, self.u)[..., None] + torch.einsum("bjd,hd->bhj", x, self.v)[:, :, None, :]
+        a = (
+            bil
+            + torch.einsum("bid,hd->bhi", x, self.u)[..., None]
+            + torch.einsum("bjd,hd->bhj", x, self.v)[:, :, None, :]
+        )
         a = (a + self.c0[None, :, None, None]) / math.sqrt(self.dh)
         if attention_mask is not None:
             if attention_mask.dtype == torch.bool:
@@ -253,8 +271,9 @@ def test_masking_comes_from_the_run():
     assert fields(U.run_masking({"size": "tiny"})) == (0.15, 0.8, 0.1)
     assert fields(U.run_masking(run, mlm_probability=0.2)) == (0.2, 0.5, 0.25)
     heldout = np.random.default_rng(4).integers(1, VOCAB, size=(200, 32))  # [UNK] (1) is maskable, as in training
-    (batch,) = U.make_batches(corpus_obj(heldout), "encoder",
-                              U.UpdateConfig(batches=1, batch_size=200, masking=U.run_masking(run)))
+    (batch,) = U.make_batches(
+        corpus_obj(heldout), "encoder", U.UpdateConfig(batches=1, batch_size=200, masking=U.run_masking(run))
+    )
     chosen = batch["labels"] != -100
     maskable = ~torch.isin(torch.from_numpy(heldout), torch.tensor([2, 3, 4]))
     assert not bool((chosen & ~maskable).any())
@@ -285,22 +304,48 @@ def _np_wqk(snapshot: Path, layer: int) -> np.ndarray:
 @pytest.fixture
 def encoder_run(tmp_path):
     corpus = write_corpus(tmp_path / "corpus", blocks(n_blocks=20))
-    models = {0: tiny_model("encoder", 10, False), 100: tiny_model("encoder", 11, False), 200: tiny_model("encoder", 12, False)}
+    models = {
+        0: tiny_model("encoder", 10, False),
+        100: tiny_model("encoder", 11, False),
+        200: tiny_model("encoder", 12, False),
+    }
     return write_run(tmp_path / "run", "encoder", models, corpus), corpus
 
 
 def test_cli_rows_gradient_and_applied(encoder_run, tmp_path):
     run, corpus = encoder_run
     out = tmp_path / "out" / "update_scores.csv"
-    args = ["score-updates", str(run), "--corpus", str(corpus), "--out", str(out), "--steps", "0", "200",
-            "--batches", "2", "--batch-size", "5", "--threads", "1"]
+    args = [
+        "score-updates",
+        str(run),
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(out),
+        "--steps",
+        "0",
+        "200",
+        "--batches",
+        "2",
+        "--batch-size",
+        "5",
+        "--threads",
+        "1",
+    ]
     assert main(args) == 0
     df = pd.read_csv(out)
     assert list(df.columns) == UPDATE_COLUMNS
     assert set(df["run"]) == {"tiny-toy-encoder-standard-s0"} and set(df["objective"]) == {"encoder"}
     # step 0: gradient + applied (0 -> 100, the next snapshot); step 200: gradient only (no later snapshot)
     assert sorted(zip(df["step"], df["kind"], df["layer"])) == sorted(
-        [(0, "gradient", 0), (0, "gradient", 1), (0, "applied", 0), (0, "applied", 1), (200, "gradient", 0), (200, "gradient", 1)]
+        [
+            (0, "gradient", 0),
+            (0, "gradient", 1),
+            (0, "applied", 0),
+            (0, "applied", 1),
+            (200, "gradient", 0),
+            (200, "gradient", 1),
+        ]
     )
     snaps = run / "checkpoints"
     for layer in (0, 1):
@@ -325,7 +370,18 @@ def test_cli_rows_gradient_and_applied(encoder_run, tmp_path):
 def test_cli_bad_input(encoder_run, tmp_path, capsys):
     run, corpus = encoder_run
     out = tmp_path / "u.csv"
-    base = ["score-updates", str(run), "--corpus", str(corpus), "--out", str(out), "--batch-size", "5", "--batches", "2"]
+    base = [
+        "score-updates",
+        str(run),
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(out),
+        "--batch-size",
+        "5",
+        "--batches",
+        "2",
+    ]
     assert main(base + ["--steps", "50"]) == 2
     assert "no snapshot for step(s) [50]" in capsys.readouterr().err
     assert main(["score-updates", str(run), "--corpus", str(tmp_path / "nope"), "--out", str(out)]) == 2
@@ -353,15 +409,32 @@ def test_notebook_runs_and_is_byte_stable(tmp_path):
         for step in (0, 100, 200):
             for kind in ("gradient", "applied"):
                 for layer in range(3):
-                    rows.append({"run": f"tiny-toy-{objective}-standard-s0", "size": "tiny", "dataset": "toy",
-                                 "objective": objective, "init": "standard", "seed": 0, "step": step, "layer": layer,
-                                 "kind": kind, "symmetry": rng.uniform(-1, 1), "directionality": rng.uniform(-1, 1)})
+                    rows.append(
+                        {
+                            "run": f"tiny-toy-{objective}-standard-s0",
+                            "size": "tiny",
+                            "dataset": "toy",
+                            "objective": objective,
+                            "init": "standard",
+                            "seed": 0,
+                            "step": step,
+                            "layer": layer,
+                            "kind": kind,
+                            "symmetry": rng.uniform(-1, 1),
+                            "directionality": rng.uniform(-1, 1),
+                        }
+                    )
     csv = tmp_path / "update_scores.csv"
     pd.DataFrame(rows).to_csv(csv, index=False)
     nb_path = ROOT / "notebooks" / "fig_theory_updates.ipynb"
     first = {"pdf": str(tmp_path / "a.pdf"), "png": str(tmp_path / "a.png")}
-    papermill.execute_notebook(str(nb_path), str(tmp_path / "executed.ipynb"), kernel_name="python3",
-                               parameters={"inputs": {"updates": str(csv)}, "outputs": first, "params": {}}, progress_bar=False)
+    papermill.execute_notebook(
+        str(nb_path),
+        str(tmp_path / "executed.ipynb"),
+        kernel_name="python3",
+        parameters={"inputs": {"updates": str(csv)}, "outputs": first, "params": {}},
+        progress_bar=False,
+    )
     # a rerun (here: the same cells in this process) writes the same bytes
     import nbformat
 

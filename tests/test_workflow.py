@@ -22,7 +22,8 @@ import pytest
 import yaml
 
 from attention_geometry.errors import UserError
-from attention_geometry.workflow.concat import KINDS, concat_tables
+from attention_geometry.formats.columns import TABLE_COLUMNS
+from attention_geometry.workflow.concat import concat_tables
 from attention_geometry.workflow.plan import expand_runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,11 +40,11 @@ def _env():
 
 
 def snakemake(*args, cwd=REPO, timeout=600, check=True):
-    proc = subprocess.run(
-        [SNAKEMAKE, *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
-    )
+    proc = subprocess.run([SNAKEMAKE, *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        )
     return proc
 
 
@@ -129,14 +130,23 @@ def test_dry_run_default_config_has_every_run_and_figure():
     for n in names:
         variant, seed = n.rsplit("-s", 1)
         seeds.setdefault(variant.split("-", 2)[2], set()).add(int(seed))
-    for variant in ("encoder-standard", "encoder-symmetric-fresh", "encoder-fresh", "decoder-standard",
-                    "decoder-symmetric-fresh"):
+    for variant in (
+        "encoder-standard",
+        "encoder-symmetric-fresh",
+        "encoder-fresh",
+        "decoder-standard",
+        "decoder-symmetric-fresh",
+    ):
         assert len(seeds[variant]) >= 3, variant
     # contrasts are paired by seed: at least 3 seeds shared by each claim's two arms (a seed without its
     # partner, like D5's fourth standard encoder, serves only the claims whose arms it has)
-    for a, b in (("encoder-standard", "decoder-standard"), ("encoder-symmetric-fresh", "encoder-standard"),
-                 ("encoder-symmetric-fresh", "encoder-fresh"), ("decoder-symmetric-fresh", "decoder-standard"),
-                 ("decoder-symmetric-fresh", "encoder-symmetric-fresh")):
+    for a, b in (
+        ("encoder-standard", "decoder-standard"),
+        ("encoder-symmetric-fresh", "encoder-standard"),
+        ("encoder-symmetric-fresh", "encoder-fresh"),
+        ("decoder-symmetric-fresh", "decoder-standard"),
+        ("decoder-symmetric-fresh", "encoder-symmetric-fresh"),
+    ):
         assert len(seeds[a] & seeds[b]) >= 3, (a, b)
     assert seeds["decoder-standard"] <= seeds["encoder-standard"]  # every decoder has its encoder
     main = cfg["training"]["groups"][cfg["figures"]["emergence_group"]]
@@ -200,6 +210,7 @@ def test_hub_model_is_prefetched_then_scored_offline(tmp_path):
     # rule prefetch_qk fetches the hub model's q/k (from a local stand-in for the hub) and score_pretrained
     # scores that folder with the hub switched off; the rows equal those of scoring the checkpoint itself
     import fakehub
+
     from attention_geometry.scoring.scorer import score_model
 
     ckpt = fakehub.tiny_llama(tmp_path / "tiny-llama")
@@ -209,21 +220,40 @@ def test_hub_model_is_prefetched_then_scored_offline(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     with fakehub.serve({"org/tiny-llama": ckpt}) as (hub, url):
         env = dict(_env(), HF_HUB_OFFLINE="0", TRANSFORMERS_OFFLINE="0", HF_ENDPOINT=url, HF_HOME=str(tmp_path / "hf"))
-        proc = subprocess.run([SNAKEMAKE, "--cores", "1", "--nolock", "--configfile", str(tmp_path / "c.yaml"),
-                               "--", str(tmp_path / "r" / "pretrained" / "tiny.csv")],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [
+                SNAKEMAKE,
+                "--cores",
+                "1",
+                "--nolock",
+                "--configfile",
+                str(tmp_path / "c.yaml"),
+                "--",
+                str(tmp_path / "r" / "pretrained" / "tiny.csv"),
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert job_counts(proc.stdout + proc.stderr) == {"prefetch_qk": 1, "score_pretrained": 1}
     fetched = sorted(p.name for p in (tmp_path / "r" / "hub-qk" / "tiny").iterdir() if p.name != ".snakemake_timestamp")
     assert fetched == ["config.json", "model.safetensors"]
     assert [p for m, p, r in hub.requests if "/revision/" in p] == ["api/models/org/tiny-llama/revision/main"]  # once
-    assert sum(v for k, v in hub.sent.items() if k.endswith(".safetensors")) < sum(
-        f.stat().st_size for f in ckpt.glob("*.safetensors")) / 10
+    assert (
+        sum(v for k, v in hub.sent.items() if k.endswith(".safetensors"))
+        < sum(f.stat().st_size for f in ckpt.glob("*.safetensors")) / 10
+    )
     import pandas as pd
 
     got = pd.read_csv(tmp_path / "r" / "pretrained" / "tiny.csv")
     ref = score_model(ckpt, progress=False, name="org/tiny-llama")
-    assert (got[["layer", "n_params", "n_heads", "n_kv_heads"]].values == ref[["layer", "n_params", "n_heads", "n_kv_heads"]].values).all()
+    assert (
+        got[["layer", "n_params", "n_heads", "n_kv_heads"]].values
+        == ref[["layer", "n_params", "n_heads", "n_kv_heads"]].values
+    ).all()
     assert (got[["symmetry", "directionality"]] - ref[["symmetry", "directionality"]]).abs().max().max() <= 1e-6
 
 
@@ -233,12 +263,15 @@ def test_training_resources_follow_the_config(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
     proc = snakemake("-n", "-p", "--cores", "4", "--configfile", str(path), "--config", f"results={tmp_path}/r")
-    block = proc.stdout[proc.stdout.index("rule train_model:"):]
+    block = proc.stdout[proc.stdout.index("rule train_model:") :]
     block = block[: block.index("\n\n")]
     assert "threads: 2" in block
     assert "gpu=3" in block and "mem_mb=1234" in block and "runtime=77" in block
     # three processes under torchrun (one per GPU) share the job's two threads
-    assert "torchrun --standalone --nnodes 1 --nproc-per-node 3 --no-python python -m attention_geometry train" in proc.stdout
+    assert (
+        "torchrun --standalone --nnodes 1 --nproc-per-node 3 --no-python python -m attention_geometry train"
+        in proc.stdout
+    )
     assert "--threads 1" in proc.stdout
     assert "slurm_partition" not in proc.stdout  # unset: the profile's default-resources decide
 
@@ -271,8 +304,10 @@ def test_bad_configs_stop_with_a_message(tmp_path):
 
     def clash(cfg):  # the same run in two groups with different step counts
         main = cfg["training"]["groups"]["main"]
-        cfg["training"]["groups"]["other"] = {"settings": {**main["settings"], "max_steps": 80},
-                                              "runs": [dict(main["runs"][0], objective="encoder", init="standard")]}
+        cfg["training"]["groups"]["other"] = {
+            "settings": {**main["settings"], "max_steps": 80},
+            "runs": [dict(main["runs"][0], objective="encoder", init="standard")],
+        }
 
     out = _bad_config(tmp_path, clash)
     assert "tiny-wiki_offline-encoder-standard-s0" in out and "different settings" in out
@@ -320,7 +355,7 @@ def _write(path, header, rows):
 
 
 def test_concat_tables_keeps_text_reorders_columns_and_checks_contract(tmp_path):
-    cols = KINDS["training_loss"]
+    cols = TABLE_COLUMNS["training_loss"]
     a = _write(tmp_path / "a.csv", cols, [["r1", "tiny", "w", "encoder", "standard", "1", "0", "7.5", "", "0.001"]])
     # same columns, other order; a value with many digits must be copied unchanged
     b_cols = list(reversed(cols))
@@ -349,8 +384,16 @@ def test_concat_tables_keeps_text_reorders_columns_and_checks_contract(tmp_path)
 
 def test_concat_tables_cli_one_line_error(tmp_path):
     proc = subprocess.run(
-        [str(BIN / "attention-geometry"), "concat-tables", str(tmp_path / "missing.csv"), "--out", str(tmp_path / "o.csv")],
-        capture_output=True, text=True, env=_env(),
+        [
+            str(BIN / "attention-geometry"),
+            "concat-tables",
+            str(tmp_path / "missing.csv"),
+            "--out",
+            str(tmp_path / "o.csv"),
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "missing.csv" in proc.stderr
@@ -373,7 +416,7 @@ def test_smoke_workflow_end_to_end_and_incremental(tmp_path):
 
     # the tidy tables carry the contract columns, one set of rows per run / model
     smoke = yaml.safe_load((wf / "config" / "smoke.yaml").read_text())
-    for kind, cols in KINDS.items():
+    for kind, cols in TABLE_COLUMNS.items():
         rows = _csv_rows(results / "tables" / f"{kind}.csv")
         assert rows and all(c in rows[0] for c in cols), kind
     runs = {r["run"] for r in _csv_rows(results / "tables" / "training_loss.csv")}
@@ -422,9 +465,16 @@ def test_interrupted_workflow_resumes_training(tmp_path):
 
     # SIGINT back to its default in the workflow's process group: a test run started in the background by a
     # non-interactive shell inherits SIGINT ignored, and Python then never raises KeyboardInterrupt
-    proc = subprocess.Popen(cmd, cwd=wf, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        cmd,
+        cwd=wf,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.time() + 600
     step = 0
     try:
@@ -488,6 +538,7 @@ def test_edited_run_settings_rerun_the_run(tmp_path):
     def more_steps(c):
         for group in c["training"]["groups"].values():
             group["settings"]["max_steps"] = 30
+
     log = rerun(more_steps)
     assert yaml.safe_load((run_dir / "run.yaml").read_text())["max_steps"] == 30
     assert "continuing from the newest state" in log and (run_dir / "checkpoints" / "step-0000030").is_dir()
@@ -497,6 +548,7 @@ def test_edited_run_settings_rerun_the_run(tmp_path):
         for group in c["training"]["groups"].values():
             for entry in group["runs"]:
                 entry["overrides"]["lr"] = 5e-4
+
     log = rerun(other_lr)
     aside = run_dir.with_name(run + ".old-1")
     assert "settings changed (hyper)" in log and (aside / "checkpoints" / "step-0000030").is_dir()
@@ -518,8 +570,9 @@ def test_hard_kill_of_the_whole_workflow_resumes_with_the_readme_command(tmp_pat
     cmd = [SNAKEMAKE, "--configfile", "config/kill.yaml", "--cores", "2"]
     runs = wf / "results-kill" / "runs"
 
-    proc = subprocess.Popen(cmd, cwd=wf, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=wf, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline, killed_at = time.time() + 600, None
     try:
         while time.time() < deadline and proc.poll() is None:
@@ -545,9 +598,22 @@ def test_hard_kill_of_the_whole_workflow_resumes_with_the_readme_command(tmp_pat
     assert resumed, "no run resumed from its state"
     run = resumed[0]
     fresh = tmp_path / "fresh"
-    r = subprocess.run([str(BIN / "attention-geometry"), "train", "--config",
-                        str(wf / "results-kill" / "configs" / "runs" / f"{run}.yaml"), "--out", str(fresh),
-                        "--no-progress"], cwd=wf, env=_env(), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            str(BIN / "attention-geometry"),
+            "train",
+            "--config",
+            str(wf / "results-kill" / "configs" / "runs" / f"{run}.yaml"),
+            "--out",
+            str(fresh),
+            "--no-progress",
+        ],
+        cwd=wf,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     final = "checkpoints/step-0000300/model.safetensors"
     assert (runs / run / final).read_bytes() == (fresh / final).read_bytes()
@@ -558,27 +624,39 @@ def test_two_gpus_train_as_two_ddp_processes_through_the_rule(tmp_path, monkeypa
     """`training.gpus: 2` on CPU: rule train_model starts the trainer under torchrun with two gloo processes;
     their loss log equals a one-process run of the same RUN.yaml (the same global batch, split in two), and
     run.yaml records both processes."""
-    from attention_geometry.training.run_config import load_run_config
     from attention_geometry.training.loop import train
+    from attention_geometry.training.run_config import load_run_config
 
     wf = copy_workflow(tmp_path / "wf")
     cfg = yaml.safe_load((wf / "config" / "smoke.yaml").read_text())
     cfg["results"] = "results-ddp"
     cfg["training"].update(gpus=2, threads=2)
-    cfg["training"]["groups"] = {"main": {
-        "settings": {"max_steps": 8, "snapshot_every": 4, "eval_every": 4, "eval_blocks": 8},
-        "runs": [{"size": "tiny", "corpus": "wiki_offline", "objective": ["encoder", "decoder"], "init": "standard",
-                  "seed": 0, "overrides": {"batch_size": 8, "grad_accum": 2}}]}}
+    cfg["training"]["groups"] = {
+        "main": {
+            "settings": {"max_steps": 8, "snapshot_every": 4, "eval_every": 4, "eval_blocks": 8},
+            "runs": [
+                {
+                    "size": "tiny",
+                    "corpus": "wiki_offline",
+                    "objective": ["encoder", "decoder"],
+                    "init": "standard",
+                    "seed": 0,
+                    "overrides": {"batch_size": 8, "grad_accum": 2},
+                }
+            ],
+        }
+    }
     cfg["updates"]["steps"] = [0]
     (wf / "config" / "ddp.yaml").write_text(yaml.safe_dump(cfg))
     run = "tiny-wiki_offline-encoder-standard-s0"
-    proc = snakemake("--configfile", "config/ddp.yaml", "--cores", "2", "-p", f"results-ddp/runs/{run}/train.done",
-                     cwd=wf)
+    proc = snakemake(
+        "--configfile", "config/ddp.yaml", "--cores", "2", "-p", f"results-ddp/runs/{run}/train.done", cwd=wf
+    )
     assert "torchrun --standalone --nnodes 1 --nproc-per-node 2 --no-python python -m attention_geometry train" in (
-        proc.stdout + proc.stderr)
+        proc.stdout + proc.stderr
+    )
     two = wf / "results-ddp" / "runs" / run
-    assert yaml.safe_load((two / "run.yaml").read_text())["runtime"] == {"threads": 1, "device": "cpu",
-                                                                       "world_size": 2}
+    assert yaml.safe_load((two / "run.yaml").read_text())["runtime"] == {"threads": 1, "device": "cpu", "world_size": 2}
     one = tmp_path / "one"
     monkeypatch.chdir(wf)  # RUN.yaml names the corpus relative to the workflow
     train(load_run_config(wf / "results-ddp" / "configs" / "runs" / f"{run}.yaml"), one, threads=1, progress=False)
@@ -600,15 +678,18 @@ def test_gpu_check_script_without_cuda_and_its_config(tmp_path):
 
     if not torch.cuda.is_available():
         work = tmp_path / "work"
-        proc = subprocess.run(["bash", str(script), str(work)], cwd=REPO, env=_env(), capture_output=True,
-                              text=True, timeout=120)
+        proc = subprocess.run(
+            ["bash", str(script), str(work)], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 0 and proc.stderr == ""
         assert proc.stdout.splitlines() == [
-            "gpu_check: no CUDA device here (torch.cuda.is_available() is not True): nothing run"]
+            "gpu_check: no CUDA device here (torch.cuda.is_available() is not True): nothing run"
+        ]
         assert not work.exists()
     runs = [f"{tmp_path}/r/runs/bert-mini-wiki_offline-{o}-standard-s0/train.done" for o in ("encoder", "decoder")]
-    proc = snakemake(*runs, "-n", "-p", "--configfile", "benchmarks/gpu_check.yaml", "--config",
-                     f"results={tmp_path}/r")
+    proc = snakemake(
+        *runs, "-n", "-p", "--configfile", "benchmarks/gpu_check.yaml", "--config", f"results={tmp_path}/r"
+    )
     assert job_counts(proc.stdout)["train_model"] == 2
     assert proc.stdout.count("--device cuda") == 2 and "torchrun" not in proc.stdout
     cfg = yaml.safe_load((REPO / "benchmarks" / "gpu_check.yaml").read_text())

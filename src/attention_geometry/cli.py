@@ -20,15 +20,27 @@ from attention_geometry.errors import UserError
 COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("attention_geometry.scoring.scorer", "score the self-attention W_qk of a model (dir, GGUF or hub id)"),
     "score-checkpoints": ("attention_geometry.scoring.scorer", "score every weight snapshot of a training run"),
-    "prefetch-qk": ("attention_geometry.weights.prefetch", "fetch a hub model's q/k tensors and config into a local folder"),
+    "prefetch-qk": (
+        "attention_geometry.weights.prefetch",
+        "fetch a hub model's q/k tensors and config into a local folder",
+    ),
     "prepare-corpus": ("attention_geometry.data.prepare", "tokenize a corpus into fixed-length blocks"),
     "train": ("attention_geometry.training.command", "train (or resume) one run from a RUN.yaml"),
     "score-updates": ("attention_geometry.scoring.updates", "score the W_qk gradients and applied updates of a run"),
-    "score-null": ("attention_geometry.scoring.random_init_null", "score randomly initialized models of a run's shape (the null)"),
+    "score-null": (
+        "attention_geometry.scoring.random_init_null",
+        "score randomly initialized models of a run's shape (the null)",
+    ),
     "concat-tables": ("attention_geometry.workflow.concat", "concatenate per-run/per-model tables into one tidy table"),
-    "extract-wqk": ("attention_geometry.analysis.figdata", "write a model's median-symmetry layer W_qk (Figure 1) to .npz"),
+    "extract-wqk": (
+        "attention_geometry.analysis.figdata",
+        "write a model's median-symmetry layer W_qk (Figure 1) to .npz",
+    ),
     "join-parts": ("attention_geometry.workflow.pretrained", "join a model file shipped in parts, checking its sha256"),
-    "symmetry-speedup": ("attention_geometry.analysis.figdata", "tabulate symmetry vs loss gain and speed-up per ablation run"),
+    "symmetry-speedup": (
+        "attention_geometry.analysis.figdata",
+        "tabulate symmetry vs loss gain and speed-up per ablation run",
+    ),
 }
 
 

@@ -17,13 +17,37 @@ import numpy as np
 import pandas as pd
 
 from attention_geometry.analysis import summaries as A
-from attention_geometry.errors import UserError
 from attention_geometry.analysis.paper_claims import fmt_estimate as _fmt
 from attention_geometry.analysis.paper_claims import paper_pair_gap, paper_symmetric_init
-from attention_geometry.analysis.stats import horizon_stat, p_floor, sign_flip_p, t_interval, verdict, welch_interval, welch_p
+from attention_geometry.analysis.stats import (
+    horizon_stat,
+    p_floor,
+    sign_flip_p,
+    t_interval,
+    verdict,
+    welch_interval,
+    welch_p,
+)
+from attention_geometry.errors import UserError
 
-CLAIM_COLUMNS = ["id", "claim", "kind", "unit", "n", "prediction", "estimate", "low", "high", "margin", "test",
-                 "p_value", "p_floor", "verdict", "paper", "note"]
+CLAIM_COLUMNS = [
+    "id",
+    "claim",
+    "kind",
+    "unit",
+    "n",
+    "prediction",
+    "estimate",
+    "low",
+    "high",
+    "margin",
+    "test",
+    "p_value",
+    "p_floor",
+    "verdict",
+    "paper",
+    "note",
+]
 DEFAULT_MARGINS = {"symmetry": 0.05, "directionality": 0.05, "loss": 0.01, "speedup": 0.05}
 MIN_N = 3
 SYMMETRIC = "symmetric-fresh"  # the paper's "symmetric" init (resources/paper/README.md)
@@ -38,9 +62,11 @@ def _pred(sign: int, margin: float) -> str:
 def _why(v: str, sign: int, low: float, high: float, margin: float, level: float) -> str:
     ci = f"The {level:.0%} interval [{low:+.3g}, {high:+.3g}]"
     if sign == 0:
-        return {"holds": f"{ci} lies inside ±{margin:g}: no effect of interest.",
-                "contradicted": f"{ci} excludes 0: there is an effect.",
-                "inconclusive": f"{ci} includes 0 but reaches beyond ±{margin:g}."}[v]
+        return {
+            "holds": f"{ci} lies inside ±{margin:g}: no effect of interest.",
+            "contradicted": f"{ci} excludes 0: there is an effect.",
+            "inconclusive": f"{ci} includes 0 but reaches beyond ±{margin:g}.",
+        }[v]
     if v == "holds":
         return f"{ci} lies {'above' if sign > 0 else 'below'} 0 on the predicted side."
     if v == "contradicted":
@@ -50,8 +76,19 @@ def _why(v: str, sign: int, low: float, high: float, margin: float, level: float
     return f"{ci} includes 0."
 
 
-def decided_row(cid: str, claim: str, kind: str, values: Sequence[float], sign: int, margin: float,
-                level: float, test: str, paper: str = "", notes: Sequence[str] = (), unit: str = "seed") -> dict:
+def decided_row(  # noqa: PLR0913 (one row's fields, all named at each call)
+    cid: str,
+    claim: str,
+    kind: str,
+    values: Sequence[float],
+    sign: int,
+    margin: float,
+    level: float,
+    test: str,
+    paper: str = "",
+    notes: Sequence[str] = (),
+    unit: str = "seed",
+) -> dict:
     """A claim decided on per-unit effects `values` (NaNs dropped): t-interval, exact sign-flip p and its
     floor, stats.verdict with `margin`; with fewer than MIN_N values the verdict is "inconclusive"."""
     x = np.asarray(values, dtype=float)
@@ -68,18 +105,49 @@ def decided_row(cid: str, claim: str, kind: str, values: Sequence[float], sign: 
         notes.insert(0, _why(v, sign, iv.low, iv.high, margin, level))
     if sign and n and np.sign(iv.estimate) == -sign:
         notes.insert(1, OPPOSITE)
-    notes.append(f"Margin {margin:g}: " + ("an effect inside ±margin counts as none." if sign == 0 else
-                                          "an effect inside ±margin is negligible and contradicts the claim."))
-    return {"id": cid, "claim": claim, "kind": kind, "unit": unit, "n": n, "prediction": _pred(sign, margin),
-            "estimate": iv.estimate, "low": iv.low, "high": iv.high, "margin": margin,
-            "test": f"{level:.0%} t-interval over {unit}s; exact two-sided sign-flip p" + (f"; {test}" if test else ""),
-            "p_value": p, "p_floor": p_floor(n), "verdict": v, "paper": paper, "note": " ".join(notes)}
+    notes.append(
+        f"Margin {margin:g}: "
+        + (
+            "an effect inside ±margin counts as none."
+            if sign == 0
+            else "an effect inside ±margin is negligible and contradicts the claim."
+        )
+    )
+    return {
+        "id": cid,
+        "claim": claim,
+        "kind": kind,
+        "unit": unit,
+        "n": n,
+        "prediction": _pred(sign, margin),
+        "estimate": iv.estimate,
+        "low": iv.low,
+        "high": iv.high,
+        "margin": margin,
+        "test": f"{level:.0%} t-interval over {unit}s; exact two-sided sign-flip p" + (f"; {test}" if test else ""),
+        "p_value": p,
+        "p_floor": p_floor(n),
+        "verdict": v,
+        "paper": paper,
+        "note": " ".join(notes),
+    }
 
 
 def untested_row(cid: str, claim: str, kind: str, unit: str, reason: str, paper: str = "") -> dict:
     row = {c: math.nan for c in CLAIM_COLUMNS}
-    row.update(id=cid, claim=claim, kind=kind, unit=unit, n=0, prediction="", margin=math.nan, test="",
-               verdict="not tested", paper=paper, note=f"Not tested: {reason}")
+    row.update(
+        id=cid,
+        claim=claim,
+        kind=kind,
+        unit=unit,
+        n=0,
+        prediction="",
+        margin=math.nan,
+        test="",
+        verdict="not tested",
+        paper=paper,
+        note=f"Not tested: {reason}",
+    )
     return row
 
 
@@ -115,8 +183,10 @@ def _horizon_note(h: pd.DataFrame) -> str:
 
 # ------------------------------------------------------------------------------------------ claims
 def _null_rows(h: pd.DataFrame, null: pd.DataFrame | None, margin: float, level: float) -> list[dict]:
-    names = {"encoder": ("1", "encoder directionality vs the random-init null", 0),
-             "decoder": ("2", "decoder directionality below the random-init null", -1)}
+    names = {
+        "encoder": ("1", "encoder directionality vs the random-init null", 0),
+        "decoder": ("2", "decoder directionality below the random-init null", -1),
+    }
     rows = []
     for obj, (suffix, claim, sign) in names.items():
         cid = f"b{suffix}"
@@ -135,16 +205,24 @@ def _null_rows(h: pd.DataFrame, null: pd.DataFrame | None, margin: float, level:
             if d.empty:
                 raise UserError(f"no {obj} runs in the emergence runs")
             pct = [100.0 * float(np.mean(per <= x)) for x in d["directionality"]]
-            where = (f"Seeds at null percentiles {', '.join(f'{q:.0f}' for q in pct)} (null of {per.size} standard "
-                     f"inits, mean {mean:+.3f}, 2.5-97.5 % range [{lo:+.3f}, {hi:+.3f}]); "
-                     f"{sum(lo <= x <= hi for x in d['directionality'])} of {len(d)} seeds inside it.")
+            where = (
+                f"Seeds at null percentiles {', '.join(f'{q:.0f}' for q in pct)} (null of {per.size} standard "
+                f"inits, mean {mean:+.3f}, 2.5-97.5 % range [{lo:+.3f}, {hi:+.3f}]); "
+                f"{sum(lo <= x <= hi for x in d['directionality'])} of {len(d)} seeds inside it."
+            )
             diffs = d["directionality"].to_numpy(dtype=float) - mean
             test = "effect = per-seed d minus the null's mean of per-sample medians over layers"
             if sign == 0:
                 iv = t_interval(diffs, level)
-                rows.append({**decided_row(cid, claim, "also", diffs, 0, margin, level, test),
-                             "prediction": "", "verdict": "descriptive", "estimate": iv.estimate,
-                             "note": f"Descriptive (no direction predicted for encoders). {where}"})
+                rows.append(
+                    {
+                        **decided_row(cid, claim, "also", diffs, 0, margin, level, test),
+                        "prediction": "",
+                        "verdict": "descriptive",
+                        "estimate": iv.estimate,
+                        "note": f"Descriptive (no direction predicted for encoders). {where}",
+                    }
+                )
             else:
                 rows.append(decided_row(cid, claim, "also", diffs, sign, margin, level, test, notes=[where]))
         except UserError as exc:
@@ -159,16 +237,20 @@ def _pretrained_rows(pretrained, paper_pretrained, caveats, margins, level) -> l
     if paper_pretrained is not None and len(paper_pretrained):
         paper = A.model_table(None, paper_pretrained[paper_pretrained["modality"] == "language"], caveats)
         paper = paper[paper["caveat"] == ""]
-    for cid, score, sign, claim in (("g1", "symmetry", 1, "pretrained encoders are more symmetric than decoders"),
-                                    ("g2", "directionality", -1, "pretrained decoders are more column-dominant than encoders")):
+    for cid, score, sign, claim in (
+        ("g1", "symmetry", 1, "pretrained encoders are more symmetric than decoders"),
+        ("g2", "directionality", -1, "pretrained decoders are more column-dominant than encoders"),
+    ):
         margin = float(margins[score])
         ptxt = "n/a"
         if paper is not None:
             e = paper.loc[paper["architecture"] == "encoder-only", f"{score}_median"]
             dd = paper.loc[paper["architecture"] == "decoder-only", f"{score}_median"]
             piv = welch_interval(dd, e, level) if sign < 0 else welch_interval(e, dd, level)
-            ptxt = (f"{_fmt(piv.estimate, piv.low, piv.high)} over {len(e)} encoder and {len(dd)} decoder language "
-                    f"models (per-model median over layers, Welch; not-comparable points left out)")
+            ptxt = (
+                f"{_fmt(piv.estimate, piv.low, piv.high)} over {len(e)} encoder and {len(dd)} decoder language "
+                f"models (per-model median over layers, Welch; not-comparable points left out)"
+            )
         if ours is None:
             rows.append(untested_row(cid, claim, "also", "model", "no pretrained scores", ptxt))
             continue
@@ -176,31 +258,64 @@ def _pretrained_rows(pretrained, paper_pretrained, caveats, margins, level) -> l
         e = t.loc[t["architecture"] == "encoder-only", f"{score}_median"].to_numpy(dtype=float)
         dd = t.loc[t["architecture"] == "decoder-only", f"{score}_median"].to_numpy(dtype=float)
         if e.size == 0 or dd.size == 0:
-            rows.append(untested_row(cid, claim, "also", "model", "our pretrained scores need both an encoder-only "
-                                     "and a decoder-only text model", ptxt))
+            rows.append(
+                untested_row(
+                    cid,
+                    claim,
+                    "also",
+                    "model",
+                    "our pretrained scores need both an encoder-only and a decoder-only text model",
+                    ptxt,
+                )
+            )
             continue
         a, b = (dd, e) if sign < 0 else (e, dd)
         iv = welch_interval(a, b, level)
         both = t[t["architecture"].isin(["encoder-only", "decoder-only"])]
         models = ", ".join(both["model"].astype(str))
-        flagged = [f"{m} ({c}: no fixed bilinear form gives its logits exactly)"
-                   for m, c in zip(both["model"].astype(str), both["caveat"]) if c]
+        flagged = [
+            f"{m} ({c}: no fixed bilinear form gives its logits exactly)"
+            for m, c in zip(both["model"].astype(str), both["caveat"])
+            if c
+        ]
         caveat = (" Caveat: " + "; ".join(flagged) + ".") if flagged else ""
         what = "decoder - encoder" if sign < 0 else "encoder - decoder"
-        row = {"id": cid, "claim": claim, "kind": "also", "unit": "model", "n": int(e.size + dd.size),
-               "prediction": _pred(sign, margin), "estimate": iv.estimate, "low": iv.low, "high": iv.high,
-               "margin": margin, "test": f"{level:.0%} Welch t-interval over models ({what} of per-model medians over layers)",
-               "p_value": welch_p(a, b), "p_floor": math.nan, "paper": ptxt}
+        row = {
+            "id": cid,
+            "claim": claim,
+            "kind": "also",
+            "unit": "model",
+            "n": int(e.size + dd.size),
+            "prediction": _pred(sign, margin),
+            "estimate": iv.estimate,
+            "low": iv.low,
+            "high": iv.high,
+            "margin": margin,
+            "test": f"{level:.0%} Welch t-interval over models ({what} of per-model medians over layers)",
+            "p_value": welch_p(a, b),
+            "p_floor": math.nan,
+            "paper": ptxt,
+        }
         if min(e.size, dd.size) < MIN_N:
-            row.update(verdict="descriptive", low=math.nan, high=math.nan, p_value=math.nan,
-                       note=f"Descriptive: {e.size} encoder and {dd.size} decoder model(s) ({models}); at least "
-                            f"{MIN_N} models per class are needed for a verdict, and layers of one model are not "
-                            "independent models." + (f" {OPPOSITE}" if np.sign(iv.estimate) == -sign else "") + caveat)
+            row.update(
+                verdict="descriptive",
+                low=math.nan,
+                high=math.nan,
+                p_value=math.nan,
+                note=f"Descriptive: {e.size} encoder and {dd.size} decoder model(s) ({models}); at least "
+                f"{MIN_N} models per class are needed for a verdict, and layers of one model are not "
+                "independent models." + (f" {OPPOSITE}" if np.sign(iv.estimate) == -sign else "") + caveat,
+            )
         else:
             v = verdict(iv.low, iv.high, sign, margin)
-            row.update(verdict=v, note=" ".join([_why(v, sign, iv.low, iv.high, margin, level)]
-                                                + ([OPPOSITE] if np.sign(iv.estimate) == -sign else [])
-                                                + [f"Models: {models}.{caveat}"]))
+            row.update(
+                verdict=v,
+                note=" ".join(
+                    [_why(v, sign, iv.low, iv.high, margin, level)]
+                    + ([OPPOSITE] if np.sign(iv.estimate) == -sign else [])
+                    + [f"Models: {models}.{caveat}"]
+                ),
+            )
         rows.append(row)
     return rows
 
@@ -209,13 +324,18 @@ def _update_rows(updates, enc_runs, dec_runs, margins, level) -> list[dict]:
     rows = []
     for kind in ("gradient", "applied"):
         ids = (f"h_{kind}_1", f"h_{kind}_2")
-        claims = (f"masked-LM {kind} updates are more symmetric than causal-LM ones",
-                  f"causal-LM {kind} updates are column-dominant")
+        claims = (
+            f"masked-LM {kind} updates are more symmetric than causal-LM ones",
+            f"causal-LM {kind} updates are column-dominant",
+        )
         try:
             if updates is None or updates.empty:
                 raise UserError("no update scores (update_scores.csv)")
-            A.require_columns(updates, ["run", "objective", "seed", "step", "layer", "kind", "symmetry",
-                                        "directionality"], "update score table")
+            A.require_columns(
+                updates,
+                ["run", "objective", "seed", "step", "layer", "kind", "symmetry", "directionality"],
+                "update score table",
+            )
             u = updates[updates["run"].isin(list(enc_runs) + list(dec_runs))]
             notes = []
             if kind == "applied":
@@ -229,9 +349,11 @@ def _update_rows(updates, enc_runs, dec_runs, margins, level) -> list[dict]:
                 mode = int(lengths.mode().min())
                 dropped = int((u["length"] != mode).sum())
                 u = u[u["length"] == mode]
-                notes.append(f"Applied updates (M at the run's next snapshot minus M at the scored step, equal "
-                             f"snapshot spacing) at scored steps {mode} steps apart" +
-                             (f" ({dropped} row(s) of other lengths left out)." if dropped else "."))
+                notes.append(
+                    f"Applied updates (M at the run's next snapshot minus M at the scored step, equal "
+                    f"snapshot spacing) at scored steps {mode} steps apart"
+                    + (f" ({dropped} row(s) of other lengths left out)." if dropped else ".")
+                )
             u = u[u["kind"] == kind]
             per = u.groupby(["run", "objective", "seed"])[["symmetry", "directionality"]].median().reset_index()
             e, d = per[per["objective"] == "encoder"], per[per["objective"] == "decoder"]
@@ -240,25 +362,59 @@ def _update_rows(updates, enc_runs, dec_runs, margins, level) -> list[dict]:
             notes.append("Per-seed statistic: median over layers and steps.")
             m, pn = paired_by_seed(e, d, "symmetry")
             paper = "predicted by Theorems 2.3/2.4; not measured in the paper"
-            rows.append(decided_row(ids[0], claims[0], "also", m["symmetry_a"] - m["symmetry_b"], 1,
-                                    float(margins["symmetry"]), level, "effect = encoder - decoder, paired by seed",
-                                    paper, notes + pn))
-            rows.append(decided_row(ids[1], claims[1], "also", d["directionality"], -1,
-                                    float(margins["directionality"]), level, "effect = decoder directionality",
-                                    paper, notes))
+            rows.append(
+                decided_row(
+                    ids[0],
+                    claims[0],
+                    "also",
+                    m["symmetry_a"] - m["symmetry_b"],
+                    1,
+                    float(margins["symmetry"]),
+                    level,
+                    "effect = encoder - decoder, paired by seed",
+                    paper,
+                    notes + pn,
+                )
+            )
+            rows.append(
+                decided_row(
+                    ids[1],
+                    claims[1],
+                    "also",
+                    d["directionality"],
+                    -1,
+                    float(margins["directionality"]),
+                    level,
+                    "effect = decoder directionality",
+                    paper,
+                    notes,
+                )
+            )
         except UserError as exc:
             rows += [untested_row(i, c, "also", "seed", str(exc)) for i, c in zip(ids, claims)]
     return rows
 
 
-def reproduction_claims(*, training: pd.DataFrame | None, loss: pd.DataFrame | None,
-                        emergence_runs: dict, ablation_runs: Sequence[str] = (),
-                        updates: pd.DataFrame | None = None, pretrained: pd.DataFrame | None = None,
-                        null: pd.DataFrame | None = None, paper_pretrained: pd.DataFrame | None = None,
-                        paper_training: pd.DataFrame | None = None, paper_table1: pd.DataFrame | None = None,
-                        paper_loss: pd.DataFrame | None = None, paper_rebuttal: pd.DataFrame | None = None,
-                        caveats: pd.DataFrame | None = None, margins: dict | None = None, horizon_snapshots: int = 3,
-                        baseline_init: str = "standard", level: float = 0.95) -> pd.DataFrame:
+def reproduction_claims(  # noqa: PLR0913 (keyword-only: one per input table and setting)
+    *,
+    training: pd.DataFrame | None,
+    loss: pd.DataFrame | None,
+    emergence_runs: dict,
+    ablation_runs: Sequence[str] = (),
+    updates: pd.DataFrame | None = None,
+    pretrained: pd.DataFrame | None = None,
+    null: pd.DataFrame | None = None,
+    paper_pretrained: pd.DataFrame | None = None,
+    paper_training: pd.DataFrame | None = None,
+    paper_table1: pd.DataFrame | None = None,
+    paper_loss: pd.DataFrame | None = None,
+    paper_rebuttal: pd.DataFrame | None = None,
+    caveats: pd.DataFrame | None = None,
+    margins: dict | None = None,
+    horizon_snapshots: int = 3,
+    baseline_init: str = "standard",
+    level: float = 0.95,
+) -> pd.DataFrame:
     """Every claim as one row (CLAIM_COLUMNS). Core claims (a)-(f) on the `emergence_runs` ({encoder: [runs],
     decoder: [runs]}, standard init, all seeds) and the `ablation_runs` (every init, all seeds); also rows:
     directionality vs the random-init `null`, pretrained encoders vs decoders over models, update structure."""
@@ -269,8 +425,14 @@ def reproduction_claims(*, training: pd.DataFrame | None, loss: pd.DataFrame | N
     ms, md, ml, mp = (float(margins[k]) for k in ("symmetry", "directionality", "loss", "speedup"))
     rows: list[dict] = []
 
-    def attempt(cid: str, claim: str, fn: Callable[[], dict | list[dict]], kind: str = "core",
-                unit: str = "seed", paper: str = "") -> None:
+    def attempt(
+        cid: str,
+        claim: str,
+        fn: Callable[[], dict | list[dict]],
+        kind: str = "core",
+        unit: str = "seed",
+        paper: str = "",
+    ) -> None:
         try:
             out = fn()
         except UserError as exc:
@@ -291,24 +453,49 @@ def reproduction_claims(*, training: pd.DataFrame | None, loss: pd.DataFrame | N
         eff = (m[f"{score}_a"] - m[f"{score}_b"]) if sign > 0 else (m[f"{score}_b"] - m[f"{score}_a"])
         what = "encoder - decoder" if sign > 0 else "decoder - encoder"
         means = f"Means over seeds: encoder {m[f'{score}_a'].mean():+.3f}, decoder {m[f'{score}_b'].mean():+.3f}."
-        return decided_row(cid, claim, "core", eff, sign, margin, level,
-                           f"effect = {what} {score} at the horizon, paired by seed",
-                           paper_pair_gap(paper_training, score, sign < 0, level),
-                           [means, _horizon_note(pd.concat([he, hd]))] + notes)
+        return decided_row(
+            cid,
+            claim,
+            "core",
+            eff,
+            sign,
+            margin,
+            level,
+            f"effect = {what} {score} at the horizon, paired by seed",
+            paper_pair_gap(paper_training, score, sign < 0, level),
+            [means, _horizon_note(pd.concat([he, hd]))] + notes,
+        )
 
-    attempt("a", "encoders are more symmetric than decoders (standard init, at the horizon)",
-            lambda: enc_dec("symmetry", 1, ms, "a", "encoders are more symmetric than decoders (standard init, at the horizon)"))
-    attempt("b", "decoders are more column-dominant than encoders (standard init, at the horizon)",
-            lambda: enc_dec("directionality", -1, md, "b", "decoders are more column-dominant than encoders (standard init, at the horizon)"))
+    attempt(
+        "a",
+        "encoders are more symmetric than decoders (standard init, at the horizon)",
+        lambda: enc_dec(
+            "symmetry", 1, ms, "a", "encoders are more symmetric than decoders (standard init, at the horizon)"
+        ),
+    )
+    attempt(
+        "b",
+        "decoders are more column-dominant than encoders (standard init, at the horizon)",
+        lambda: enc_dec(
+            "directionality",
+            -1,
+            md,
+            "b",
+            "decoders are more column-dominant than encoders (standard init, at the horizon)",
+        ),
+    )
     try:
         hh = pd.concat([horizon(enc_runs, "encoder emergence"), horizon(dec_runs, "decoder emergence")])
         rows.extend(_null_rows(hh, null, md, level))
     except UserError as exc:
-        rows += [untested_row("b1", "encoder directionality vs the random-init null", "also", "seed", str(exc)),
-                 untested_row("b2", "decoder directionality below the random-init null", "also", "seed", str(exc))]
+        rows += [
+            untested_row("b1", "encoder directionality vs the random-init null", "also", "seed", str(exc)),
+            untested_row("b2", "decoder directionality below the random-init null", "also", "seed", str(exc)),
+        ]
 
-    def loss_contrast(objective: str, ref: str, what: str, sign: int, margin: float, cid: str, claim: str,
-                      paper: str) -> dict:
+    def loss_contrast(
+        objective: str, ref: str, what: str, sign: int, margin: float, cid: str, claim: str, paper: str
+    ) -> dict:
         if loss is None or loss.empty:
             raise UserError("no training loss table (training_loss.csv)")
         lt = A.select_runs(loss, abl, "training loss") if abl else loss
@@ -317,23 +504,54 @@ def reproduction_claims(*, training: pd.DataFrame | None, loss: pd.DataFrame | N
         if c.empty:
             raise UserError(f"no {objective} {SYMMETRIC} run with a same-seed {ref} run among the ablation runs")
         if what == "loss":
-            eff, test = c["loss_gain"], f"effect = {ref} - {SYMMETRIC} held-out loss at step {int(c['horizon'].iloc[0])}, paired by seed"
-            extra = f"Final held-out loss: {ref} {c['baseline_final_eval_loss'].mean():.4f}, {SYMMETRIC} {c['final_eval_loss'].mean():.4f} (means)."
+            eff, test = (
+                c["loss_gain"],
+                f"effect = {ref} - {SYMMETRIC} held-out loss at step {int(c['horizon'].iloc[0])}, paired by seed",
+            )
+            extra = (
+                f"Final held-out loss: {ref} {c['baseline_final_eval_loss'].mean():.4f}, "
+                f"{SYMMETRIC} {c['final_eval_loss'].mean():.4f} (means)."
+            )
         else:
-            eff, test = c["speedup"], f"effect = signed speed-up 1 - s*/S at the common target L* = {c['target'].iloc[0]:.4f}"
-            extra = ("Per seed: " + ", ".join(f"s{int(r.seed)} {100 * r.speedup:+.1f} % (S = {r.baseline_s:.0f}, "
-                                            f"s* = {r.s_star:.0f})" for r in c.itertuples())
-                     + f"; L* is the highest of the compared runs' lowest held-out losses up to step {int(c['horizon'].iloc[0])}, reached by every run.")
+            eff, test = (
+                c["speedup"],
+                f"effect = signed speed-up 1 - s*/S at the common target L* = {c['target'].iloc[0]:.4f}",
+            )
+            extra = (
+                "Per seed: "
+                + ", ".join(
+                    f"s{int(r.seed)} {100 * r.speedup:+.1f} % (S = {r.baseline_s:.0f}, s* = {r.s_star:.0f})"
+                    for r in c.itertuples()
+                )
+                + "; L* is the highest of the compared runs' lowest held-out losses up to step "
+                + f"{int(c['horizon'].iloc[0])}, reached by every run."
+            )
         return decided_row(cid, claim, "core", eff, sign, margin, level, test, paper, [extra])
 
-    for cid, ref, what, margin in (("c1", baseline_init, "loss", ml), ("c2", baseline_init, "speedup", mp),
-                                   ("d1", "fresh", "loss", ml), ("d2", "fresh", "speedup", mp)):
-        claim = (f"{SYMMETRIC} init lowers the encoder's held-out loss vs {ref}" if what == "loss"
-                 else f"{SYMMETRIC} init speeds up the encoder's training vs {ref}")
-        paper = (paper_symmetric_init(paper_loss, paper_table1, paper_rebuttal, what, level) if ref == baseline_init
-                 else "not measured in the paper (no untied fresh control)")
-        attempt(cid, claim, lambda ref=ref, what=what, margin=margin, cid=cid, claim=claim, paper=paper:
-                loss_contrast("encoder", ref, what, 1, margin, cid, claim, paper), paper=paper)
+    for cid, ref, what, margin in (
+        ("c1", baseline_init, "loss", ml),
+        ("c2", baseline_init, "speedup", mp),
+        ("d1", "fresh", "loss", ml),
+        ("d2", "fresh", "speedup", mp),
+    ):
+        claim = (
+            f"{SYMMETRIC} init lowers the encoder's held-out loss vs {ref}"
+            if what == "loss"
+            else f"{SYMMETRIC} init speeds up the encoder's training vs {ref}"
+        )
+        paper = (
+            paper_symmetric_init(paper_loss, paper_table1, paper_rebuttal, what, level)
+            if ref == baseline_init
+            else "not measured in the paper (no untied fresh control)"
+        )
+        attempt(
+            cid,
+            claim,
+            lambda ref=ref, what=what, margin=margin, cid=cid, claim=claim, paper=paper: loss_contrast(
+                "encoder", ref, what, 1, margin, cid, claim, paper
+            ),
+            paper=paper,
+        )
 
     def retained() -> dict:
         if training is None or training.empty:
@@ -347,18 +565,39 @@ def reproduction_claims(*, training: pd.DataFrame | None, loss: pd.DataFrame | N
         upto = int(both.groupby("run")["step"].max().min())
         he, hd = horizon(runs["encoder"], "encoder", upto), horizon(runs["decoder"], "decoder", upto)
         m, notes = paired_by_seed(he, hd, "symmetry")
-        return decided_row("e", "decoders keep less of a tied initialization than encoders", "core",
-                           m["symmetry_b"] - m["symmetry_a"], -1, ms, level,
-                           f"effect = decoder - encoder symmetry of the {SYMMETRIC} runs at the horizon, paired by seed",
-                           "the rebuttal: decoders lose a symmetric initialization (no published numbers)",
-                           [f"Retained symmetry (starts at 1): encoder {m['symmetry_a'].mean():+.3f}, decoder "
-                            f"{m['symmetry_b'].mean():+.3f} (means).", _horizon_note(pd.concat([he, hd]))] + notes)
+        return decided_row(
+            "e",
+            "decoders keep less of a tied initialization than encoders",
+            "core",
+            m["symmetry_b"] - m["symmetry_a"],
+            -1,
+            ms,
+            level,
+            f"effect = decoder - encoder symmetry of the {SYMMETRIC} runs at the horizon, paired by seed",
+            "the rebuttal: decoders lose a symmetric initialization (no published numbers)",
+            [
+                f"Retained symmetry (starts at 1): encoder {m['symmetry_a'].mean():+.3f}, decoder "
+                f"{m['symmetry_b'].mean():+.3f} (means).",
+                _horizon_note(pd.concat([he, hd])),
+            ]
+            + notes,
+        )
 
     attempt("e", "decoders keep less of a tied initialization than encoders", retained)
-    attempt("f", f"decoder {SYMMETRIC} init gains nothing vs {baseline_init}",
-            lambda: loss_contrast("decoder", baseline_init, "loss", 0, ml, "f",
-                                  f"decoder {SYMMETRIC} init gains nothing vs {baseline_init}",
-                                  "the rebuttal: no gain for decoders (no published numbers)"))
+    attempt(
+        "f",
+        f"decoder {SYMMETRIC} init gains nothing vs {baseline_init}",
+        lambda: loss_contrast(
+            "decoder",
+            baseline_init,
+            "loss",
+            0,
+            ml,
+            "f",
+            f"decoder {SYMMETRIC} init gains nothing vs {baseline_init}",
+            "the rebuttal: no gain for decoders (no published numbers)",
+        ),
+    )
     rows += _pretrained_rows(pretrained, paper_pretrained, caveats, margins, level)
     rows += _update_rows(updates, enc_runs, dec_runs, margins, level)
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
@@ -373,12 +612,18 @@ def claim_sentence(r: pd.Series, level: float = 0.95) -> str:
     pct = "speed-up" in str(r["test"])
     est = _fmt(r["estimate"], r["low"], r["high"], pct=pct)
     est += f" ({level:.0%} interval)" if np.isfinite(r["low"]) else " (no interval)"
-    p = (f"; p = {r['p_value']:.3g}" + (f" (floor {r['p_floor']:.3g} with n = {int(r['n'])})" if np.isfinite(r["p_floor"]) else "")
-         if np.isfinite(r["p_value"]) else "")
+    p = (
+        f"; p = {r['p_value']:.3g}"
+        + (f" (floor {r['p_floor']:.3g} with n = {int(r['n'])})" if np.isfinite(r["p_floor"]) else "")
+        if np.isfinite(r["p_value"])
+        else ""
+    )
     margin = f"{100 * r['margin']:g} %" if pct else f"{r['margin']:g}"
-    return (f"{head} Unit: {r['unit']}, n = {int(r['n'])}; prediction {r['prediction'] or 'none'}; estimate {est}"
-            f"{p}; margin ±{margin}. Test: {r['test']}. {r['note']} "
-            f"Paper: {r['paper'] or 'n/a'}.")
+    return (
+        f"{head} Unit: {r['unit']}, n = {int(r['n'])}; prediction {r['prediction'] or 'none'}; estimate {est}"
+        f"{p}; margin ±{margin}. Test: {r['test']}. {r['note']} "
+        f"Paper: {r['paper'] or 'n/a'}."
+    )
 
 
 def claim_bullet(r: pd.Series) -> str:
@@ -387,12 +632,16 @@ def claim_bullet(r: pd.Series) -> str:
         return f"- ({r['id']}) {r['claim']}: **not tested** ({r['note'].removeprefix('Not tested: ')})"
     pct = "speed-up" in str(r["test"])
     margin = f"{100 * r['margin']:g} %" if pct else f"{r['margin']:g}"
-    return (f"- ({r['id']}) {r['claim']}: **{r['verdict']}**, {_fmt(r['estimate'], r['low'], r['high'], pct=pct)} "
-            f"(n = {int(r['n'])} {r['unit']}{'' if int(r['n']) == 1 else 's'}, prediction {r['prediction'] or 'none'}, margin ±{margin}); "
-            f"paper: {r['paper'] or 'n/a'}")
+    return (
+        f"- ({r['id']}) {r['claim']}: **{r['verdict']}**, {_fmt(r['estimate'], r['low'], r['high'], pct=pct)} "
+        f"(n = {int(r['n'])} {r['unit']}{'' if int(r['n']) == 1 else 's'}, "
+        f"prediction {r['prediction'] or 'none'}, margin ±{margin}); "
+        f"paper: {r['paper'] or 'n/a'}"
+    )
 
 
 def verdict_counts(claims: pd.DataFrame, kind: str = "core") -> str:
     c = claims[claims["kind"] == kind]["verdict"].value_counts()
-    return ", ".join(f"{int(c[v])} {v}" for v in ("holds", "contradicted", "inconclusive", "descriptive", "not tested")
-                     if v in c)
+    return ", ".join(
+        f"{int(c[v])} {v}" for v in ("holds", "contradicted", "inconclusive", "descriptive", "not tested") if v in c
+    )

@@ -29,16 +29,35 @@ import numpy as np
 import pandas as pd
 
 from attention_geometry.analysis import summaries as analysis
-from attention_geometry.formats.columns import RUN_COLUMNS, SCORES
-from attention_geometry.errors import UserError
-from attention_geometry.formats.files import atomic_write_bytes, atomic_write_table, check_table_path, check_writable
 from attention_geometry.analysis.stats import t_interval
+from attention_geometry.errors import UserError
+from attention_geometry.formats.columns import RUN_COLUMNS, SCORES
+from attention_geometry.formats.files import atomic_write_bytes, atomic_write_table, check_table_path, check_writable
 
-__all__ = ["WqkExample", "WQK_META", "write_wqk", "read_wqk", "median_symmetry_layer", "SYMMETRY_COLUMNS",
-           "GAIN_COLUMNS", "symmetry_speedup_tables", "seed_means"]
+__all__ = [
+    "WqkExample",
+    "WQK_META",
+    "write_wqk",
+    "read_wqk",
+    "median_symmetry_layer",
+    "SYMMETRY_COLUMNS",
+    "GAIN_COLUMNS",
+    "symmetry_speedup_tables",
+    "seed_means",
+]
 
-WQK_META = ("name", "component", "layer", "n_layers", "d_model", "n_heads", "symmetry", "directionality",
-            "symmetry_min", "symmetry_max")
+WQK_META = (
+    "name",
+    "component",
+    "layer",
+    "n_layers",
+    "d_model",
+    "n_heads",
+    "symmetry",
+    "directionality",
+    "symmetry_min",
+    "symmetry_max",
+)
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 
@@ -66,8 +85,10 @@ class WqkExample:
 def write_wqk(path, ex: WqkExample) -> None:
     """Write `ex` as the W_qk .npz (module docstring), atomically."""
     buf = io.BytesIO()
-    arrays = {"M": np.ascontiguousarray(ex.M, dtype=np.float32),
-              "meta": np.array(json.dumps(ex.meta(), sort_keys=True))}
+    arrays = {
+        "M": np.ascontiguousarray(ex.M, dtype=np.float32),
+        "meta": np.array(json.dumps(ex.meta(), sort_keys=True)),
+    }
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for key, arr in arrays.items():
             info = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_TIME)
@@ -89,8 +110,9 @@ def read_wqk(path) -> WqkExample:
         raise UserError(f"{path}: not a W_qk .npz of `attention-geometry extract-wqk` ({exc})") from None
     missing = [k for k in WQK_META if k not in meta]
     if missing or M.ndim != 2 or M.shape[0] != M.shape[1]:
-        raise UserError(f"{path}: not a W_qk .npz of `attention-geometry extract-wqk` (missing {missing}, "
-                        f"M of shape {M.shape})")
+        raise UserError(
+            f"{path}: not a W_qk .npz of `attention-geometry extract-wqk` (missing {missing}, M of shape {M.shape})"
+        )
     return WqkExample(M=M, **{k: meta[k] for k in WQK_META})
 
 
@@ -98,8 +120,8 @@ def median_symmetry_layer(source, name: str) -> WqkExample:
     """The summed W_qk of the median-symmetry layer of `source` (a model folder, a weight snapshot or a GGUF
     file): the layer whose symmetry is the lower median over the model's layers (ties by layer index), so
     the picture represents the model rather than its most or least symmetric layer."""
-    from attention_geometry.scoring.scorer import layer_matrices  # torch and the model loaders, only here
     from attention_geometry.scoring.measures import scores
+    from attention_geometry.scoring.scorer import layer_matrices  # torch and the model loaders, only here
 
     mats = [r for r in layer_matrices(source) if r.head == "all"]
     if not mats:
@@ -108,9 +130,19 @@ def median_symmetry_layer(source, name: str) -> WqkExample:
     order = sorted(range(len(mats)), key=lambda i: (sd[i][0], mats[i].layer))
     pick = order[(len(order) - 1) // 2]
     r, all_s = mats[pick], [s for s, _ in sd]
-    return WqkExample(M=r.M.float().numpy(), name=str(name), component=r.component, layer=int(r.layer),
-                      n_layers=len(all_s), d_model=int(r.d_model), n_heads=int(r.n_heads), symmetry=sd[pick][0],
-                      directionality=sd[pick][1], symmetry_min=min(all_s), symmetry_max=max(all_s))
+    return WqkExample(
+        M=r.M.float().numpy(),
+        name=str(name),
+        component=r.component,
+        layer=int(r.layer),
+        n_layers=len(all_s),
+        d_model=int(r.d_model),
+        n_heads=int(r.n_heads),
+        symmetry=sd[pick][0],
+        directionality=sd[pick][1],
+        symmetry_min=min(all_s),
+        symmetry_max=max(all_s),
+    )
 
 
 # ------------------------------------------------------------------------------- symmetry vs speed-up
@@ -118,8 +150,15 @@ SYMMETRY_COLUMNS = ["symmetry_final", "symmetry_change"]
 GAIN_COLUMNS = ["loss_gain", "speedup"]
 
 
-def symmetry_speedup_tables(scores: pd.DataFrame, loss: pd.DataFrame, runs: list[str], baseline_init: str,
-                            level: float, n_resamples: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def symmetry_speedup_tables(
+    scores: pd.DataFrame,
+    loss: pd.DataFrame,
+    runs: list[str],
+    baseline_init: str,
+    level: float,
+    n_resamples: int,
+    seed: int,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per ablation run: analysis.symmetry_vs_gain; Spearman correlation of each symmetry column
     with each gain column per objective, with percentile-bootstrap intervals)."""
     scores = analysis.select_runs(scores, runs, "training scores")
@@ -127,8 +166,15 @@ def symmetry_speedup_tables(scores: pd.DataFrame, loss: pd.DataFrame, runs: list
     table = analysis.symmetry_vs_gain(scores, loss, baseline_init)
     if table.empty:
         raise UserError("no ablation run has both training scores and a same-seed baseline run in the loss table")
-    corr = analysis.correlation_table(table, SYMMETRY_COLUMNS, GAIN_COLUMNS, n_resamples=int(n_resamples),
-                                      seed=int(seed), level=float(level), by=["objective"])
+    corr = analysis.correlation_table(
+        table,
+        SYMMETRY_COLUMNS,
+        GAIN_COLUMNS,
+        n_resamples=int(n_resamples),
+        seed=int(seed),
+        level=float(level),
+        by=["objective"],
+    )
     return table, corr
 
 
@@ -158,8 +204,10 @@ def run_extract_wqk(args) -> int:
     check_writable(args.out)
     ex = median_symmetry_layer(args.source, args.name)
     write_wqk(args.out, ex)
-    print(f"{args.out}: {ex.name} {ex.component} layer {ex.layer} of {ex.n_layers} ({ex.d_model} x {ex.d_model}), "
-          f"s = {ex.symmetry:.4f}, d = {ex.directionality:.4f}")
+    print(
+        f"{args.out}: {ex.name} {ex.component} layer {ex.layer} of {ex.n_layers} ({ex.d_model} x {ex.d_model}), "
+        f"s = {ex.symmetry:.4f}, d = {ex.directionality:.4f}"
+    )
     return 0
 
 
@@ -180,8 +228,9 @@ def run_symmetry_speedup(args) -> int:
         check_table_path(path)
     scores = analysis.read_table(args.scores, "training scores", RUN_COLUMNS + ["layer", *SCORES])
     loss = analysis.read_table(args.loss, "training loss", RUN_COLUMNS + ["eval_loss"])
-    table, corr = symmetry_speedup_tables(scores, loss, args.runs, args.baseline_init, args.ci_level,
-                                          args.bootstrap_resamples, args.bootstrap_seed)
+    table, corr = symmetry_speedup_tables(
+        scores, loss, args.runs, args.baseline_init, args.ci_level, args.bootstrap_resamples, args.bootstrap_seed
+    )
     atomic_write_table(table, args.out_runs, lineterminator="\n")
     atomic_write_table(corr, args.out_correlations, lineterminator="\n")
     print(f"{args.out_runs}: {len(table)} runs; {args.out_correlations}: {len(corr)} correlations")

@@ -11,9 +11,12 @@ import pandas as pd
 
 from attention_geometry.analysis.stats import signed_speedup, t_interval
 
+SPEEDUP_WHAT = "signed speed-up at the common target of its training-loss curves"
 
-def fmt_estimate(est: float, low: float = math.nan, high: float = math.nan, n: int | None = None,
-                 pct: bool = False) -> str:
+
+def fmt_estimate(
+    est: float, low: float = math.nan, high: float = math.nan, n: int | None = None, pct: bool = False
+) -> str:
     """An estimate with its interval and n as the claims table writes it (signed; percent with pct)."""
     f = (lambda v: f"{100 * v:+.1f} %") if pct else (lambda v: f"{v:+.3f}")
     if not np.isfinite(est):
@@ -32,12 +35,19 @@ def paper_pair_gap(paper_training: pd.DataFrame | None, score: str, sign_dec_min
     d = med["decoder"] - med["encoder"] if sign_dec_minus_enc else med["encoder"] - med["decoder"]
     iv = t_interval(d, level)
     what = "decoder - encoder" if sign_dec_minus_enc else "encoder - decoder"
-    return (f"{fmt_estimate(iv.estimate, iv.low, iv.high)} ({what}, n = {iv.n} (model, dataset) pairs, median over "
-            f"layers at step {int(p['step'].max())}; range {d.min():+.3f} to {d.max():+.3f})")
+    return (
+        f"{fmt_estimate(iv.estimate, iv.low, iv.high)} ({what}, n = {iv.n} (model, dataset) pairs, median over "
+        f"layers at step {int(p['step'].max())}; range {d.min():+.3f} to {d.max():+.3f})"
+    )
 
 
-def paper_symmetric_init(paper_loss: pd.DataFrame | None, paper_table1: pd.DataFrame | None,
-                         paper_rebuttal: pd.DataFrame | None, what: str, level: float) -> str:
+def paper_symmetric_init(
+    paper_loss: pd.DataFrame | None,
+    paper_table1: pd.DataFrame | None,
+    paper_rebuttal: pd.DataFrame | None,
+    what: str,
+    level: float,
+) -> str:
     """The paper's figures for symmetric vs standard init: `what` = "loss" (final training-loss gain per
     (model, dataset) pair; bert-large held-out gains of the rebuttal) or "speedup" (the signed speed-up at
     the common target computed on its training-loss curves; its published Table 1)."""
@@ -54,16 +64,24 @@ def paper_symmetric_init(paper_loss: pd.DataFrame | None, paper_table1: pd.DataF
             else:
                 vals.append(signed_speedup(st["step"], st["train_loss"], sy["step"], sy["train_loss"]))
         iv = t_interval(vals, level)
-        parts.append(f"{fmt_estimate(iv.estimate, iv.low, iv.high, pct=what != 'loss')} over n = {iv.n} (model, dataset) "
-                     f"pairs, {'final training-loss gain' if what == 'loss' else 'signed speed-up at the common target of its training-loss curves'}")
+        parts.append(
+            f"{fmt_estimate(iv.estimate, iv.low, iv.high, pct=what != 'loss')} over n = {iv.n} (model, dataset) "
+            f"pairs, {'final training-loss gain' if what == 'loss' else SPEEDUP_WHAT}"
+        )
     if what == "speedup" and paper_table1 is not None and len(paper_table1):
-        parts.append("published Table 1: " + "; ".join(
-            f"{r.model} {r.dataset} " + (f"{r.speedup_percent:g} %" if str(r.reached).lower() == "true" else "none")
-            for r in paper_table1.itertuples()))
+        parts.append(
+            "published Table 1: "
+            + "; ".join(
+                f"{r.model} {r.dataset} " + (f"{r.speedup_percent:g} %" if str(r.reached).lower() == "true" else "none")
+                for r in paper_table1.itertuples()
+            )
+        )
     if paper_rebuttal is not None and len(paper_rebuttal) and {"init", "eval_loss"} <= set(paper_rebuttal.columns):
         r = paper_rebuttal.pivot_table(index=["model", "dataset", "step"], columns="init", values="eval_loss")
         if {"standard", "symmetric"} <= set(r.columns) and what == "loss":
             gains = (r["standard"] - r["symmetric"]).dropna()
-            parts.append("rebuttal held-out loss gains: " + "; ".join(
-                f"{m} {d} {int(s)} steps {g:+.4f}" for (m, d, s), g in gains.items()))
+            parts.append(
+                "rebuttal held-out loss gains: "
+                + "; ".join(f"{m} {d} {int(s)} steps {g:+.4f}" for (m, d, s), g in gains.items())
+            )
     return "; ".join(parts) if parts else "n/a"

@@ -36,21 +36,28 @@ LABELS = {"symmetry": "symmetry s", "directionality": "directionality d"}
 def style() -> None:
     """The one figure style of the project."""
     sns.set_theme(context="paper", style="whitegrid", font_scale=1.0)
-    plt.rcParams.update({
-        "figure.dpi": 100,
-        "savefig.dpi": DPI,
-        "pdf.fonttype": 42,
-        "ps.fonttype": 42,
-        "svg.hashsalt": "attention-geometry",
-        "axes.titlesize": "medium",
-        "legend.fontsize": "small",
-        "legend.frameon": False,
-        "path.simplify": True,
-    })
+    plt.rcParams.update(
+        {
+            "figure.dpi": 100,
+            "savefig.dpi": DPI,
+            "pdf.fonttype": 42,
+            "ps.fonttype": 42,
+            "svg.hashsalt": "attention-geometry",
+            "axes.titlesize": "medium",
+            "legend.fontsize": "small",
+            "legend.frameon": False,
+            "path.simplify": True,
+        }
+    )
 
 
-def save(fig: plt.Figure, pdf: str | os.PathLike | None = None, png: str | os.PathLike | None = None,
-         dpi: int = DPI, check: bool = True) -> list[Path]:
+def save(
+    fig: plt.Figure,
+    pdf: str | os.PathLike | None = None,
+    png: str | os.PathLike | None = None,
+    dpi: int = DPI,
+    check: bool = True,
+) -> list[Path]:
     """Save `fig` as PDF and/or PNG without timestamps (byte-identical reruns), creating parent folders.
 
     First runs `check_layout` (unless check=False, meant for tests of the check itself): a figure whose
@@ -59,8 +66,10 @@ def save(fig: plt.Figure, pdf: str | os.PathLike | None = None, png: str | os.Pa
         name = Path(png or pdf).name if (png or pdf) else "figure"
         check_layout(fig, name=name)
     written = []
-    for path, fmt, meta in ((pdf, "pdf", {"CreationDate": None, "Creator": None, "Producer": None}),
-                            (png, "png", {"Software": None})):
+    for path, fmt, meta in (
+        (pdf, "pdf", {"CreationDate": None, "Creator": None, "Producer": None}),
+        (png, "png", {"Software": None}),
+    ):
         if path is None:
             continue
         p = Path(path)
@@ -77,8 +86,14 @@ OVERLAP_TOLERANCE_PX = 1.0
 
 def _axes_name(fig: plt.Figure, ax: plt.Axes) -> str:
     i = fig.axes.index(ax) if ax in fig.axes else -1
-    title = next((t.get_text() for t in (ax.title, getattr(ax, "_left_title", None), getattr(ax, "_right_title", None))
-                  if t is not None and t.get_text().strip()), "")
+    title = next(
+        (
+            t.get_text()
+            for t in (ax.title, getattr(ax, "_left_title", None), getattr(ax, "_right_title", None))
+            if t is not None and t.get_text().strip()
+        ),
+        "",
+    )
     if not title and ax.get_label() and not ax.get_label().startswith("<"):
         title = ax.get_label()
     first_line = title.strip().splitlines()[0] if title.strip() else ""
@@ -175,11 +190,15 @@ def _covers_path(bbox, disp: np.ndarray, joined: bool) -> bool:
     from matplotlib.path import Path as MPath
     from matplotlib.transforms import Bbox
 
-    inner = Bbox.from_extents(bbox.x0 + OVERLAP_TOLERANCE_PX, bbox.y0 + OVERLAP_TOLERANCE_PX,
-                              bbox.x1 - OVERLAP_TOLERANCE_PX, bbox.y1 - OVERLAP_TOLERANCE_PX)
+    inner = Bbox.from_extents(
+        bbox.x0 + OVERLAP_TOLERANCE_PX,
+        bbox.y0 + OVERLAP_TOLERANCE_PX,
+        bbox.x1 - OVERLAP_TOLERANCE_PX,
+        bbox.y1 - OVERLAP_TOLERANCE_PX,
+    )
     if disp.size == 0 or inner.width <= 0 or inner.height <= 0:
         return False
-    inside = ((disp[:, 0] > inner.x0) & (disp[:, 0] < inner.x1) & (disp[:, 1] > inner.y0) & (disp[:, 1] < inner.y1))
+    inside = (disp[:, 0] > inner.x0) & (disp[:, 0] < inner.x1) & (disp[:, 1] > inner.y0) & (disp[:, 1] < inner.y1)
     if inside.any():
         return True
     if joined and len(disp) >= 2:
@@ -230,7 +249,7 @@ def layout_problems(fig: plt.Figure, curves: bool = True) -> list[str]:
                     problems.append(f"{lname} covers {cname} of {_axes_name(fig, parent)}")
                     break
     for i, (n1, b1) in enumerate(boxes):
-        for n2, b2 in boxes[i + 1:]:
+        for n2, b2 in boxes[i + 1 :]:
             if _overlap(b1, b2):
                 problems.append(f"{n1} overlaps {n2}")
     return problems
@@ -241,8 +260,10 @@ def check_layout(fig: plt.Figure, name: str = "figure", curves: bool = True) -> 
     problems = layout_problems(fig, curves=curves)
     if problems:
         shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
-        raise UserError(f"{name}: legend placement hides part of the figure: {shown} "
-                        "(move the legend outside the axes or into its own legend axes)")
+        raise UserError(
+            f"{name}: legend placement hides part of the figure: {shown} "
+            "(move the legend outside the axes or into its own legend axes)"
+        )
 
 
 def heatmap_limit(M, clip_percentile: float = 99.0) -> float:
@@ -255,9 +276,15 @@ def heatmap_limit(M, clip_percentile: float = 99.0) -> float:
     return float(np.percentile(np.abs(A), clip_percentile)) or float(np.max(np.abs(A))) or 1.0
 
 
-def wqk_heatmap(ax: plt.Axes, M, title: str, max_dim: int | None = None,
-                clip_percentile: float = 99.0, lim: float | None = None,
-                mark_block: int | None = None) -> matplotlib.image.AxesImage:
+def wqk_heatmap(
+    ax: plt.Axes,
+    M,
+    title: str,
+    max_dim: int | None = None,
+    clip_percentile: float = 99.0,
+    lim: float | None = None,
+    mark_block: int | None = None,
+) -> matplotlib.image.AxesImage:
     """M (rows = query side, columns = key side) as a diverging heatmap centred on 0, colour limits
     +-`lim` (default: heatmap_limit of the block shown). `max_dim` shows only the top-left
     max_dim x max_dim block (said in the title; tick labels are the matrix's own indices). `mark_block`
@@ -282,8 +309,9 @@ def wqk_heatmap(ax: plt.Axes, M, title: str, max_dim: int | None = None,
     return im
 
 
-def scores_vs_params(axes: Sequence[plt.Axes], table: pd.DataFrame, hue: str = "component",
-                     label_ours: bool = True) -> None:
+def scores_vs_params(
+    axes: Sequence[plt.Axes], table: pd.DataFrame, hue: str = "component", label_ours: bool = True
+) -> None:
     """Two panels (symmetry, directionality): per model the median over layers with IQR bars vs n_params
     (log x). Colour = `hue`; filled circles = ours, squares = the paper's; the paper's caveat-flagged points
     are drawn hollow with an x and named in the legend as not comparable, ours (analysis.OUR_CAVEATS) as
@@ -298,13 +326,27 @@ def scores_vs_params(axes: Sequence[plt.Axes], table: pd.DataFrame, hue: str = "
             # bilinear form gives that model's logits (analysis.OUR_CAVEATS)
             why = "not comparable" if src != "ours" else "no fixed bilinear form"
             label = f"{who}, {h}" + (f", {cav}: {why}" if flagged else "")
-            ax.errorbar(g["n_params"], y, yerr=[y - lo, hi - y], fmt="none", ecolor=palette[h], alpha=0.35,
-                        elinewidth=0.8, zorder=1)
-            ax.scatter(g["n_params"], y, marker="X" if flagged and src != "ours" else SOURCE_MARKERS[src],
-                       s=(46 if src == "ours" else 18),
-                       facecolors=("none" if flagged else palette[h]), edgecolors=palette[h],
-                       linewidths=(0.9 if flagged else (1.2 if src == "ours" else 0.3)),
-                       label=label, zorder=3 if src == "ours" else 2)
+            ax.errorbar(
+                g["n_params"],
+                y,
+                yerr=[y - lo, hi - y],
+                fmt="none",
+                ecolor=palette[h],
+                alpha=0.35,
+                elinewidth=0.8,
+                zorder=1,
+            )
+            ax.scatter(
+                g["n_params"],
+                y,
+                marker="X" if flagged and src != "ours" else SOURCE_MARKERS[src],
+                s=(46 if src == "ours" else 18),
+                facecolors=("none" if flagged else palette[h]),
+                edgecolors=palette[h],
+                linewidths=(0.9 if flagged else (1.2 if src == "ours" else 0.3)),
+                label=label,
+                zorder=3 if src == "ours" else 2,
+            )
             if src == "ours" and label_ours:
                 # names of the lower half of our points (in this panel) below them, of the upper half above:
                 # two nearby points (or an encoder-decoder model's two stacks at one x) get their names apart
@@ -312,9 +354,15 @@ def scores_vs_params(axes: Sequence[plt.Axes], table: pd.DataFrame, hue: str = "
                 for x_, y_, name in zip(g["n_params"], y, g["model"]):
                     below = float(y_) < mid
                     # on a light box above the markers: a name drawn over the paper's points stays readable
-                    ax.annotate(_short(name), (x_, y_), textcoords="offset points", xytext=(4, -9 if below else 4),
-                                fontsize=6, zorder=4,
-                                bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8))
+                    ax.annotate(
+                        _short(name),
+                        (x_, y_),
+                        textcoords="offset points",
+                        xytext=(4, -9 if below else 4),
+                        fontsize=6,
+                        zorder=4,
+                        bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8),
+                    )
         ax.set_xscale("log")
         ax.set_xlabel("number of parameters")
         ax.set_ylabel(f"{LABELS[v]} (median, IQR over layers)")
@@ -371,7 +419,7 @@ def init_palette(inits) -> dict:
     """Stable colours per initialization (INIT_COLORS; any other init from the colorblind palette)."""
     colors = dict(INIT_COLORS)
     extra = [i for i in sorted(map(str, inits)) if i not in colors]
-    colors.update(zip(extra, sns.color_palette("colorblind", 10)[4:4 + len(extra)] if extra else []))
+    colors.update(zip(extra, sns.color_palette("colorblind", 10)[4 : 4 + len(extra)] if extra else []))
     return {i: colors[str(i)] for i in inits}
 
 
@@ -383,16 +431,24 @@ def layer_styles(n: int) -> list[tuple]:
     return [(cmap(float(p)), "-" if i % 2 == 0 else "--") for i, p in enumerate(pos)]
 
 
-def interval_band(ax: plt.Axes, x, estimate, low, high, color, label: str, ls: str = "-", lw: float = 1.4,
-                  alpha: float = 0.2) -> None:
+def interval_band(
+    ax: plt.Axes, x, estimate, low, high, color, label: str, ls: str = "-", lw: float = 1.4, alpha: float = 0.2
+) -> None:
     """An estimate line (e.g. the mean over seeds) with its interval as a band (NaN bounds leave a gap)."""
     ax.plot(x, estimate, color=color, ls=ls, lw=lw, label=label)
-    ax.fill_between(np.asarray(x, dtype=float), np.asarray(low, dtype=float), np.asarray(high, dtype=float),
-                    color=color, alpha=alpha, lw=0)
+    ax.fill_between(
+        np.asarray(x, dtype=float),
+        np.asarray(low, dtype=float),
+        np.asarray(high, dtype=float),
+        color=color,
+        alpha=alpha,
+        lw=0,
+    )
 
 
-def legend_below(fig: plt.Figure, handles, labels, ncol: int = 2, top: float = 1.0, pad: float = 0.1,
-                 **kw) -> matplotlib.legend.Legend:
+def legend_below(
+    fig: plt.Figure, handles, labels, ncol: int = 2, top: float = 1.0, pad: float = 0.1, **kw
+) -> matplotlib.legend.Legend:
     """A figure legend under all axes: the figure grows by the legend's height (plus `pad` inches), the
     legend sits at its bottom edge and the axes are laid out (tight_layout) above it, so it covers nothing.
     `top` < 1 leaves room for a suptitle."""
@@ -405,8 +461,7 @@ def legend_below(fig: plt.Figure, handles, labels, ncol: int = 2, top: float = 1
     return leg
 
 
-def legend_beside(fig: plt.Figure, handles, labels, ncol: int = 1, pad: float = 0.1,
-                  **kw) -> matplotlib.legend.Legend:
+def legend_beside(fig: plt.Figure, handles, labels, ncol: int = 1, pad: float = 0.1, **kw) -> matplotlib.legend.Legend:
     """A figure legend right of all axes: the figure grows by the legend's width (plus `pad` inches), the
     legend sits at its right edge and the axes are laid out in the space left of it."""
     leg = fig.legend(handles, labels, loc="center right", bbox_to_anchor=(1.0, 0.5), ncol=ncol, **kw)

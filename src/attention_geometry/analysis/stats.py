@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from attention_geometry.formats.columns import RUN_KEYS, SCORES
 from attention_geometry.errors import UserError
+from attention_geometry.formats.columns import RUN_KEYS, SCORES
 
 VERDICTS = ("holds", "contradicted", "inconclusive")
 # exact enumeration of 2^n sign flips: 2^24 = 16.7 M flips, done in blocks; beyond that refuse
@@ -195,8 +195,9 @@ def verdict(low: float, high: float, sign: int, margin: float) -> str:
 
 
 # --------------------------------------------------------------------------------- horizon statistic
-def horizon_stat(training_scores: pd.DataFrame, runs: Iterable[str] | None, k: int,
-                 upto: int | None = None) -> pd.DataFrame:
+def horizon_stat(
+    training_scores: pd.DataFrame, runs: Iterable[str] | None, k: int, upto: int | None = None
+) -> pd.DataFrame:
     """Per run: median symmetry and directionality over layers AND the run's last `k` snapshot steps
     (all (layer, step) values pooled; summed rows, head == "all", where a head column exists).
     `upto`: only snapshots at steps <= upto count (a common horizon for runs of different lengths).
@@ -223,17 +224,18 @@ def horizon_stat(training_scores: pd.DataFrame, runs: Iterable[str] | None, k: i
         early = s.groupby("run")["step"].min()
         late = sorted(early[early.astype(int) > int(upto)].index)
         if late:
-            raise UserError(f"horizon statistic: run(s) {', '.join(late)} have no snapshot at or before step {int(upto)}")
+            raise UserError(
+                f"horizon statistic: run(s) {', '.join(late)} have no snapshot at or before step {int(upto)}"
+            )
         s = s[s["step"].astype(int) <= int(upto)]
     rows = []
-    for run, g in s.groupby("run", sort=True):
+    for _, g in s.groupby("run", sort=True):
         steps = np.sort(g["step"].astype(int).unique())[-k:]
         last = g[g["step"].astype(int).isin(steps)]
         row = {key: g[key].iloc[0] for key in ["run", *RUN_KEYS]}
         for v in SCORES:
             row[v] = float(np.median(last[v].to_numpy(dtype=float)))
-        row.update(steps_used=",".join(str(int(x)) for x in steps), n_steps=int(steps.size),
-                   n_values=int(len(last)))
+        row.update(steps_used=",".join(str(int(x)) for x in steps), n_steps=int(steps.size), n_values=int(len(last)))
         rows.append(row)
     cols = ["run", *RUN_KEYS, *SCORES, "steps_used", "n_steps", "n_values"]
     return pd.DataFrame(rows, columns=cols)
@@ -276,9 +278,13 @@ def common_target(curves: Iterable[Sequence[float]]) -> float:
     return max(mins)
 
 
-def signed_speedup(baseline_steps: Sequence[float], baseline_losses: Sequence[float],
-                   treatment_steps: Sequence[float], treatment_losses: Sequence[float],
-                   target: float | None = None) -> float:
+def signed_speedup(
+    baseline_steps: Sequence[float],
+    baseline_losses: Sequence[float],
+    treatment_steps: Sequence[float],
+    treatment_losses: Sequence[float],
+    target: float | None = None,
+) -> float:
     """1 - s*/S: S = the baseline's first step reaching `target`, s* = the treatment's (first crossing,
     linear interpolation). Positive = the treatment gets there sooner, negative = later. `target` None =
     common_target of the two curves. Both curves must reach the target, and S must be > 0."""
@@ -288,9 +294,13 @@ def signed_speedup(baseline_steps: Sequence[float], baseline_losses: Sequence[fl
     s_star = first_reaching_step(treatment_steps, treatment_losses, target)
     if math.isnan(big_s) or math.isnan(s_star):
         who = "baseline" if math.isnan(big_s) else "treatment"
-        raise UserError(f"signed speed-up: the {who} curve never reaches the target {target:.4g}; "
-                        "use a common target that every compared run reaches (common_target)")
+        raise UserError(
+            f"signed speed-up: the {who} curve never reaches the target {target:.4g}; "
+            "use a common target that every compared run reaches (common_target)"
+        )
     if big_s <= 0:
-        raise UserError(f"signed speed-up: the baseline is at the target {target:.4g} from its first "
-                        "evaluation (S = 0); the speed-up is undefined")
+        raise UserError(
+            f"signed speed-up: the baseline is at the target {target:.4g} from its first "
+            "evaluation (S = 0); the speed-up is undefined"
+        )
     return 1.0 - s_star / big_s

@@ -19,11 +19,17 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from attention_geometry.formats.columns import RUN_KEYS, SCORES
-from attention_geometry.errors import UserError
 from attention_geometry.analysis.stats import (
-    Interval, check_level, common_target, first_reaching_step, paired_interval, signed_speedup, t_interval)
-
+    Interval,
+    check_level,
+    common_target,
+    first_reaching_step,
+    paired_interval,
+    signed_speedup,
+    t_interval,
+)
+from attention_geometry.errors import UserError
+from attention_geometry.formats.columns import RUN_KEYS, SCORES
 
 # Our pretrained models whose attention logits no fixed bilinear form x_i^T M x_j gives exactly, by model_type
 # (the score rows' column): their rows carry this caveat in model_table, Figure 2 and the claims. Gemma 3
@@ -68,8 +74,7 @@ def flag_caveats(table: pd.DataFrame, caveats: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def summarize_over_layers(scores: pd.DataFrame, by: Sequence[str],
-                          values: Sequence[str] = SCORES) -> pd.DataFrame:
+def summarize_over_layers(scores: pd.DataFrame, by: Sequence[str], values: Sequence[str] = SCORES) -> pd.DataFrame:
     """Per group `by`: median, first and third quartile (linear interpolation, numpy's default) and number
     of layers of each score column. Columns: *by, n_layers, {v}_median, {v}_q1, {v}_q3 for v in values."""
     by = list(by)
@@ -90,8 +95,9 @@ def summarize_over_layers(scores: pd.DataFrame, by: Sequence[str],
     return pd.DataFrame(rows)
 
 
-def model_table(ours: pd.DataFrame | None, paper: pd.DataFrame | None,
-                caveats: pd.DataFrame | None = None) -> pd.DataFrame:
+def model_table(
+    ours: pd.DataFrame | None, paper: pd.DataFrame | None, caveats: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Per model and component: median and IQR over layers of s and d, ours and the paper's side by side
     (column `source` = "ours" | "paper"). Ours: summed rows of the score table, flagged by OUR_CAVEATS; the
     paper's: its distinct score sets, with the caveat flag."""
@@ -99,8 +105,9 @@ def model_table(ours: pd.DataFrame | None, paper: pd.DataFrame | None,
     parts = []
     if ours is not None and len(ours):
         o = summed_rows(ours)
-        require_columns(o, ["model", "modality", "architecture", "component", "n_params", "layer", *SCORES],
-                        "our pretrained scores")
+        require_columns(
+            o, ["model", "modality", "architecture", "component", "n_params", "layer", *SCORES], "our pretrained scores"
+        )
         cav = o["model_type"].map(OUR_CAVEATS).fillna("") if "model_type" in o.columns else ""
         o = o.assign(source="ours", caveat=cav)
         parts.append(summarize_over_layers(o, keys + ["caveat"]))
@@ -112,15 +119,31 @@ def model_table(ours: pd.DataFrame | None, paper: pd.DataFrame | None,
     if not parts:
         raise UserError("model table: neither our scores nor the paper's have rows")
     out = pd.concat(parts, ignore_index=True)
-    return out.sort_values(["source", "modality", "architecture", "component", "n_params", "model"],
-                           kind="stable", ignore_index=True)
+    return out.sort_values(
+        ["source", "modality", "architecture", "component", "n_params", "model"], kind="stable", ignore_index=True
+    )
 
 
 # ------------------------------------------------------------------------- held-out loss contrasts
 GROUP_KEYS = ["size", "dataset", "objective"]
-CONTRAST_COLUMNS = ["size", "dataset", "objective", "init", "compared_to", "seed", "run", "baseline_run", "horizon",
-                    "final_eval_loss", "baseline_final_eval_loss", "loss_gain", "target", "baseline_s", "s_star",
-                    "speedup"]
+CONTRAST_COLUMNS = [
+    "size",
+    "dataset",
+    "objective",
+    "init",
+    "compared_to",
+    "seed",
+    "run",
+    "baseline_run",
+    "horizon",
+    "final_eval_loss",
+    "baseline_final_eval_loss",
+    "loss_gain",
+    "target",
+    "baseline_s",
+    "s_star",
+    "speedup",
+]
 
 
 def eval_curves(loss: pd.DataFrame) -> pd.DataFrame:
@@ -156,8 +179,14 @@ def contrast_runs(loss: pd.DataFrame, treatment: str, baseline: str = "standard"
         if not seeds:
             continue
         where = "/".join(map(str, key))
-        pairs = [(s, _one_run(t[t["seed"] == s], f"{where} {treatment} seed {s}"),
-                  _one_run(b[b["seed"] == s], f"{where} {baseline} seed {s}")) for s in seeds]
+        pairs = [
+            (
+                s,
+                _one_run(t[t["seed"] == s], f"{where} {treatment} seed {s}"),
+                _one_run(b[b["seed"] == s], f"{where} {baseline} seed {s}"),
+            )
+            for s in seeds
+        ]
         horizon = min(int(r["step"].max()) for _, tr, br in pairs for r in (tr, br))
         cut = [(s, tr[tr["step"] <= horizon], br[br["step"] <= horizon]) for s, tr, br in pairs]
         target = common_target([c["eval_loss"] for _, tr, br in cut for c in (tr, br)])
@@ -166,11 +195,24 @@ def contrast_runs(loss: pd.DataFrame, treatment: str, baseline: str = "standard"
             at_b = float(np.interp(horizon, br["step"], br["eval_loss"]))
             big_s = first_reaching_step(br["step"], br["eval_loss"], target)
             s_star = first_reaching_step(tr["step"], tr["eval_loss"], target)
-            rows.append(dict(zip(GROUP_KEYS, key), init=treatment, compared_to=baseline, seed=s,
-                             run=tr["run"].iloc[0], baseline_run=br["run"].iloc[0], horizon=horizon,
-                             final_eval_loss=at_t, baseline_final_eval_loss=at_b, loss_gain=at_b - at_t,
-                             target=target, baseline_s=big_s, s_star=s_star,
-                             speedup=signed_speedup(br["step"], br["eval_loss"], tr["step"], tr["eval_loss"], target)))
+            rows.append(
+                dict(
+                    zip(GROUP_KEYS, key),
+                    init=treatment,
+                    compared_to=baseline,
+                    seed=s,
+                    run=tr["run"].iloc[0],
+                    baseline_run=br["run"].iloc[0],
+                    horizon=horizon,
+                    final_eval_loss=at_t,
+                    baseline_final_eval_loss=at_b,
+                    loss_gain=at_b - at_t,
+                    target=target,
+                    baseline_s=big_s,
+                    s_star=s_star,
+                    speedup=signed_speedup(br["step"], br["eval_loss"], tr["step"], tr["eval_loss"], target),
+                )
+            )
     return pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
 
 
@@ -190,27 +232,62 @@ def per_run_speedups(loss: pd.DataFrame, baseline_init: str = "standard") -> pd.
         row["final_step"] = int(g["step"].iloc[-1])
         hit = cmp[cmp["run"] == run] if cmp is not None else pd.DataFrame()
         if row["init"] == baseline_init:
-            row.update(horizon=row["final_step"], final_eval_loss=float(g["eval_loss"].iloc[-1]), baseline_run=run,
-                       target=math.nan, baseline_s=math.nan, s_star=math.nan, loss_gain=0.0, speedup=0.0)
+            row.update(
+                horizon=row["final_step"],
+                final_eval_loss=float(g["eval_loss"].iloc[-1]),
+                baseline_run=run,
+                target=math.nan,
+                baseline_s=math.nan,
+                s_star=math.nan,
+                loss_gain=0.0,
+                speedup=0.0,
+            )
             row["baseline_final_eval_loss"] = row["final_eval_loss"]
         elif len(hit):
             row.update(hit.iloc[0][CONTRAST_COLUMNS[7:]].to_dict())
         else:
-            row.update(horizon=math.nan, final_eval_loss=float(g["eval_loss"].iloc[-1]), baseline_run="",
-                       baseline_final_eval_loss=math.nan, loss_gain=math.nan, target=math.nan,
-                       baseline_s=math.nan, s_star=math.nan, speedup=math.nan)
+            row.update(
+                horizon=math.nan,
+                final_eval_loss=float(g["eval_loss"].iloc[-1]),
+                baseline_run="",
+                baseline_final_eval_loss=math.nan,
+                loss_gain=math.nan,
+                target=math.nan,
+                baseline_s=math.nan,
+                s_star=math.nan,
+                speedup=math.nan,
+            )
         rows.append(row)
     return pd.DataFrame(rows, columns=["run", *RUN_KEYS, "final_step", *CONTRAST_COLUMNS[7:]])
 
 
-INIT_TABLE_COLUMNS = ["size", "dataset", "objective", "init", "compared_to", "n_seeds", "final_step",
-                      "final_loss_mean", "final_loss_low", "final_loss_high", "n_pairs", "horizon",
-                      "loss_gain_mean", "loss_gain_low", "loss_gain_high", "target", "speedup_mean",
-                      "speedup_low", "speedup_high", "speedup_text"]
+INIT_TABLE_COLUMNS = [
+    "size",
+    "dataset",
+    "objective",
+    "init",
+    "compared_to",
+    "n_seeds",
+    "final_step",
+    "final_loss_mean",
+    "final_loss_low",
+    "final_loss_high",
+    "n_pairs",
+    "horizon",
+    "loss_gain_mean",
+    "loss_gain_low",
+    "loss_gain_high",
+    "target",
+    "speedup_mean",
+    "speedup_low",
+    "speedup_high",
+    "speedup_text",
+]
 
 
-def init_table(loss: pd.DataFrame, baseline_init: str = "standard", level: float = 0.95,
-               controls: dict[str, str] | None = None) -> pd.DataFrame:
+def init_table(
+    loss: pd.DataFrame, baseline_init: str = "standard", level: float = 0.95, controls: dict[str, str] | None = None
+) -> pd.DataFrame:
     """Table 1, one row per (size, dataset, objective, init, compared_to), over seeds (every seed counts):
     n_seeds and the final held-out loss (mean and t-interval); against `compared_to` (the same-seed
     `baseline_init` run, and for each init in `controls` also its control, default symmetric-fresh vs
@@ -225,40 +302,78 @@ def init_table(loss: pd.DataFrame, baseline_init: str = "standard", level: float
     for key, g in ev.groupby(GROUP_KEYS + ["init"], sort=True):
         finals = g.groupby("run")["step"].max()
         if finals.nunique() != 1:
-            raise UserError(f"training loss table: the {'/'.join(map(str, key))} runs end at different steps "
-                            f"({finals.to_dict()}); select the runs of one ablation")
+            raise UserError(
+                f"training loss table: the {'/'.join(map(str, key))} runs end at different steps "
+                f"({finals.to_dict()}); select the runs of one ablation"
+            )
         last = g[g["step"] == finals.iloc[0]]
         fl = t_interval(last["eval_loss"], level)
-        base = dict(zip(GROUP_KEYS + ["init"], key), n_seeds=int(g["run"].nunique()), final_step=int(finals.iloc[0]),
-                    final_loss_mean=fl.estimate, final_loss_low=fl.low, final_loss_high=fl.high)
+        base = dict(
+            zip(GROUP_KEYS + ["init"], key),
+            n_seeds=int(g["run"].nunique()),
+            final_step=int(finals.iloc[0]),
+            final_loss_mean=fl.estimate,
+            final_loss_low=fl.low,
+            final_loss_high=fl.high,
+        )
         init = key[-1]
         refs = [] if init == baseline_init else [baseline_init]
         group = ev[(ev[GROUP_KEYS] == pd.Series(dict(zip(GROUP_KEYS, key[:-1])))).all(axis=1)]
         in_group = set(group["init"])
         refs += [controls[init]] if init in controls and controls[init] in in_group else []
         if not refs:
-            rows.append({**base, "compared_to": "", "n_pairs": 0, "speedup_text": "baseline"
-                         if init == baseline_init else f"no same-seed {baseline_init} run"})
+            rows.append(
+                {
+                    **base,
+                    "compared_to": "",
+                    "n_pairs": 0,
+                    "speedup_text": "baseline" if init == baseline_init else f"no same-seed {baseline_init} run",
+                }
+            )
         if init == baseline_init:  # the baseline's loss also where shorter runs are compared with it
             hs = {int(h) for o in in_group - {baseline_init} for h in contrast_runs(group, o, baseline_init)["horizon"]}
             for h in sorted(hs - {base["final_step"]}):
                 at = t_interval([float(np.interp(h, r["step"], r["eval_loss"])) for _, r in g.groupby("run")], level)
-                rows.append({**base, "final_step": h, "final_loss_mean": at.estimate, "final_loss_low": at.low,
-                             "final_loss_high": at.high, "compared_to": "", "n_pairs": 0,
-                             "speedup_text": f"baseline at step {h}"})
+                rows.append(
+                    {
+                        **base,
+                        "final_step": h,
+                        "final_loss_mean": at.estimate,
+                        "final_loss_low": at.low,
+                        "final_loss_high": at.high,
+                        "compared_to": "",
+                        "n_pairs": 0,
+                        "speedup_text": f"baseline at step {h}",
+                    }
+                )
         for ref in refs:
             c = contrast_runs(group, init, ref)
             gain = paired_interval(c["baseline_final_eval_loss"], c["final_eval_loss"], level)
             sp = t_interval(c["speedup"], level)
-            rows.append({**base, "compared_to": ref, "n_pairs": int(len(c)),
-                         "horizon": c["horizon"].iloc[0] if len(c) else math.nan,
-                         "loss_gain_mean": gain.estimate, "loss_gain_low": gain.low, "loss_gain_high": gain.high,
-                         "target": c["target"].iloc[0] if len(c) else math.nan, "speedup_mean": sp.estimate,
-                         "speedup_low": sp.low, "speedup_high": sp.high, "speedup_text": speedup_text(sp)})
+            rows.append(
+                {
+                    **base,
+                    "compared_to": ref,
+                    "n_pairs": int(len(c)),
+                    "horizon": c["horizon"].iloc[0] if len(c) else math.nan,
+                    "loss_gain_mean": gain.estimate,
+                    "loss_gain_low": gain.low,
+                    "loss_gain_high": gain.high,
+                    "target": c["target"].iloc[0] if len(c) else math.nan,
+                    "speedup_mean": sp.estimate,
+                    "speedup_low": sp.low,
+                    "speedup_high": sp.high,
+                    "speedup_text": speedup_text(sp),
+                }
+            )
     out = pd.DataFrame(rows, columns=INIT_TABLE_COLUMNS)
     order = out["init"].ne(baseline_init)  # the baseline first within each group, then inits by name
-    return (out.assign(_o=order).sort_values([*GROUP_KEYS, "_o", "init"], kind="stable")
-            .drop(columns="_o").reset_index(drop=True))
+    return (
+        out.assign(_o=order)
+        .sort_values([*GROUP_KEYS, "_o", "init"], kind="stable")
+        .drop(columns="_o")
+        .reset_index(drop=True)
+    )
 
 
 def speedup_text(sp: Interval) -> str:
@@ -267,6 +382,7 @@ def speedup_text(sp: Interval) -> str:
         return "n/a"
     ci = f" [{100 * sp.low:+.1f}, {100 * sp.high:+.1f}]" if np.isfinite(sp.low) else ""
     return f"{100 * sp.estimate:+.1f} %{ci} (n={sp.n})"
+
 
 # ------------------------------------------------------------------------------------- correlations
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
@@ -285,8 +401,9 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     return math.nan if den == 0 else float((ra * rb).sum() / den)
 
 
-def spearman_bootstrap(x: Sequence[float], y: Sequence[float], n_resamples: int = 2000, seed: int = 0,
-                       level: float = 0.95) -> Interval:
+def spearman_bootstrap(
+    x: Sequence[float], y: Sequence[float], n_resamples: int = 2000, seed: int = 0, level: float = 0.95
+) -> Interval:
     """Spearman's rho of (x, y) with a percentile bootstrap interval: `n_resamples` resamples of the pairs
     with replacement, drawn as np.random.default_rng(seed).integers(0, n, size=(n_resamples, n)); resamples
     with a constant side (undefined rho) are left out. NaN pairs are dropped first."""
@@ -318,15 +435,19 @@ def run_symmetry(scores: pd.DataFrame) -> pd.DataFrame:
     require_columns(s, ["run", *RUN_KEYS, "step", "layer", *SCORES], "training score table")
     med = s.groupby(["run", *RUN_KEYS, "step"], sort=True)[list(SCORES)].median().reset_index()
     rows = []
-    for run, g in med.groupby("run", sort=True):
+    for _, g in med.groupby("run", sort=True):
         g = g.sort_values("step")
         first, last = g.iloc[0], g.iloc[-1]
         row = {k: first[k] for k in ["run", *RUN_KEYS]}
-        row.update(first_step=int(first["step"]), final_step=int(last["step"]),
-                   symmetry_start=float(first["symmetry"]), symmetry_final=float(last["symmetry"]),
-                   symmetry_change=float(last["symmetry"] - first["symmetry"]),
-                   directionality_start=float(first["directionality"]),
-                   directionality_final=float(last["directionality"]))
+        row.update(
+            first_step=int(first["step"]),
+            final_step=int(last["step"]),
+            symmetry_start=float(first["symmetry"]),
+            symmetry_final=float(last["symmetry"]),
+            symmetry_change=float(last["symmetry"] - first["symmetry"]),
+            directionality_start=float(first["directionality"]),
+            directionality_final=float(last["directionality"]),
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -337,13 +458,35 @@ def symmetry_vs_gain(scores: pd.DataFrame, loss: pd.DataFrame, baseline_init: st
     sym = run_symmetry(scores)
     sp = per_run_speedups(loss, baseline_init)
     sp = sp[(sp["init"] != baseline_init) & (sp["baseline_run"] != "")]
-    out = sym.merge(sp[["run", "horizon", "final_eval_loss", "baseline_final_eval_loss", "loss_gain", "target",
-                        "baseline_s", "s_star", "speedup"]], on="run", how="inner")
+    out = sym.merge(
+        sp[
+            [
+                "run",
+                "horizon",
+                "final_eval_loss",
+                "baseline_final_eval_loss",
+                "loss_gain",
+                "target",
+                "baseline_s",
+                "s_star",
+                "speedup",
+            ]
+        ],
+        on="run",
+        how="inner",
+    )
     return out.sort_values(["objective", "init", "seed"], kind="stable", ignore_index=True)
 
 
-def correlation_table(table: pd.DataFrame, xs: Sequence[str], ys: Sequence[str], n_resamples: int, seed: int,
-                      level: float = 0.95, by: Sequence[str] = ()) -> pd.DataFrame:
+def correlation_table(
+    table: pd.DataFrame,
+    xs: Sequence[str],
+    ys: Sequence[str],
+    n_resamples: int,
+    seed: int,
+    level: float = 0.95,
+    by: Sequence[str] = (),
+) -> pd.DataFrame:
     """Spearman rho with bootstrap interval for every (x, y) pair of columns, optionally per group `by`."""
     rows = []
     groups = table.groupby(list(by), sort=True) if by else [((), table)]
@@ -352,8 +495,17 @@ def correlation_table(table: pd.DataFrame, xs: Sequence[str], ys: Sequence[str],
         for x in xs:
             for y in ys:
                 iv = spearman_bootstrap(g[x], g[y], n_resamples=n_resamples, seed=seed, level=level)
-                rows.append({**dict(zip(by, key)), "x": x, "y": y, "n": iv.n, "spearman": iv.estimate,
-                             "low": iv.low, "high": iv.high})
+                rows.append(
+                    {
+                        **dict(zip(by, key)),
+                        "x": x,
+                        "y": y,
+                        "n": iv.n,
+                        "spearman": iv.estimate,
+                        "low": iv.low,
+                        "high": iv.high,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -394,8 +546,14 @@ def read_table(path: str, what: str, columns: Iterable[str] = ()) -> pd.DataFram
     return df
 
 
-def write_tables(df: pd.DataFrame, csv: str | None = None, tex: str | None = None, md: str | None = None,
-                 shown: pd.DataFrame | None = None, title: str = "") -> None:
+def write_tables(
+    df: pd.DataFrame,
+    csv: str | None = None,
+    tex: str | None = None,
+    md: str | None = None,
+    shown: pd.DataFrame | None = None,
+    title: str = "",
+) -> None:
     """Write `df` as CSV (full precision) and `shown` (default `df`) as LaTeX and Markdown."""
     import os
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -65,12 +66,13 @@ class Documents:
     def close(self) -> None:
         self._mm = None
 
+
 def encode(tok, docs: Documents, idx: np.ndarray, desc: str, chunk: int = 256) -> Iterator[list[int]]:
     from tqdm.auto import tqdm
 
     with tqdm(total=len(idx), desc=desc, unit="doc", mininterval=1.0) as bar:
         for start in range(0, len(idx), chunk):
-            part = [docs[int(i)] for i in idx[start:start + chunk]]
+            part = [docs[int(i)] for i in idx[start : start + chunk]]
             for enc in tok.encode_batch(part, add_special_tokens=False):
                 yield enc.ids
             bar.update(len(part))
@@ -110,7 +112,7 @@ class BlockWriter:
             blocks[:, 1:-1] = stream[: m * self.body].reshape(m, self.body)
             self.f.write(blocks.tobytes())
             self.n_blocks += m
-        rest = stream[m * self.body:]
+        rest = stream[m * self.body :]
         self.buf, self.n_buf = [rest], len(rest)
 
     def close(self) -> int:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from attention_geometry.formats.corpus import CorpusError
 from attention_geometry.formats.files import read_yaml
@@ -146,9 +147,7 @@ def _build(cls: type, raw: Any, types: Mapping[str, str], prefix: str, where: st
     known = {f.name for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in known:
-            raise CorpusError(
-                f"{where}: unknown key `{prefix}{key}` (known: {', '.join(sorted(known))})"
-            )
+            raise CorpusError(f"{where}: unknown key `{prefix}{key}` (known: {', '.join(sorted(known))})")
     out = {}
     for key, value in raw.items():
         if key in types:
@@ -166,17 +165,35 @@ def _str_list(value: Any, key: str, where: str) -> tuple[str, ...]:
 
 # the value kind of each key (attention_geometry.formats.value_kinds); paths and suffixes: a string or a list of them
 TYPES = {
-    "dataset": "str", "name": "opt_str", "one_document_per": "str", "text_column": "str", "block_len": "int",
-    "heldout_fraction": "number", "min_heldout_blocks": "int", "max_documents": "opt_int", "max_bytes": "opt_int",
+    "dataset": "str",
+    "name": "opt_str",
+    "one_document_per": "str",
+    "text_column": "str",
+    "block_len": "int",
+    "heldout_fraction": "number",
+    "min_heldout_blocks": "int",
+    "max_documents": "opt_int",
+    "max_bytes": "opt_int",
     "seed": "int",
 }
 TOKENIZER_TYPES = {
-    "kind": "str", "vocab_size": "int", "lowercase": "bool", "min_frequency": "int", "limit_alphabet": "opt_int",
-    "name": "opt_str", "revision": "opt_str",
+    "kind": "str",
+    "vocab_size": "int",
+    "lowercase": "bool",
+    "min_frequency": "int",
+    "limit_alphabet": "opt_int",
+    "name": "opt_str",
+    "revision": "opt_str",
 }
 HUB_TYPES = {
-    "path": "opt_str", "name": "opt_str", "revision": "opt_str", "split": "str", "streaming": "bool",
-    "n_documents": "opt_int", "text_field": "opt_str", "data_files": "any",
+    "path": "opt_str",
+    "name": "opt_str",
+    "revision": "opt_str",
+    "split": "str",
+    "streaming": "bool",
+    "n_documents": "opt_int",
+    "text_field": "opt_str",
+    "data_files": "any",
 }
 
 
@@ -233,4 +250,3 @@ def load_corpus_config(path: str | os.PathLike) -> CorpusConfig:
         got = "an empty file" if raw is None else f"a {type(raw).__name__}"
         raise CorpusError(f"{p}: a corpus config is a mapping of keys (e.g. `dataset: wiki_offline`), got {got}")
     return corpus_config_from_dict(raw, where=str(p))
-

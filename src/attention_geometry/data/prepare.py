@@ -16,16 +16,24 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
-from attention_geometry.formats.corpus import FORMAT_VERSION, CorpusError, block_dtype, content_sha256, read_manifest, write_manifest
-from attention_geometry.formats.files import file_sha256, replace_dir
 from attention_geometry.data import blocks, wordpiece
 from attention_geometry.data.corpus_config import CorpusConfig, load_corpus_config
 from attention_geometry.data.sources import READERS, local_inputs
+from attention_geometry.formats.corpus import (
+    FORMAT_VERSION,
+    CorpusError,
+    block_dtype,
+    content_sha256,
+    read_manifest,
+    write_manifest,
+)
+from attention_geometry.formats.files import file_sha256, replace_dir
 
 __all__ = ["corpus_status", "prepare_corpus", "add_arguments_prepare_corpus", "run_prepare_corpus"]
 
@@ -90,7 +98,7 @@ def input_changes(cfg: CorpusConfig, manifest: dict[str, Any]) -> str | None:
 
 
 def corpus_status(cfg: CorpusConfig, out: str | os.PathLike) -> str:
-    """"missing" (no OUT), "current" (OUT's manifest has this config and its inputs are unchanged:
+    """ "missing" (no OUT), "current" (OUT's manifest has this config and its inputs are unchanged:
     input_changes), "changed" (this config, but input text that changed since), "different" (another
     config or not a corpus)."""
     p = Path(out)
@@ -115,12 +123,16 @@ def prepare_corpus(cfg: CorpusConfig, out: str | os.PathLike, force: bool = Fals
         log.info("%s already holds this corpus config: nothing to do", out)
         return out
     if status == "different" and not force:
-        raise CorpusError(f"{out} exists and holds another corpus config (or no manifest): "
-                          "use --force to replace it, or another --out")
+        raise CorpusError(
+            f"{out} exists and holds another corpus config (or no manifest): "
+            "use --force to replace it, or another --out"
+        )
     if status == "changed" and not force:
         why = input_changes(cfg, read_manifest(out))
-        raise CorpusError(f"{out} was prepared from input text that changed since ({why}): use --force to "
-                          "prepare it again from the current text")
+        raise CorpusError(
+            f"{out} was prepared from input text that changed since ({why}): use --force to "
+            "prepare it again from the current text"
+        )
     t0 = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(out)
@@ -137,8 +149,16 @@ def prepare_corpus(cfg: CorpusConfig, out: str | os.PathLike, force: bool = Fals
         raise
     log.info(
         "corpus %s (%s) -> %s: %d documents, %d tokens, %d train + %d held-out blocks of %d, vocab %d (%.1f s)",
-        cfg.name, cfg.dataset, out, manifest["n_documents"], manifest["n_tokens"], manifest["n_train_blocks"],
-        manifest["n_heldout_blocks"], cfg.block_len, manifest["vocab_size"], time.perf_counter() - t0,
+        cfg.name,
+        cfg.dataset,
+        out,
+        manifest["n_documents"],
+        manifest["n_tokens"],
+        manifest["n_train_blocks"],
+        manifest["n_heldout_blocks"],
+        cfg.block_len,
+        manifest["vocab_size"],
+        time.perf_counter() - t0,
     )
     return out
 
@@ -150,8 +170,9 @@ def _prepare_into(cfg: CorpusConfig, tmp: Path) -> dict[str, Any]:
     n = len(docs)
     where = f"corpus {cfg.name!r} (dataset {cfg.dataset})"
     if n == 0:
-        raise CorpusError(f"{where} has no text after cleaning (sources: "
-                          f"{[s.get('path') or s.get('hub_id') for s in sources]})")
+        raise CorpusError(
+            f"{where} has no text after cleaning (sources: {[s.get('path') or s.get('hub_id') for s in sources]})"
+        )
     log.info("%s: %d documents, %d bytes of text", where, n, docs.n_bytes)
 
     perm = np.random.default_rng(cfg.seed).permutation(n)
@@ -164,8 +185,10 @@ def _prepare_into(cfg: CorpusConfig, tmp: Path) -> dict[str, Any]:
         tok, pretrained_info = wordpiece.load_pretrained(cfg.tokenizer)
     while True:
         if k >= n:
-            raise CorpusError(f"{where}: {n} documents are too few for heldout_fraction {cfg.heldout_fraction} "
-                              f"and min_heldout_blocks {cfg.min_heldout_blocks} (no training document left)")
+            raise CorpusError(
+                f"{where}: {n} documents are too few for heldout_fraction {cfg.heldout_fraction} "
+                f"and min_heldout_blocks {cfg.min_heldout_blocks} (no training document left)"
+            )
         if cfg.tokenizer.kind == "wordpiece":
             tok = wordpiece.train_wordpiece(docs, perm[k:], cfg.tokenizer)
         if cfg.min_heldout_blocks == 0:
@@ -176,8 +199,7 @@ def _prepare_into(cfg: CorpusConfig, tmp: Path) -> dict[str, Any]:
         # grow the held-out documents in proportion to the shortfall (+10 %), retrain on the rest
         per_doc = max(have, 0.5) / k
         k = max(k + 1, math.ceil(1.1 * cfg.min_heldout_blocks / per_doc))
-        log.info("held-out split short of %d blocks (%d): growing it to %d documents",
-                 cfg.min_heldout_blocks, have, k)
+        log.info("held-out split short of %d blocks (%d): growing it to %d documents", cfg.min_heldout_blocks, have, k)
 
     special = wordpiece.special_ids(tok, where)
     vocab_size = int(tok.get_vocab_size(with_added_tokens=True))
@@ -197,8 +219,10 @@ def _prepare_into(cfg: CorpusConfig, tmp: Path) -> dict[str, Any]:
     if stats["train"]["blocks"] == 0:
         raise CorpusError(f"{where}: the train split has fewer than block_len - 2 = {cfg.block_len - 2} tokens")
     if cfg.heldout_fraction > 0 and stats["heldout"]["blocks"] == 0:
-        raise CorpusError(f"{where}: the held-out split ({k} documents) has fewer than {cfg.block_len - 2} tokens; "
-                          "raise heldout_fraction or set min_heldout_blocks")
+        raise CorpusError(
+            f"{where}: the held-out split ({k} documents) has fewer than {cfg.block_len - 2} tokens; "
+            "raise heldout_fraction or set min_heldout_blocks"
+        )
     n_bytes = docs.n_bytes
     docs.close()
     docs.path.unlink()
@@ -253,6 +277,8 @@ def run_prepare_corpus(args: argparse.Namespace) -> int:
         return 0
     out = prepare_corpus(cfg, args.out, force=args.force)
     m = read_manifest(out)
-    print(f"{out}: {m['n_documents']} documents, {m['n_tokens']} tokens, {m['n_train_blocks']} train + "
-          f"{m['n_heldout_blocks']} held-out blocks of {m['block_len']}, vocab {m['vocab_size']}")
+    print(
+        f"{out}: {m['n_documents']} documents, {m['n_tokens']} tokens, {m['n_train_blocks']} train + "
+        f"{m['n_heldout_blocks']} held-out blocks of {m['block_len']}, vocab {m['vocab_size']}"
+    )
     return 0

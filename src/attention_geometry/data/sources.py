@@ -15,12 +15,13 @@ import importlib.util
 import json
 import logging
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
+from attention_geometry.data.corpus_config import CorpusConfig
 from attention_geometry.formats.corpus import CorpusError
 from attention_geometry.formats.files import file_sha256
-from attention_geometry.data.corpus_config import CorpusConfig
 
 __all__ = ["READERS", "wiki_offline_path", "clean", "local_inputs", "input_fingerprint"]
 
@@ -74,8 +75,10 @@ def _expand_paths(cfg: CorpusConfig) -> list[Path]:
             files.append(p)
         elif p.is_dir():
             found = sorted(
-                q for q in p.rglob("*")
-                if q.is_file() and q.suffix in cfg.suffixes
+                q
+                for q in p.rglob("*")
+                if q.is_file()
+                and q.suffix in cfg.suffixes
                 and not any(part.startswith(".") for part in q.relative_to(p).parts)
             )
             if not found:
@@ -110,8 +113,10 @@ def _iter_jigsaw(cfg: CorpusConfig, sources: list) -> Iterator[str]:
     for raw in cfg.paths:
         path = Path(raw).expanduser()
         if not path.is_file():
-            raise CorpusError(f"`paths`: the Jigsaw CSV {path} does not exist (download train.csv from Kaggle's "
-                              "jigsaw-toxic-comment-classification-challenge)")
+            raise CorpusError(
+                f"`paths`: the Jigsaw CSV {path} does not exist (download train.csv from Kaggle's "
+                "jigsaw-toxic-comment-classification-challenge)"
+            )
         sources.append(_file_source(path))
         csv.field_size_limit(sys.maxsize)
         with open(path, encoding="utf-8", newline="") as f:
@@ -145,12 +150,19 @@ def _iter_hub(cfg: CorpusConfig, sources: list) -> Iterator[str]:
         ds = datasets.load_dataset(hub.path, **kwargs)
     except Exception as exc:  # network, missing revision, bad config name: one line naming the dataset
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CorpusError(f"`hub.path` {hub.path!r} (name {hub.name!r}, revision {hub.revision!r}): "
-                          f"cannot load: {msg}") from None
+        raise CorpusError(
+            f"`hub.path` {hub.path!r} (name {hub.name!r}, revision {hub.revision!r}): cannot load: {msg}"
+        ) from None
     h = hashlib.sha256()
     entry = {
-        "hub_id": hub.path, "name": hub.name, "revision": hub.revision, "split": hub.split,
-        "streaming": hub.streaming, "data_files": hub.data_files, "n_documents_read": 0, "bytes": 0,
+        "hub_id": hub.path,
+        "name": hub.name,
+        "revision": hub.revision,
+        "split": hub.split,
+        "streaming": hub.streaming,
+        "data_files": hub.data_files,
+        "n_documents_read": 0,
+        "bytes": 0,
         "sha256": None,
     }
     sources.append(entry)
@@ -159,8 +171,9 @@ def _iter_hub(cfg: CorpusConfig, sources: list) -> Iterator[str]:
         if hub.n_documents is not None and n >= hub.n_documents:
             break
         if hub.text_field not in row:
-            raise CorpusError(f"`hub.text_field` {hub.text_field!r} is not a column of {hub.path} "
-                              f"(columns: {sorted(row)})")
+            raise CorpusError(
+                f"`hub.text_field` {hub.text_field!r} is not a column of {hub.path} (columns: {sorted(row)})"
+            )
         text = row[hub.text_field]
         b = (text if isinstance(text, str) else "").encode("utf-8")
         h.update(b + b"\0")

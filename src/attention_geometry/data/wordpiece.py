@@ -7,14 +7,15 @@ import heapq
 import logging
 import operator
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
+from attention_geometry.data.corpus_config import TokenizerConfig
 from attention_geometry.formats.corpus import SPECIAL_TOKENS, CorpusError
 from attention_geometry.formats.files import file_sha256
-from attention_geometry.data.corpus_config import TokenizerConfig
 
 __all__ = ["learn_wordpiece_vocab", "train_wordpiece", "load_pretrained", "special_ids"]
 
@@ -136,8 +137,14 @@ def train_wordpiece(docs, idx: np.ndarray, tc: TokenizerConfig):
         counts.update(map(first, pre.pre_tokenize_str(normalizer.normalize_str(docs[int(i)]))))
     log.info("WordPiece: %d distinct words in %d training documents", len(counts), len(idx))
     vocab = learn_wordpiece_vocab(counts, tc.vocab_size, tc.min_frequency, tc.limit_alphabet)
-    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token=SPECIAL_TOKENS["unk"],
-                                     continuing_subword_prefix="##", max_input_chars_per_word=100))
+    tok = Tokenizer(
+        models.WordPiece(
+            {t: i for i, t in enumerate(vocab)},
+            unk_token=SPECIAL_TOKENS["unk"],
+            continuing_subword_prefix="##",
+            max_input_chars_per_word=100,
+        )
+    )
     tok.normalizer = normalizer
     tok.pre_tokenizer = pre
     tok.decoder = decoders.WordPiece(prefix="##")

@@ -24,8 +24,18 @@ SCORES = ["symmetry", "directionality"]
 
 # one row per self-attention layer (and head) of a model: `score`, pretrained_scores.csv
 SCORE_COLUMNS = [
-    "model", "model_type", "architecture", "modality", "component", "layer", "head",
-    *SCORES, "n_params", "d_model", "n_heads", "n_kv_heads",
+    "model",
+    "model_type",
+    "architecture",
+    "modality",
+    "component",
+    "layer",
+    "head",
+    *SCORES,
+    "n_params",
+    "d_model",
+    "n_heads",
+    "n_kv_heads",
 ]
 
 # what identifies a training run besides its name (run names: rundir.run_name)

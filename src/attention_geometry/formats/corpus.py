@@ -119,8 +119,9 @@ def read_manifest(path: str | os.PathLike, key: str = "corpus") -> dict[str, Any
     p = Path(path)
     mf = p / MANIFEST
     if not mf.is_file():
-        raise CorpusError(f"{key}: {p} is not a prepared corpus (no {MANIFEST}): run `attention-geometry "
-                          "prepare-corpus` first")
+        raise CorpusError(
+            f"{key}: {p} is not a prepared corpus (no {MANIFEST}): run `attention-geometry prepare-corpus` first"
+        )
     try:
         manifest = json.loads(mf.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -141,8 +142,10 @@ def write_manifest(path: str | os.PathLike, manifest: dict[str, Any]) -> Path:
 def _check_manifest(manifest: dict[str, Any], mf: Path, key: str) -> None:
     version = manifest.get("format_version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
-        raise CorpusError(f"{key}: {mf}: format_version {version!r}, this package reads {FORMAT_VERSION}: "
-                          "prepare the corpus again (`attention-geometry prepare-corpus --force`)")
+        raise CorpusError(
+            f"{key}: {mf}: format_version {version!r}, this package reads {FORMAT_VERSION}: "
+            "prepare the corpus again (`attention-geometry prepare-corpus --force`)"
+        )
     for k in REQUIRED_FIELDS:
         if k not in manifest:
             raise CorpusError(f"{key}: {mf}: field {k!r} is missing")
@@ -172,8 +175,7 @@ def _load_blocks(p: Path, split: str, manifest: dict[str, Any], key: str) -> np.
         raise CorpusError(f"{key}: {f}: expected integer blocks [n, {block_len}], got {a.dtype} {a.shape}")
     n_key = f"n_{split}_blocks"
     if n_key in manifest and a.shape[0] != manifest[n_key]:
-        raise CorpusError(f"{key}: {f}: shape {a.shape} does not match the manifest "
-                          f"({manifest[n_key]}, {block_len})")
+        raise CorpusError(f"{key}: {f}: shape {a.shape} does not match the manifest ({manifest[n_key]}, {block_len})")
     return a
 
 
@@ -209,13 +211,25 @@ def corpus_sha256(corpus: Corpus) -> str:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-CORPUS_RECORD_COLUMNS = ("corpus", "manifest_sha256", "documents_sha256", "n_documents", "n_tokens",
-                         "n_train_blocks", "n_heldout_blocks", "block_len", "vocab_size")
+CORPUS_RECORD_COLUMNS = (
+    "corpus",
+    "manifest_sha256",
+    "documents_sha256",
+    "n_documents",
+    "n_tokens",
+    "n_train_blocks",
+    "n_heldout_blocks",
+    "block_len",
+    "vocab_size",
+)
 
 
 def write_corpus_record(corpus_dir: str, corpus: str, out: str) -> None:
     """Rule record_corpus: the prepared corpus's manifest sha256 and counts (no machine paths) as one CSV row."""
     manifest = read_manifest(corpus_dir, corpus)
-    row = {"corpus": corpus, "manifest_sha256": file_sha256(os.path.join(corpus_dir, MANIFEST)),
-           **{k: manifest.get(k, "") for k in CORPUS_RECORD_COLUMNS[2:]}}
+    row = {
+        "corpus": corpus,
+        "manifest_sha256": file_sha256(os.path.join(corpus_dir, MANIFEST)),
+        **{k: manifest.get(k, "") for k in CORPUS_RECORD_COLUMNS[2:]},
+    }
     atomic_write_text(out, csv_text([row], CORPUS_RECORD_COLUMNS))

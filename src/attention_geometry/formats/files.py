@@ -20,10 +20,10 @@ import os
 import secrets
 import shutil
 import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Iterator
+from typing import Any
 
 from attention_geometry.errors import UserError
 
@@ -79,8 +79,10 @@ def join_files(parts: list[str | os.PathLike], dest: str | os.PathLike, sha256: 
                 except OSError as exc:
                     raise UserError(f"{part}: cannot read part of {dest.name} ({exc.strerror or exc})") from None
         if h.hexdigest() != sha256:
-            raise UserError(f"{dest.name}: the {len(parts)} parts joined have sha256 {h.hexdigest()}, not the "
-                            f"recorded {sha256} (a damaged or different part)")
+            raise UserError(
+                f"{dest.name}: the {len(parts)} parts joined have sha256 {h.hexdigest()}, not the "
+                f"recorded {sha256} (a damaged or different part)"
+            )
     return dest
 
 
@@ -257,9 +259,11 @@ def write_checksums(folder: str | os.PathLike) -> Path:
     checksums file itself aside). Written into a folder still under its temporary name (the folder is then
     swapped in whole), so a plain write is enough."""
     folder = Path(folder)
-    files = {p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size}
-             for p in sorted(folder.iterdir())
-             if p.is_file() and p.name != CHECKSUMS and not p.name.startswith(".")}
+    files = {
+        p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size}
+        for p in sorted(folder.iterdir())
+        if p.is_file() and p.name != CHECKSUMS and not p.name.startswith(".")
+    }
     out = folder / CHECKSUMS
     out.write_text(json.dumps({"algorithm": "sha256", "files": files}, indent=1) + "\n", encoding="utf-8")
     return out
@@ -285,8 +289,10 @@ def verify_checksums(folder: str | os.PathLike) -> bool:
         return False
     try:
         files = json.loads(path.read_text(encoding="utf-8"))["files"]
-        if not isinstance(files, dict) or not all(isinstance(v, dict) and isinstance(v.get("sha256"), str)
-                                                  and isinstance(v.get("bytes"), int) for v in files.values()):
+        if not isinstance(files, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("sha256"), str) and isinstance(v.get("bytes"), int)
+            for v in files.values()
+        ):
             raise ValueError("no mapping of file -> sha256, bytes")
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
         raise ChecksumError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
@@ -303,8 +309,10 @@ def verify_checksums(folder: str | os.PathLike) -> bool:
         return True
     for name, rec in files.items():
         if file_sha256(folder / name) != rec["sha256"]:
-            raise ChecksumError(f"{folder / name}: sha256 differs from the one recorded in {CHECKSUMS} "
-                                "(the file changed after it was written)")
+            raise ChecksumError(
+                f"{folder / name}: sha256 differs from the one recorded in {CHECKSUMS} "
+                "(the file changed after it was written)"
+            )
     if time.time_ns() - max(m for *_, m in sig) > 2 * 10**9:  # a file changed within the clock's
         _VERIFIED[key] = sig  # granularity could keep its mtime: cache only files older than 2 s (as git does)
     return True
@@ -338,8 +346,10 @@ def pid_lock(path: str | os.PathLike, what: str, warn=None) -> Iterator[None]:
             holder = _read_pid(fd)
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise UserError(f"{what} is locked by pid {holder if holder is not None else '?'} (lock file "
-                                f"{path}): wait for that process to end, or stop it") from None
+                raise UserError(
+                    f"{what} is locked by pid {holder if holder is not None else '?'} (lock file "
+                    f"{path}): wait for that process to end, or stop it"
+                ) from None
             if warn:
                 warn(f"{path}: cannot lock ({exc.strerror}); make sure no other process writes {what}")
             yield

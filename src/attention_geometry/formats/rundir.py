@@ -20,11 +20,12 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
-from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.errors import UserError
+from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.files import CHECKSUMS, ChecksumError, read_yaml, verify_checksums
 
 __all__ = [
@@ -100,8 +101,9 @@ def is_complete_snapshot(path: str | os.PathLike) -> bool:
     return parse_snapshot(p.name) is not None and p.is_dir() and all((p / f).is_file() for f in SNAPSHOT_FILES)
 
 
-def list_snapshots(run_dir: str | os.PathLike, must_exist: bool = True, verify: bool = True,
-                   warn: Callable[[str], None] | None = None) -> dict[int, Path]:
+def list_snapshots(
+    run_dir: str | os.PathLike, must_exist: bool = True, verify: bool = True, warn: Callable[[str], None] | None = None
+) -> dict[int, Path]:
     """step -> folder of every complete snapshot of a run, in step order. With must_exist, a run without
     checkpoints/ or without a complete snapshot is a UserError (else: an empty dict). With verify (what
     every reader of the weights wants), each snapshot is checked against its checksums.json: a file that
@@ -126,8 +128,10 @@ def verify_snapshots(snapshots: Mapping[int, Path], warn: Callable[[str], None] 
     legacy = [p.name for p in snapshots.values() if not verify_snapshot(p)]
     if legacy:
         root = next(iter(snapshots.values())).parent
-        (warn or warn_stderr)(f"{root}: {len(legacy)} of {len(snapshots)} snapshot(s) have no {CHECKSUMS} (written "
-                              f"before checksums were recorded, e.g. {legacy[0]}): read unverified")
+        (warn or warn_stderr)(
+            f"{root}: {len(legacy)} of {len(snapshots)} snapshot(s) have no {CHECKSUMS} (written "
+            f"before checksums were recorded, e.g. {legacy[0]}): read unverified"
+        )
 
 
 def verify_snapshot(folder: str | os.PathLike) -> bool:
@@ -137,8 +141,10 @@ def verify_snapshot(folder: str | os.PathLike) -> bool:
     try:
         return verify_checksums(folder)
     except ChecksumError as exc:
-        raise UserError(f"damaged snapshot: {exc}; restore {folder.name}/ from a copy, or move the run dir aside "
-                        "and train the run again") from None
+        raise UserError(
+            f"damaged snapshot: {exc}; restore {folder.name}/ from a copy, or move the run dir aside "
+            "and train the run again"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------- steps
@@ -253,12 +259,16 @@ def find_state(run_dir: str | os.PathLike, warn: Callable[[str], None] | None = 
         if damaged:
             warn(f"damaged training state: {damaged[0]}; resuming from the previous state {folder} at step {step}")
         if not verified:
-            warn(f"{folder}: no {CHECKSUMS} (a state written before checksums were recorded): resuming from it "
-                 "unverified")
+            warn(
+                f"{folder}: no {CHECKSUMS} (a state written before checksums were recorded): resuming from it "
+                "unverified"
+            )
         return folder
     if damaged:
-        raise UserError(f"damaged training state: {damaged[0]}; no intact earlier state to resume from: restore "
-                        f"the file, or move {out} aside to restart the run from step 0")
+        raise UserError(
+            f"damaged training state: {damaged[0]}; no intact earlier state to resume from: restore "
+            f"the file, or move {out} aside to restart the run from step 0"
+        )
     return None
 
 
@@ -268,5 +278,7 @@ def state_step(state_dir: str | os.PathLike) -> int:
     try:
         return _read_step(path)
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{path}: damaged training state ({type(exc).__name__}: {exc}); resume is impossible "
-                        f"from it: move {Path(state_dir).name}/ aside to restart the run from step 0") from None
+        raise UserError(
+            f"{path}: damaged training state ({type(exc).__name__}: {exc}); resume is impossible "
+            f"from it: move {Path(state_dir).name}/ aside to restart the run from step 0"
+        ) from None

@@ -5,9 +5,10 @@ values and name them the same way. config/schema.yaml states the same kinds as J
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["KINDS", "SCHEMA_TYPES", "expected"]
+__all__ = ["VALUE_KINDS", "SCHEMA_TYPES", "expected"]
 
 
 def _is_int(v: Any) -> bool:
@@ -19,7 +20,7 @@ def _is_number(v: Any) -> bool:
 
 
 # kind -> (what it is, in words; the test)
-KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+VALUE_KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "str": ("a string", lambda v: isinstance(v, str)),
     "nonempty_str": ("a non-empty string", lambda v: isinstance(v, str) and v != ""),
     "int": ("an integer", _is_int),
@@ -33,8 +34,15 @@ KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
 
 # kind -> the JSON-schema `type` of config/schema.yaml (None: no type stated)
 SCHEMA_TYPES: dict[str, Any] = {
-    "str": "string", "nonempty_str": "string", "int": "integer", "number": "number", "bool": "boolean",
-    "int_list": "array", "number_pair": "array", "dict": "object", "any": None,
+    "str": "string",
+    "nonempty_str": "string",
+    "int": "integer",
+    "number": "number",
+    "bool": "boolean",
+    "int_list": "array",
+    "number_pair": "array",
+    "dict": "object",
+    "any": None,
 }
 
 
@@ -43,7 +51,7 @@ def expected(value: Any, kind: str) -> str | None:
     optional = kind.startswith("opt_")
     if optional and value is None:
         return None
-    what, ok = KINDS[kind.removeprefix("opt_")]
+    what, ok = VALUE_KINDS[kind.removeprefix("opt_")]
     if ok(value):
         return None
     return f"null or {what}" if optional else what

@@ -15,13 +15,23 @@ from __future__ import annotations
 
 import numbers
 import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 
 from attention_geometry.scoring import families  # noqa: F401  (registers every entry on import)
-from attention_geometry.scoring.registry import FAMILIES, LAYOUT_NAMES, ConfigGetter, ExtractionError, Family, Stack, UnsupportedArchitecture, config_field
+from attention_geometry.scoring.registry import (
+    FAMILIES,
+    LAYOUT_NAMES,
+    ConfigGetter,
+    ExtractionError,
+    Family,
+    Stack,
+    UnsupportedArchitecture,
+    config_field,
+)
 
 __all__ = [
     "LayerQK",
@@ -170,8 +180,10 @@ def _no_layers_beyond(stack: Stack, info: StackInfo, keys: set[str]) -> None:
     pattern = re.compile(r"(?:^|.*\.)" + re.escape(head) + r"(\d+)" + re.escape(tail) + "$")
     extra = sorted({int(m.group(1)) for k in keys if (m := pattern.match(k))} - set(range(info.n_layers)))
     if extra:
-        raise ExtractionError(f"the config names {info.n_layers} {stack.component} layers, but the checkpoint holds "
-                              f"attention weights of layer {extra[0]} ({stack.q.format(i=extra[0])})")
+        raise ExtractionError(
+            f"the config names {info.n_layers} {stack.component} layers, but the checkpoint holds "
+            f"attention weights of layer {extra[0]} ({stack.q.format(i=extra[0])})"
+        )
 
 
 # ----------------------------------------------------------------------------------------------- layouts
@@ -194,7 +206,9 @@ def _fused_qkv(tensors: list[torch.Tensor], info: StackInfo) -> tuple[torch.Tens
     (w,) = tensors
     rows = w.shape[0]
     if rows % (info.n_heads + 2 * info.n_kv_heads):
-        raise ExtractionError(f"fused qkv weight with {rows} rows does not split into {info.n_heads}+2x{info.n_kv_heads} heads")
+        raise ExtractionError(
+            f"fused qkv weight with {rows} rows does not split into {info.n_heads}+2x{info.n_kv_heads} heads"
+        )
     dh = rows // (info.n_heads + 2 * info.n_kv_heads)
     q = w[: info.n_heads * dh]
     k = w[info.n_heads * dh : (info.n_heads + info.n_kv_heads) * dh]
@@ -205,7 +219,9 @@ def _fused_qkv_per_head(tensors: list[torch.Tensor], info: StackInfo) -> tuple[t
     # nn.Linear weight laid out [H, 3, d_head, d] (GPT-NeoX query_key_value, DeBERTa v1 in_proj).
     (w,) = tensors
     if w.ndim != 2 or w.shape[0] % (3 * info.n_heads):
-        raise ExtractionError(f"fused per-head qkv weight of shape {tuple(w.shape)} does not split into 3 x {info.n_heads} heads")
+        raise ExtractionError(
+            f"fused per-head qkv weight of shape {tuple(w.shape)} does not split into 3 x {info.n_heads} heads"
+        )
     w = w.reshape(info.n_heads, 3, w.shape[0] // (3 * info.n_heads), w.shape[1])
     return w[:, 0], w[:, 1]
 
@@ -248,11 +264,15 @@ def iter_layer_qk(
         tensors = [get(n) for n in names]
         for n, t in zip(names, tensors):
             if not t.is_floating_point():
-                raise ExtractionError(f"{n}: dtype {str(t.dtype).removeprefix('torch.')} is not a floating-point "
-                                      f"type; query and key weights must be")
+                raise ExtractionError(
+                    f"{n}: dtype {str(t.dtype).removeprefix('torch.')} is not a floating-point "
+                    f"type; query and key weights must be"
+                )
         wq, wk = LAYOUTS[stack.layout](tensors, info)
         if wq.shape[1:] != wk.shape[1:]:
-            raise ExtractionError(f"{names}: query heads {tuple(wq.shape)} and key heads {tuple(wk.shape)} differ in size")
+            raise ExtractionError(
+                f"{names}: query heads {tuple(wq.shape)} and key heads {tuple(wk.shape)} differ in size"
+            )
         component = "decoder" if decoder_only else stack.component
         yield LayerQK(component, layer, wq, wk, names)
 

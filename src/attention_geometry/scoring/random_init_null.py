@@ -14,7 +14,8 @@ head "all" only (docs/contracts.md conventions). Subcommand `attention-geometry 
 from __future__ import annotations
 
 import argparse
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from attention_geometry.errors import UserError
 
@@ -68,8 +69,8 @@ def score_null(
     from tqdm.auto import tqdm
 
     from attention_geometry.scoring.scorer import score_model
-    from attention_geometry.training.run_config import RunConfig, load_run_config, read_corpus, resolve_run
     from attention_geometry.training.models import build_model
+    from attention_geometry.training.run_config import RunConfig, load_run_config, read_corpus, resolve_run
 
     inits = _check_inits(inits)
     samples = _check_samples(samples)
@@ -86,10 +87,18 @@ def score_null(
                 df = score_model(model, num_std=num_std, progress=False, name=f"null-{init}-{seed}")
                 del model
                 df = df[df["head"] == "all"]
-                tables.append(pd.DataFrame({
-                    "size": cfg.size, "init": init, "sample": seed, "layer": df["layer"].to_numpy(),
-                    "symmetry": df["symmetry"].to_numpy(), "directionality": df["directionality"].to_numpy(),
-                }))
+                tables.append(
+                    pd.DataFrame(
+                        {
+                            "size": cfg.size,
+                            "init": init,
+                            "sample": seed,
+                            "layer": df["layer"].to_numpy(),
+                            "symmetry": df["symmetry"].to_numpy(),
+                            "directionality": df["directionality"].to_numpy(),
+                        }
+                    )
+                )
                 bar.update(1)
     return pd.concat(tables, ignore_index=True)[NULL_COLUMNS]
 
@@ -98,23 +107,46 @@ def score_null(
 
 
 def add_arguments_score_null(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run-config", required=True, metavar="FILE",
-                        help="RUN.yaml of a run: size, overrides and corpus (vocabulary, special tokens)")
-    parser.add_argument("--inits", nargs="+", default=list(NULL_INITS), metavar="INIT",
-                        help=f"initializations to draw (default: {' '.join(NULL_INITS)})")
-    parser.add_argument("--samples", type=int, default=100, metavar="N",
-                        help=f"models per init, seeds {NULL_SEED_OFFSET} ... {NULL_SEED_OFFSET} + N - 1 (default 100)")
+    parser.add_argument(
+        "--run-config",
+        required=True,
+        metavar="FILE",
+        help="RUN.yaml of a run: size, overrides and corpus (vocabulary, special tokens)",
+    )
+    parser.add_argument(
+        "--inits",
+        nargs="+",
+        default=list(NULL_INITS),
+        metavar="INIT",
+        help=f"initializations to draw (default: {' '.join(NULL_INITS)})",
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=100,
+        metavar="N",
+        help=f"models per init, seeds {NULL_SEED_OFFSET} ... {NULL_SEED_OFFSET} + N - 1 (default 100)",
+    )
     parser.add_argument("--out", required=True, metavar="FILE", help="output table, .csv or .parquet")
-    parser.add_argument("--num-std", type=float, default=2.0, metavar="K",
-                        help="directionality threshold: mean + K * std of the row/column norms (default 2)")
-    parser.add_argument("--threads", type=int, default=1, metavar="N",
-                        help="torch threads (default 1: the matrices are small, more threads only contend)")
+    parser.add_argument(
+        "--num-std",
+        type=float,
+        default=2.0,
+        metavar="K",
+        help="directionality threshold: mean + K * std of the row/column norms (default 2)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="torch threads (default 1: the matrices are small, more threads only contend)",
+    )
     parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
 
 
 def run_score_null(args: argparse.Namespace) -> int:
     from attention_geometry.formats.files import atomic_write_table, check_table_path
-
     from attention_geometry.scoring.measures import check_num_std
 
     check_table_path(args.out)

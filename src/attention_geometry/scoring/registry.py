@@ -11,8 +11,9 @@ it, and only the extractor imports the families (extract.get_family), so there i
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Union
+from typing import Any
 
 from attention_geometry.errors import UserError
 
@@ -31,7 +32,7 @@ __all__ = [
     "register",
 ]
 
-ConfigGetter = Union[str, Callable[[Any], int]]
+ConfigGetter = str | Callable[[Any], int]
 
 ARCHITECTURES = ("encoder-only", "decoder-only", "encoder-decoder")
 MODALITIES = ("text", "vision", "audio")
@@ -103,7 +104,9 @@ def register(family: Family) -> Family:
         if s.layout not in LAYOUT_NAMES:
             raise ValueError(f"{family.model_type}: layout {s.layout!r} not in {sorted(LAYOUT_NAMES)}")
         if (s.k is None) != (s.layout != "separate"):
-            raise ValueError(f"{family.model_type}: layout {s.layout!r} needs k={'a template' if s.layout == 'separate' else 'None'}")
+            raise ValueError(
+                f"{family.model_type}: layout {s.layout!r} needs k={'a template' if s.layout == 'separate' else 'None'}"
+            )
     if family.model_type in FAMILIES:
         raise ValueError(f"family {family.model_type!r} registered twice")
     FAMILIES[family.model_type] = family

@@ -16,20 +16,21 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
-from attention_geometry.formats.columns import RUN_KEYS, SCORE_COLUMNS, TRAINING_COLUMNS
 from attention_geometry.errors import UserError
-from attention_geometry.scoring.extract import LayerQK, architecture_of, get_family, iter_layer_qk, qk_keys, wqk
+from attention_geometry.formats.columns import RUN_KEYS, SCORE_COLUMNS, TRAINING_COLUMNS
 from attention_geometry.formats.files import atomic_write_table, check_table_path
-from attention_geometry.weights.loading import open_source
-from attention_geometry.weights.base import TensorSource
 from attention_geometry.formats.rundir import list_snapshots, read_run_yaml, verify_snapshot
+from attention_geometry.scoring.extract import LayerQK, architecture_of, get_family, iter_layer_qk, qk_keys, wqk
 from attention_geometry.scoring.measures import ScoreError, num_std_arg, scores
+from attention_geometry.weights.base import TensorSource
+from attention_geometry.weights.loading import open_source
 
 __all__ = [
     "LayerMatrix",
@@ -91,8 +92,10 @@ def _layers(src: TensorSource, progress: bool) -> Iterator[LayerQK]:
     for layer in tqdm(it, total=total, desc=f"scoring {src.name}", unit="layer", disable=not progress, leave=False):
         for what, w in (("query", layer.wq), ("key", layer.wk)):
             if not _finite(w):
-                raise UserError(f"{src.name}: {layer.component} layer {layer.layer} {what} weights "
-                                f"({', '.join(layer.keys)}) contain NaN or Inf")
+                raise UserError(
+                    f"{src.name}: {layer.component} layer {layer.layer} {what} weights "
+                    f"({', '.join(layer.keys)}) contain NaN or Inf"
+                )
         yield layer
 
 
@@ -104,7 +107,7 @@ def _head_chunks(layer: LayerQK, dtype: torch.dtype, device: torch.device) -> It
     groups = max(1, HEAD_CHUNK_BYTES // (per_head * group))
     for g0 in range(0, layer.n_kv_heads, groups):
         g1 = min(layer.n_kv_heads, g0 + groups)
-        sub = LayerQK(layer.component, layer.layer, layer.wq[g0 * group: g1 * group], layer.wk[g0:g1], layer.keys)
+        sub = LayerQK(layer.component, layer.layer, layer.wq[g0 * group : g1 * group], layer.wk[g0:g1], layer.keys)
         yield g0 * group, wqk(sub, per_head=True, dtype=dtype, device=device)
 
 
@@ -157,8 +160,12 @@ def score_model(
     src = _open(source, name=name, **open_kwargs)
     family = get_family(src.model_type)
     dev = _device(device)
-    fixed = dict(model=src.name, model_type=src.model_type, architecture=architecture_of(family, src.config),
-                 modality=family.modality)
+    fixed = dict(
+        model=src.name,
+        model_type=src.model_type,
+        architecture=architecture_of(family, src.config),
+        modality=family.modality,
+    )
     rows: list[dict[str, Any]] = []
     for layer in _layers(src, progress):
         shape = dict(n_params=src.n_params, d_model=layer.d_model, n_heads=layer.n_heads, n_kv_heads=layer.n_kv_heads)
@@ -166,14 +173,24 @@ def score_model(
         M = wqk(layer, dtype=torch.float64, device=dev)
         (s,), (d,) = _scores(M, num_std, where)
         del M
-        rows.append(dict(fixed, component=layer.component, layer=layer.layer, head="all",
-                         symmetry=s, directionality=d, **shape))
+        rows.append(
+            dict(fixed, component=layer.component, layer=layer.layer, head="all", symmetry=s, directionality=d, **shape)
+        )
         if per_head:
             for h0, Ms in _head_chunks(layer, torch.float64, dev):
                 ss, ds = _scores(Ms, num_std, f"{where} heads {h0}..{h0 + Ms.shape[0] - 1}")
                 for i, (s, d) in enumerate(zip(ss, ds)):
-                    rows.append(dict(fixed, component=layer.component, layer=layer.layer, head=str(h0 + i),
-                                     symmetry=s, directionality=d, **shape))
+                    rows.append(
+                        dict(
+                            fixed,
+                            component=layer.component,
+                            layer=layer.layer,
+                            head=str(h0 + i),
+                            symmetry=s,
+                            directionality=d,
+                            **shape,
+                        )
+                    )
     if not rows:
         raise UserError(f"{src.name}: no self-attention layers found")
     import pandas as pd  # imported once the layers' matrices are freed: its ~65 MiB do not add to their peak
@@ -206,7 +223,9 @@ def score_checkpoints(
     cfg = read_run_yaml(run_dir)
     meta = {k: cfg[k] for k in RUN_KEYS}
     tables = []
-    for step, folder in tqdm(list_snapshots(run_dir).items(), desc=f"scoring {run}", unit="checkpoint", disable=not progress):
+    for step, folder in tqdm(
+        list_snapshots(run_dir).items(), desc=f"scoring {run}", unit="checkpoint", disable=not progress
+    ):
         df = score_model(folder, per_head=per_head, num_std=num_std, device=device, progress=False, name=run)
         df["run"] = run
         for k, v in meta.items():
@@ -222,41 +241,67 @@ def score_checkpoints(
 def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="FILE", help="output table, .csv or .parquet")
     parser.add_argument("--per-head", action="store_true", help="also one row per head (in addition to head 'all')")
-    parser.add_argument("--num-std", type=num_std_arg, default=2.0, metavar="K",
-                        help="directionality threshold: mean + K * std of the row/column norms (default 2)")
+    parser.add_argument(
+        "--num-std",
+        type=num_std_arg,
+        default=2.0,
+        metavar="K",
+        help="directionality threshold: mean + K * std of the row/column norms (default 2)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
 
 
 def add_arguments_score(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", metavar="SOURCE",
-                        help="model directory (config.json + safetensors or pytorch_model.bin), .gguf file, or hub id")
+    parser.add_argument(
+        "source",
+        metavar="SOURCE",
+        help="model directory (config.json + safetensors or pytorch_model.bin), .gguf file, or hub id",
+    )
     _common_arguments(parser)
     parser.add_argument("--gguf-file", metavar="F", help="GGUF file inside SOURCE (a directory or hub id)")
     parser.add_argument("--revision", metavar="R", help="hub revision: branch, tag or commit (default main)")
-    parser.add_argument("--name", metavar="LABEL", help="value of the model column (default: the repo id the "
-                        "files record, else the hub id, folder or file name: docs/cli.md)")
-    parser.add_argument("--trust-remote-code", action="store_true",
-                        help="let transformers run the model repository's own code (off by default)")
+    parser.add_argument(
+        "--name",
+        metavar="LABEL",
+        help="value of the model column (default: the repo id the "
+        "files record, else the hub id, folder or file name: docs/cli.md)",
+    )
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let transformers run the model repository's own code (off by default)",
+    )
 
 
 def run_score(args: argparse.Namespace) -> int:
     check_table_path(args.out)
-    df = score_model(args.source, per_head=args.per_head, num_std=args.num_std, device=args.device,
-                     progress=not args.quiet, name=args.name, gguf_file=args.gguf_file, revision=args.revision,
-                     trust_remote_code=args.trust_remote_code)
+    df = score_model(
+        args.source,
+        per_head=args.per_head,
+        num_std=args.num_std,
+        device=args.device,
+        progress=not args.quiet,
+        name=args.name,
+        gguf_file=args.gguf_file,
+        revision=args.revision,
+        trust_remote_code=args.trust_remote_code,
+    )
     atomic_write_table(df, args.out)
     return 0
 
 
 def add_arguments_score_checkpoints(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="training run folder with run.yaml and checkpoints/step-XXXXXXX/")
+    parser.add_argument(
+        "run_dir", metavar="RUN_DIR", help="training run folder with run.yaml and checkpoints/step-XXXXXXX/"
+    )
     _common_arguments(parser)
 
 
 def run_score_checkpoints(args: argparse.Namespace) -> int:
     check_table_path(args.out)
-    df = score_checkpoints(args.run_dir, per_head=args.per_head, num_std=args.num_std, device=args.device,
-                           progress=not args.quiet)
+    df = score_checkpoints(
+        args.run_dir, per_head=args.per_head, num_std=args.num_std, device=args.device, progress=not args.quiet
+    )
     atomic_write_table(df, args.out)
     return 0

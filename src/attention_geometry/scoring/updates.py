@@ -39,30 +39,42 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
+from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import RUN_KEYS, UPDATE_COLUMNS
 from attention_geometry.formats.corpus import Corpus, load_corpus
-from attention_geometry.errors import UserError
 from attention_geometry.formats.files import atomic_write_table, check_table_path
-from attention_geometry.weights.safetensors_io import read_safetensors_header
 from attention_geometry.formats.rundir import list_snapshots, read_run_yaml, verify_snapshots
 from attention_geometry.scoring.measures import ScoreError, check_num_std, num_std_arg, scores
+from attention_geometry.training.batches import IGNORE_INDEX, corrupt, make_batch, maskable
 from attention_geometry.training.hyper import OBJECTIVES, Hyper, resolve_hyper
-from attention_geometry.training.batches import make_batch
-from attention_geometry.training.batches import IGNORE_INDEX, corrupt, maskable
 from attention_geometry.training.models import self_attentions
+from attention_geometry.weights.safetensors_io import read_safetensors_header
 
 __all__ = [
-    "MASKING_FIELDS", "UpdateConfig", "run_masking", "read_run", "mask_heldout", "make_batches",
-    "capture_logit_gradients", "objective_loss", "batch_qk_gradient", "qk_gradients", "load_snapshot_model",
-    "snapshot_matrices", "score_updates", "add_arguments_score_updates", "run_score_updates",
+    "MASKING_FIELDS",
+    "UpdateConfig",
+    "run_masking",
+    "read_run",
+    "mask_heldout",
+    "make_batches",
+    "capture_logit_gradients",
+    "objective_loss",
+    "batch_qk_gradient",
+    "qk_gradients",
+    "load_snapshot_model",
+    "snapshot_matrices",
+    "score_updates",
+    "add_arguments_score_updates",
+    "run_score_updates",
 ]
 
 LABEL_KEYS = ["run", *RUN_KEYS]  # run.yaml keys copied into every update row
@@ -107,15 +119,18 @@ def read_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     """run.yaml of a run dir, checked for the keys that label update rows and for a known objective."""
     run = read_run_yaml(run_dir, LABEL_KEYS)
     if run["objective"] not in OBJECTIVES:
-        raise UserError(f"{Path(run_dir) / 'run.yaml'}: objective {run['objective']!r} is not one of {', '.join(OBJECTIVES)}")
+        raise UserError(
+            f"{Path(run_dir) / 'run.yaml'}: objective {run['objective']!r} is not one of {', '.join(OBJECTIVES)}"
+        )
     return run
 
 
 # --------------------------------------------------------------------------------------------- batches
 
 
-def mask_heldout(ids: torch.Tensor, special: Mapping[str, int], vocab_size: int, masking: Hyper,
-                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def mask_heldout(
+    ids: torch.Tensor, special: Mapping[str, int], vocab_size: int, masking: Hyper, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(corrupted ids, labels) for masked LM: training's rule (training.batches.maskable and corrupt) with
     draws from `generator` only (why not training's draws: the module docstring). Each maskable position is
     selected with probability mlm_probability (torch.bernoulli), then corrupted by the uniform draw w and
@@ -138,13 +153,16 @@ def make_batches(corpus: Corpus, objective: str, config: UpdateConfig) -> list[d
     need = config.batches * config.batch_size
     if n_blocks < need:
         raise UserError(
-            f"{corpus.path}/heldout.npy has {n_blocks} blocks; {config.batches} batches of {config.batch_size} need {need}"
+            f"{corpus.path}/heldout.npy has {n_blocks} blocks; "
+            f"{config.batches} batches of {config.batch_size} need {need}"
         )
     generator = torch.Generator().manual_seed(config.seed)
     chosen = torch.randperm(n_blocks, generator=generator)[:need].sort().values.numpy()
     blocks = torch.from_numpy(np.asarray(corpus.heldout[chosen], dtype=np.int64))
     if int(blocks.min()) < 0 or int(blocks.max()) >= corpus.vocab_size:
-        raise UserError(f"{corpus.path}/heldout.npy has token ids outside [0, {corpus.vocab_size}) (manifest vocab_size)")
+        raise UserError(
+            f"{corpus.path}/heldout.npy has token ids outside [0, {corpus.vocab_size}) (manifest vocab_size)"
+        )
     st = corpus.special_tokens
     batches = []
     for b in range(config.batches):
@@ -153,8 +171,10 @@ def make_batches(corpus: Corpus, objective: str, config: UpdateConfig) -> list[d
         if objective == "encoder":
             inputs, labels = mask_heldout(ids, st, corpus.vocab_size, config.masking, generator)
         else:  # next-token loss (training's labels: -100 at [PAD]); the model shifts labels by one position
-            inputs, labels = (torch.from_numpy(a) for a in make_batch(ids.numpy(), objective, None, config.masking, st,
-                                                                     corpus.vocab_size))
+            inputs, labels = (
+                torch.from_numpy(a)
+                for a in make_batch(ids.numpy(), objective, None, config.masking, st, corpus.vocab_size)
+            )
         batches.append({"input_ids": inputs, "attention_mask": attention_mask, "labels": labels})
     return batches
 
@@ -267,7 +287,9 @@ def batch_qk_gradient(model: torch.nn.Module, batch: Mapping[str, torch.Tensor])
         if n == 0 or sorted(rec.logits) != list(range(n)):
             raise UserError(f"{type(model).__name__}: attention logits were not captured for every layer")
         if not loss.requires_grad:
-            raise UserError(f"{type(model).__name__}: the loss does not depend on trainable parameters (requires_grad off)")
+            raise UserError(
+                f"{type(model).__name__}: the loss does not depend on trainable parameters (requires_grad off)"
+            )
         logits = [rec.logits[i] for i in range(n)]
         grads = torch.autograd.grad(loss, logits, allow_unused=True)
     G = []
@@ -281,7 +303,9 @@ def batch_qk_gradient(model: torch.nn.Module, batch: Mapping[str, torch.Tensor])
     return float(loss.detach()), torch.stack(G).cpu()
 
 
-def qk_gradients(model: torch.nn.Module, batches: Sequence[Mapping[str, torch.Tensor]], progress: bool = False) -> torch.Tensor:
+def qk_gradients(
+    model: torch.nn.Module, batches: Sequence[Mapping[str, torch.Tensor]], progress: bool = False
+) -> torch.Tensor:
     """G per layer [L, d, d] (float64), averaged over `batches`. The model is put in eval mode (no dropout)."""
     from tqdm.auto import tqdm
 
@@ -306,12 +330,16 @@ def _snapshot_config(path: Path) -> dict[str, Any]:
     except (OSError, ValueError) as exc:  # JSONDecodeError, UnicodeDecodeError
         raise UserError(f"{path}/config.json: not readable JSON ({exc})") from None
     if not isinstance(cfg, dict) or cfg.get("model_type") != "bert":
-        raise UserError(f"{path}/config.json: model_type {cfg.get('model_type') if isinstance(cfg, dict) else None!r}; "
-                        "score-updates supports BERT runs (bert)")
+        raise UserError(
+            f"{path}/config.json: model_type {cfg.get('model_type') if isinstance(cfg, dict) else None!r}; "
+            "score-updates supports BERT runs (bert)"
+        )
     return cfg
 
 
-def load_snapshot_model(path: str | os.PathLike, objective: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
+def load_snapshot_model(
+    path: str | os.PathLike, objective: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+):
     """The snapshot as BertForMaskedLM (encoder) or BertLMHeadModel (decoder, is_decoder=True), in eval mode."""
     from transformers import BertForMaskedLM, BertLMHeadModel
 
@@ -325,7 +353,9 @@ def load_snapshot_model(path: str | os.PathLike, objective: str, device: str | t
     try:
         model = cls.from_pretrained(str(path), dtype=dtype, attn_implementation="eager", local_files_only=True)
     except (OSError, ValueError, RuntimeError) as exc:
-        raise UserError(f"{path}: cannot load as {cls.__name__} ({(str(exc).strip().splitlines() or [type(exc).__name__])[0]})") from None
+        raise UserError(
+            f"{path}: cannot load as {cls.__name__} ({(str(exc).strip().splitlines() or [type(exc).__name__])[0]})"
+        ) from None
     return model.to(device).eval()
 
 
@@ -343,7 +373,10 @@ def _check_model(model, corpus: Corpus, path: Path) -> None:
         raise UserError(f"{path}: model vocab_size {cfg.vocab_size} is smaller than the corpus's {corpus.vocab_size}")
     block_len = corpus.heldout.shape[1]
     if block_len > cfg.max_position_embeddings:
-        raise UserError(f"{corpus.path}/heldout.npy: blocks of {block_len} tokens exceed the model's {cfg.max_position_embeddings} positions ({path})")
+        raise UserError(
+            f"{corpus.path}/heldout.npy: blocks of {block_len} tokens exceed the model's "
+            f"{cfg.max_position_embeddings} positions ({path})"
+        )
 
 
 def _scores_rows(M: torch.Tensor, what: str, num_std: float) -> list[tuple[float, float]]:
@@ -400,7 +433,9 @@ def score_updates(
             diff = snapshot_matrices(snapshots[nxt]) - snapshot_matrices(path)
             what = f"applied update between steps {step} and {nxt} of {run_dir}"
             for layer, (s, d) in enumerate(_scores_rows(diff, what, config.num_std)):
-                rows.append({**label, "step": step, "layer": layer, "kind": "applied", "symmetry": s, "directionality": d})
+                rows.append(
+                    {**label, "step": step, "layer": layer, "kind": "applied", "symmetry": s, "directionality": d}
+                )
     return pd.DataFrame(rows, columns=UPDATE_COLUMNS)
 
 
@@ -409,14 +444,20 @@ def score_updates(
 
 def add_arguments_score_updates(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="training run dir (run.yaml, checkpoints/step-XXXXXXX/)")
-    parser.add_argument("--corpus", required=True, metavar="DIR", help="prepared corpus dir (heldout.npy, manifest.json)")
+    parser.add_argument(
+        "--corpus", required=True, metavar="DIR", help="prepared corpus dir (heldout.npy, manifest.json)"
+    )
     parser.add_argument("--out", required=True, metavar="FILE.csv", help="update rows (docs/contracts.md) as CSV")
     parser.add_argument("--steps", type=int, nargs="+", metavar="STEP", help="snapshot steps to score (default: all)")
     parser.add_argument("--batches", type=int, default=UpdateConfig.batches, help="held-out batches per snapshot")
     parser.add_argument("--batch-size", type=int, default=UpdateConfig.batch_size, help="blocks per batch")
     parser.add_argument("--seed", type=int, default=UpdateConfig.seed, help="seed of the block choice and the MLM mask")
-    parser.add_argument("--num-std", type=num_std_arg, default=UpdateConfig.num_std, help="directionality threshold (mean + k std)")
-    parser.add_argument("--mlm-probability", type=float, default=None, help="masked-LM rate (default: run.yaml's, else 0.15)")
+    parser.add_argument(
+        "--num-std", type=num_std_arg, default=UpdateConfig.num_std, help="directionality threshold (mean + k std)"
+    )
+    parser.add_argument(
+        "--mlm-probability", type=float, default=None, help="masked-LM rate (default: run.yaml's, else 0.15)"
+    )
     parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, ...)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
 
@@ -431,12 +472,15 @@ def run_score_updates(args: argparse.Namespace) -> int:
         raise UserError(f"--out {out}: expected a .csv file name")
     check_table_path(out)
     run = read_run(args.run_dir)
-    config = UpdateConfig(args.batches, args.batch_size, args.seed, args.num_std, run_masking(run, args.mlm_probability))
+    config = UpdateConfig(
+        args.batches, args.batch_size, args.seed, args.num_std, run_masking(run, args.mlm_probability)
+    )
     try:
         device = torch.device(args.device)
     except RuntimeError as exc:
         raise UserError(f"--device {args.device!r}: {exc}") from None
-    table = score_updates(args.run_dir, args.corpus, args.steps, config, device=device,
-                          progress=not getattr(args, "no_progress", False))
+    table = score_updates(
+        args.run_dir, args.corpus, args.steps, config, device=device, progress=not getattr(args, "no_progress", False)
+    )
     atomic_write_table(table, out, float_format="%.17g")
     return 0

@@ -13,8 +13,21 @@ import numpy as np
 
 from attention_geometry.training.hyper import Hyper
 
-__all__ = ["lr_at", "Order", "global_indices", "mask_tokens", "maskable", "corrupt", "make_batch", "n_loss_tokens",
-           "mask_keys", "eval_keys", "EVAL_SEED", "IGNORE_INDEX", "NEVER_MASKED"]
+__all__ = [
+    "lr_at",
+    "Order",
+    "global_indices",
+    "mask_tokens",
+    "maskable",
+    "corrupt",
+    "make_batch",
+    "n_loss_tokens",
+    "mask_keys",
+    "eval_keys",
+    "EVAL_SEED",
+    "IGNORE_INDEX",
+    "NEVER_MASKED",
+]
 
 MASK_STREAM, EVAL_STREAM, ORDER_STREAM = 0, 1, 2
 EVAL_SEED = 20250214  # eval masks do not depend on the run's seed: one fixed held-out set for all runs
@@ -118,4 +131,3 @@ def eval_keys(idx: np.ndarray) -> list[list[int]]:
 def n_loss_tokens(labels: np.ndarray, objective: str) -> int:
     """The positions with a loss (a decoder predicts from the second position on)."""
     return int(((labels[:, 1:] if objective == "decoder" else labels) != IGNORE_INDEX).sum())
-

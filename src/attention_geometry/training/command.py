@@ -12,8 +12,12 @@ def add_arguments_train(parser) -> None:
     parser.add_argument("--config", required=True, help="RUN.yaml (keys: see docs/training.md)")
     parser.add_argument("--out", required=True, help="run directory (results/runs/{run}); same again = resume")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: RUN.yaml threads)")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
-                        help="default: RUN.yaml device (auto = cuda when available)")
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default=None,
+        help="default: RUN.yaml device (auto = cuda when available)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -30,6 +34,9 @@ def run_train(args) -> int:
     if summary["status"] == "finished":
         print(f"{summary['run']}: already finished at step {summary['step']}, nothing to do", file=sys.stderr)
     else:
-        print(f"{summary['run']}: {summary['status']} to step {summary['step']} in {summary['seconds']:.1f} s "
-              f"({summary['s_per_step']:.4f} s/step)", file=sys.stderr)
+        print(
+            f"{summary['run']}: {summary['status']} to step {summary['step']} in {summary['seconds']:.1f} s "
+            f"({summary['s_per_step']:.4f} s/step)",
+            file=sys.stderr,
+        )
     return 0

@@ -23,18 +23,39 @@ HIDDEN_ACTS = ("gelu", "relu", "gelu_new", "silu")
 # bounds of the hyperparameters in JSON-schema words (config/schema.yaml states the same; tests/test_schema.py)
 _POSITIVE_INT = {"minimum": 1}
 HYPER_BOUNDS: dict[str, dict[str, float]] = {
-    **{k: _POSITIVE_INT for k in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "batch_size",
-                                  "grad_accum", "max_position_embeddings", "max_steps")},
+    **{
+        k: _POSITIVE_INT
+        for k in (
+            "num_layers",
+            "hidden_size",
+            "num_heads",
+            "intermediate_size",
+            "batch_size",
+            "grad_accum",
+            "max_position_embeddings",
+            "max_steps",
+        )
+    },
     "warmup_steps": {"minimum": 0},
-    "lr": {"exclusiveMinimum": 0}, "eps": {"exclusiveMinimum": 0}, "layer_norm_eps": {"exclusiveMinimum": 0},
-    "initializer_range": {"exclusiveMinimum": 0}, "weight_decay": {"minimum": 0}, "grad_clip": {"minimum": 0},
-    "hidden_dropout": {"minimum": 0, "exclusiveMaximum": 1}, "attention_dropout": {"minimum": 0, "exclusiveMaximum": 1},
+    "lr": {"exclusiveMinimum": 0},
+    "eps": {"exclusiveMinimum": 0},
+    "layer_norm_eps": {"exclusiveMinimum": 0},
+    "initializer_range": {"exclusiveMinimum": 0},
+    "weight_decay": {"minimum": 0},
+    "grad_clip": {"minimum": 0},
+    "hidden_dropout": {"minimum": 0, "exclusiveMaximum": 1},
+    "attention_dropout": {"minimum": 0, "exclusiveMaximum": 1},
     "mlm_probability": {"exclusiveMinimum": 0, "exclusiveMaximum": 1},
-    "mask_token_fraction": {"minimum": 0, "maximum": 1}, "random_token_fraction": {"minimum": 0, "maximum": 1},
+    "mask_token_fraction": {"minimum": 0, "maximum": 1},
+    "random_token_fraction": {"minimum": 0, "maximum": 1},
 }
 BETA_BOUNDS = {"minimum": 0, "exclusiveMaximum": 1}  # each of the two Adam betas
-_BOUND_TESTS = {"minimum": (lambda v, b: v >= b, ">="), "exclusiveMinimum": (lambda v, b: v > b, ">"),
-                "maximum": (lambda v, b: v <= b, "<="), "exclusiveMaximum": (lambda v, b: v < b, "<")}
+_BOUND_TESTS = {
+    "minimum": (lambda v, b: v >= b, ">="),
+    "exclusiveMinimum": (lambda v, b: v > b, ">"),
+    "maximum": (lambda v, b: v <= b, "<="),
+    "exclusiveMaximum": (lambda v, b: v < b, "<"),
+}
 
 
 def _out_of_bounds(value: float, bounds: dict[str, float]) -> str | None:
@@ -48,8 +69,12 @@ def _out_of_bounds(value: float, bounds: dict[str, float]) -> str | None:
     return None
 
 
-HYPER_ENUMS = {"schedule": SCHEDULES, "precision": PRECISIONS, "fused_optimizer": FUSED_OPTIMIZERS,
-               "hidden_act": HIDDEN_ACTS}
+HYPER_ENUMS = {
+    "schedule": SCHEDULES,
+    "precision": PRECISIONS,
+    "fused_optimizer": FUSED_OPTIMIZERS,
+    "hidden_act": HIDDEN_ACTS,
+}
 
 
 @dataclass
@@ -82,7 +107,9 @@ class Hyper:
     mlm_probability: float = 0.15
     mask_token_fraction: float = 0.8  # of the selected positions: [MASK]
     random_token_fraction: float = 0.1  # of the selected positions: a uniform random token (rest unchanged)
-    precision: str = "auto"  # auto (bf16 autocast on a GPU with bf16, else fp16 there; fp32 on CPU) | fp32 | bf16 | fp16
+    precision: str = (
+        "auto"  # auto (bf16 autocast on a GPU with bf16, else fp16 there; fp32 on CPU) | fp32 | bf16 | fp16
+    )
     compile: bool = False  # torch.compile the training forward
     fused_optimizer: str = "auto"  # auto (= fused) | fused | foreach | none
 

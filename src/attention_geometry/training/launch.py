@@ -36,8 +36,9 @@ def train_launch(section: Mapping) -> TrainLaunch:
     if nodes == 1 and procs == 1:
         return TrainLaunch("", 1, per_process, resources)
     if nodes == 1:
-        return TrainLaunch(f"torchrun --standalone --nnodes 1 --nproc-per-node {procs} --no-python", procs,
-                           per_process, resources)
+        return TrainLaunch(
+            f"torchrun --standalone --nnodes 1 --nproc-per-node {procs} --no-python", procs, per_process, resources
+        )
     # snakemake-executor-plugin-slurm: `nodes` and `tasks` go to sbatch; the job step runs an `mpi` job's
     # command as it is (any other under `srun -n1`, which would leave every node but one idle) and strips the
     # allocation's SLURM_* variables but SLURM_JOB_ID (the ones below are those srun sets in each task).
@@ -45,10 +46,14 @@ def train_launch(section: Mapping) -> TrainLaunch:
     resources = {"nodes": nodes, "mpi": "srun", "tasks": nodes}
     if gpus:
         resources["slurm_extra"] = f"--gpus-per-node={gpus}"
-    script = (f'exec torchrun --nnodes {nodes} --nproc-per-node {procs} --rdzv-backend c10d'
-              f' --rdzv-id "$SLURM_JOB_ID" --rdzv-endpoint "$(scontrol show hostnames "$SLURM_STEP_NODELIST"'
-              f' | head -n 1):{TORCHRUN_PORT}" --no-python "$@"')
+    script = (
+        f"exec torchrun --nnodes {nodes} --nproc-per-node {procs} --rdzv-backend c10d"
+        f' --rdzv-id "$SLURM_JOB_ID" --rdzv-endpoint "$(scontrol show hostnames "$SLURM_STEP_NODELIST"'
+        f' | head -n 1):{TORCHRUN_PORT}" --no-python "$@"'
+    )
     gpu_opt = f" --gpus-per-node {gpus}" if gpus else ""
-    prefix = (f"srun --nodes {nodes} --ntasks {nodes} --ntasks-per-node 1 --cpus-per-task {threads}{gpu_opt}"
-              f" sh -c {shlex.quote(script)} torchrun")
+    prefix = (
+        f"srun --nodes {nodes} --ntasks {nodes} --ntasks-per-node 1 --cpus-per-task {threads}{gpu_opt}"
+        f" sh -c {shlex.quote(script)} torchrun"
+    )
     return TrainLaunch(prefix, procs, per_process, resources)

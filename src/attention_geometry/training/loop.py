@@ -13,27 +13,56 @@ import functools
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.corpus import Corpus, load_corpus
-from attention_geometry.errors import UserError
 from attention_geometry.formats.files import pid_lock
 from attention_geometry.formats.rundir import TRAIN_LOG, find_state, lock_path, state_step, warn_stderr
-from attention_geometry.training.batches import Order, eval_keys, global_indices, lr_at, make_batch, mask_keys, n_loss_tokens
-from attention_geometry.training.snapshots import adopt_state, check_loss_rows, load_state, read_loss_rows, remove_leftovers, save_snapshot, save_state, set_aside, write_loss_rows, write_run_yaml
-from attention_geometry.training.run_config import RunConfig, resolve_run
-from attention_geometry.training.models import build_model, hidden_states, lm_loss, symmetry_penalty
+from attention_geometry.training.batches import (
+    Order,
+    eval_keys,
+    global_indices,
+    lr_at,
+    make_batch,
+    mask_keys,
+    n_loss_tokens,
+)
 from attention_geometry.training.hyper import Hyper
-from attention_geometry.training.runtime import _autocast, _dist_env, _pick_device, _precision, keep_large_allocations_on_heap
+from attention_geometry.training.models import build_model, hidden_states, lm_loss, symmetry_penalty
+from attention_geometry.training.run_config import RunConfig, resolve_run
+from attention_geometry.training.runtime import (
+    _autocast,
+    _dist_env,
+    _pick_device,
+    _precision,
+    keep_large_allocations_on_heap,
+)
+from attention_geometry.training.snapshots import (
+    adopt_state,
+    check_loss_rows,
+    load_state,
+    read_loss_rows,
+    remove_leftovers,
+    save_snapshot,
+    save_state,
+    set_aside,
+    write_loss_rows,
+    write_run_yaml,
+)
 
-__all__ = ["train", "evaluate",]
+__all__ = [
+    "train",
+    "evaluate",
+]
 
 log = logging.getLogger("attention_geometry.training")
 
@@ -66,8 +95,18 @@ def _optimizer(model, h: Hyper, device: torch.device):
 
 
 @torch.no_grad()
-def evaluate(model, corpus_heldout: np.ndarray, n_blocks: int, objective: str, h: Hyper, special: dict,
-             vocab_size: int, device, autocast, micro: int) -> float:
+def evaluate(
+    model,
+    corpus_heldout: np.ndarray,
+    n_blocks: int,
+    objective: str,
+    h: Hyper,
+    special: dict,
+    vocab_size: int,
+    device,
+    autocast,
+    micro: int,
+) -> float:
     """Token-mean loss on the first n_blocks held-out blocks (masks fixed by block index, seed-free)."""
     was = model.training
     model.eval()
@@ -171,8 +210,9 @@ class _LossLog:
             write_loss_rows(self.run.out, self.rows)
 
     def add_eval0(self, eval_loss: float) -> None:
-        self.rows.append({**self.ident, "step": 0, "train_loss": "", "eval_loss": _fmt(eval_loss),
-                          "learning_rate": _fmt(0.0)})
+        self.rows.append(
+            {**self.ident, "step": 0, "train_loss": "", "eval_loss": _fmt(eval_loss), "learning_rate": _fmt(0.0)}
+        )
         self.write()
 
     def flush(self, eval_step: int, eval_loss: float | None) -> None:
@@ -185,9 +225,15 @@ class _LossLog:
             self.window.append(total / max(n_tok, 1))
             if s in self.row_steps:
                 if self.run.rank == 0:
-                    self.rows.append({**self.ident, "step": s, "train_loss": _fmt(sum(self.window) / len(self.window)),
-                                      "eval_loss": _fmt(eval_loss) if s == eval_step else "",
-                                      "learning_rate": _fmt(lr)})
+                    self.rows.append(
+                        {
+                            **self.ident,
+                            "step": s,
+                            "train_loss": _fmt(sum(self.window) / len(self.window)),
+                            "eval_loss": _fmt(eval_loss) if s == eval_step else "",
+                            "learning_rate": _fmt(lr),
+                        }
+                    )
                 self.window.clear()
         self.pending = []
         self.write()
@@ -198,8 +244,18 @@ def _eval_at(run: _Run, step: int) -> float | None:
     n_eval = run.resolved["eval_blocks"]
     if run.rank != 0 or n_eval == 0 or step not in run.resolved["eval_steps"]:
         return None
-    e = evaluate(run.model, run.corpus.heldout, n_eval, run.cfg.objective, run.h, run.special, run.h.vocab_size,
-                 run.dev, run.autocast, max(run.micro, 1))
+    e = evaluate(
+        run.model,
+        run.corpus.heldout,
+        n_eval,
+        run.cfg.objective,
+        run.h,
+        run.special,
+        run.h.vocab_size,
+        run.dev,
+        run.autocast,
+        max(run.micro, 1),
+    )
     log.info("step %d eval_loss %.6f", step, e)
     return e
 
@@ -208,8 +264,9 @@ def _update(run: _Run, order: Order, step: int, lam: float) -> tuple[torch.Tenso
     """One optimizer update: (token-summed loss of this process, learning rate, global loss-token count)."""
     cfg, h, special, dev, world = run.cfg, run.h, run.special, run.dev, run.world
     g = global_indices(step, h.batch_size)
-    inp, lab = make_batch(run.corpus.train[order(g)], cfg.objective, mask_keys(cfg.seed, step, g), h, special,
-                          h.vocab_size)
+    inp, lab = make_batch(
+        run.corpus.train[order(g)], cfg.objective, mask_keys(cfg.seed, step, g), h, special, h.vocab_size
+    )
     n_tokens = n_loss_tokens(lab, cfg.objective)
     lr = lr_at(h, step)
     for group in run.opt.param_groups:
@@ -219,10 +276,10 @@ def _update(run: _Run, order: Order, step: int, lam: float) -> tuple[torch.Tenso
     step_sum = torch.zeros((), device=dev)
     for a in range(A):
         s0 = lo + a * micro
-        xb = inp[s0:s0 + micro]
+        xb = inp[s0 : s0 + micro]
         pad = special["pad"] if bool((xb == special["pad"]).any()) else None  # decided on the host
         x = torch.from_numpy(xb).to(dev, non_blocking=True)
-        y = torch.from_numpy(lab[s0:s0 + micro]).to(dev, non_blocking=True)
+        y = torch.from_numpy(lab[s0 : s0 + micro]).to(dev, non_blocking=True)
         sync = run.fwd.no_sync() if world > 1 and a < A - 1 else contextlib.nullcontext()
         with sync:
             with run.autocast():
@@ -266,8 +323,9 @@ def _checkpoint(run: _Run, step: int, is_snap: bool, is_state: bool) -> None:
 # ---------------------------------------------------------------------------------------------- train
 
 
-def train(cfg: RunConfig, out: str | Path, threads: int | None = None, device: str | None = None,
-          progress: bool = True) -> dict:
+def train(
+    cfg: RunConfig, out: str | Path, threads: int | None = None, device: str | None = None, progress: bool = True
+) -> dict:
     """Train (or resume, or do nothing for a finished) run `cfg` into run dir `out`. Returns a summary
     {run, step, status: trained|resumed|finished, seconds, s_per_step}. Every input is validated before
     anything is written."""
@@ -277,8 +335,10 @@ def train(cfg: RunConfig, out: str | Path, threads: int | None = None, device: s
     device_name = device if device is not None else cfg.device
     world, rank, local_rank = _dist_env()
     if h.batch_size % (world * h.grad_accum):
-        raise UserError(f"overrides.batch_size: {h.batch_size} is not divisible by processes x grad_accum "
-                        f"({world} x {h.grad_accum})")
+        raise UserError(
+            f"overrides.batch_size: {h.batch_size} is not divisible by processes x grad_accum "
+            f"({world} x {h.grad_accum})"
+        )
     dev = _pick_device(device_name, local_rank)
     keep_large_allocations_on_heap()
     if threads:
@@ -294,7 +354,7 @@ def train(cfg: RunConfig, out: str | Path, threads: int | None = None, device: s
             dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
 
     try:  # one writer per run dir: process 0 holds {out}.lock (the other processes are its DDP peers)
-        lock = (pid_lock(lock_path(out), f"run {out}", warn=warn_stderr) if rank == 0 else contextlib.nullcontext())
+        lock = pid_lock(lock_path(out), f"run {out}", warn=warn_stderr) if rank == 0 else contextlib.nullcontext()
         with lock:
             return _train(_Run(cfg, corpus, resolved, h, out, dev, world, rank, dist), progress)
     finally:
@@ -355,15 +415,24 @@ def _train(run: _Run, progress: bool) -> dict:
         state_every = resolved["state_every"]
 
         def row_step(s: int) -> bool:
-            return (s % resolved["log_every"] == 0 or s in evals or s in snaps or s == max_steps
-                    or bool(state_every and s % state_every == 0))
+            return (
+                s % resolved["log_every"] == 0
+                or s in evals
+                or s in snaps
+                or s == max_steps
+                or bool(state_every and s % state_every == 0)
+            )
 
         row_steps = {s for s in range(start + 1, max_steps + 1) if row_step(s)}
-        kept = ([r for r in read_loss_rows(out, required=True) if int(r["step"]) <= start]
-                if state_dir is not None else [])
+        kept = (
+            [r for r in read_loss_rows(out, required=True) if int(r["step"]) <= start] if state_dir is not None else []
+        )
         if state_dir is not None and run.rank == 0:  # the rows up to the state's step are not recomputed
-            check_loss_rows(out, kept, {s for s in range(1, start + 1) if row_step(s)}
-                            | ({0} if resolved["eval_blocks"] > 0 else set()))
+            check_loss_rows(
+                out,
+                kept,
+                {s for s in range(1, start + 1) if row_step(s)} | ({0} if resolved["eval_blocks"] > 0 else set()),
+            )
         prec = _build(run, state_dir)
         losses = _LossLog(run, kept, row_steps)  # a resumed run drops the rows after its state's step
         losses.write()
@@ -371,8 +440,9 @@ def _train(run: _Run, progress: bool) -> dict:
             if state_dir is not None:
                 log.info("resuming run %s from %s at step %d", name, state_dir, start)
             else:
-                log.info("starting run %s (%d steps, %s, %d process(es), %s)", name, max_steps, run.dev.type,
-                         run.world, prec)
+                log.info(
+                    "starting run %s (%d steps, %s, %d process(es), %s)", name, max_steps, run.dev.type, run.world, prec
+                )
         if start == 0:
             e0 = _eval_at(run, 0)
             if run.rank == 0 and 0 in snaps:
@@ -405,8 +475,13 @@ def _train(run: _Run, progress: bool) -> dict:
         per_step = (time.perf_counter() - t_loop) / max(n_steps, 1)
         if run.rank == 0:
             log.info("run %s done: %d steps in %.1f s (%.4f s/step in the loop)", name, n_steps, seconds, per_step)
-        return {"run": name, "step": max_steps, "status": "resumed" if start else "trained",
-                "seconds": seconds, "s_per_step": per_step}
+        return {
+            "run": name,
+            "step": max_steps,
+            "status": "resumed" if start else "trained",
+            "seconds": seconds,
+            "s_per_step": per_step,
+        }
     finally:
         if handler is not None:
             log.removeHandler(handler)

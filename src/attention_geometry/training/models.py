@@ -25,8 +25,7 @@ __all__ = [
     "symmetry_penalty",
 ]
 
-from attention_geometry.training.hyper import (
-    OBJECTIVES, INITS, Hyper, resolve_hyper)
+from attention_geometry.training.hyper import INITS, OBJECTIVES, Hyper, resolve_hyper
 
 
 def bert_config(h: Hyper, objective: str, special_tokens: dict | None = None):
@@ -87,8 +86,14 @@ def apply_init(model, init: str) -> None:
                 att.query.weight.copy_(att.key.weight)
 
 
-def build_model(size: str = "tiny", objective: str = "encoder", init: str = "standard", seed: int = 0,
-                special_tokens: dict | None = None, **overrides):
+def build_model(
+    size: str = "tiny",
+    objective: str = "encoder",
+    init: str = "standard",
+    seed: int = 0,
+    special_tokens: dict | None = None,
+    **overrides,
+):
     """The initialized transformers model of a run: BertForMaskedLM (`encoder`) or BertLMHeadModel with
     is_decoder=True (`decoder`), of the named size with `overrides` (Hyper fields, e.g. vocab_size=2048),
     initialized under `seed` with `init`. Deterministic for a given (size, objective, init, seed,
@@ -175,8 +180,9 @@ def _attention_fp32(q, k, v, attn_mask, p_drop: float, causal: bool) -> torch.Te
     shape ([32, 2, 64, 64], one thread): in fp32 the bf16 step is 1.5-1.7x faster than the fp32 step instead
     of 1.0-1.3x (docs/training.md), and the attention probabilities keep fp32 precision."""
     with torch.autocast("cpu", enabled=False):
-        return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=attn_mask,
-                                              dropout_p=p_drop, is_causal=causal)
+        return F.scaled_dot_product_attention(
+            q.float(), k.float(), v.float(), attn_mask=attn_mask, dropout_p=p_drop, is_causal=causal
+        )
 
 
 def _head(model, h: torch.Tensor) -> torch.Tensor:
@@ -186,8 +192,15 @@ def _head(model, h: torch.Tensor) -> torch.Tensor:
     return F.linear(h, pred.decoder.weight, pred.bias)
 
 
-def lm_loss(model, input_ids: torch.Tensor, labels: torch.Tensor, objective: str, pad_id: int | None = None,
-            reduction: str = "sum", hidden_fn=None) -> torch.Tensor:
+def lm_loss(
+    model,
+    input_ids: torch.Tensor,
+    labels: torch.Tensor,
+    objective: str,
+    pad_id: int | None = None,
+    reduction: str = "sum",
+    hidden_fn=None,
+) -> torch.Tensor:
     """Summed (or mean) token cross-entropy of a batch.
 
     encoder: `input_ids` are the corrupted inputs, `labels` the original ids at masked positions and -100

@@ -9,19 +9,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attention_geometry.formats.corpus import Corpus, corpus_sha256, load_corpus
 from attention_geometry.errors import UserError
+from attention_geometry.formats.corpus import Corpus, corpus_sha256, load_corpus
 from attention_geometry.formats.files import read_yaml
 from attention_geometry.formats.rundir import run_name, snapshot_steps
 from attention_geometry.formats.value_kinds import expected
-from attention_geometry.training.hyper import resolve_hyper
-from attention_geometry.training.hyper import SIZES
-from attention_geometry.training.hyper import OBJECTIVES
-from attention_geometry.training.hyper import INITS
-from attention_geometry.training.hyper import Hyper
+from attention_geometry.training.hyper import INITS, OBJECTIVES, SIZES, Hyper, resolve_hyper
 
-__all__ = ["RunConfig", "read_corpus", "load_run_config", "run_config_from_dict", "resolve_run",
-           "DEVICES", "TYPES", "RUN_MINIMUMS", "REGULARIZER_MINIMUMS"]
+__all__ = [
+    "RunConfig",
+    "read_corpus",
+    "load_run_config",
+    "run_config_from_dict",
+    "resolve_run",
+    "DEVICES",
+    "TYPES",
+    "RUN_MINIMUMS",
+    "REGULARIZER_MINIMUMS",
+]
 
 read_corpus = load_corpus  # the trainer's name for the one prepared-corpus reader (attention_geometry.formats.corpus)
 
@@ -30,8 +35,16 @@ DEVICES = ("auto", "cpu", "cuda")
 # the inclusive minimum of each integer key (null allowed where the type says so); the steps in
 # snapshot_steps / eval_steps are >= 0 and at most max_steps. config/schema.yaml (run_settings, training)
 # states the same bounds: tests/test_schema.py
-RUN_MINIMUMS = {"seed": 0, "max_steps": 1, "snapshot_every": 1, "eval_every": 1, "state_every": 1, "threads": 1,
-                "eval_blocks": 0, "log_every": 1}
+RUN_MINIMUMS = {
+    "seed": 0,
+    "max_steps": 1,
+    "snapshot_every": 1,
+    "eval_every": 1,
+    "state_every": 1,
+    "threads": 1,
+    "eval_blocks": 0,
+    "log_every": 1,
+}
 REGULARIZER_MINIMUMS = {"lambda": 0}  # the only key of `regularizer`
 
 
@@ -63,11 +76,24 @@ class RunConfig:
 
 # the value kind of each key (attention_geometry.formats.value_kinds)
 TYPES = {
-    "corpus": "nonempty_str", "size": "nonempty_str", "objective": "nonempty_str", "init": "nonempty_str",
-    "seed": "int", "max_steps": "opt_int", "snapshot_steps": "opt_int_list", "snapshot_every": "opt_int",
-    "eval_steps": "opt_int_list", "eval_every": "opt_int", "eval_blocks": "int", "state_every": "opt_int",
-    "log_every": "int", "overrides": "opt_dict", "regularizer": "opt_dict", "run": "opt_nonempty_str",
-    "threads": "opt_int", "device": "nonempty_str",
+    "corpus": "nonempty_str",
+    "size": "nonempty_str",
+    "objective": "nonempty_str",
+    "init": "nonempty_str",
+    "seed": "int",
+    "max_steps": "opt_int",
+    "snapshot_steps": "opt_int_list",
+    "snapshot_every": "opt_int",
+    "eval_steps": "opt_int_list",
+    "eval_every": "opt_int",
+    "eval_blocks": "int",
+    "state_every": "opt_int",
+    "log_every": "int",
+    "overrides": "opt_dict",
+    "regularizer": "opt_dict",
+    "run": "opt_nonempty_str",
+    "threads": "opt_int",
+    "device": "nonempty_str",
 }
 
 
@@ -140,14 +166,17 @@ def load_run_config(path: str | Path) -> RunConfig:
 def _resolve_steps(cfg: RunConfig, max_steps: int, where: str) -> tuple[list[int], list[int]]:
     """(snapshot steps, eval steps) of the run (rundir.snapshot_steps: 0 and max_steps always; an explicit
     step beyond max_steps is an error, as in the workflow)."""
+
     def steps(explicit, every, key):
         try:
             return snapshot_steps(explicit, every, max_steps, key=key)
         except UserError as exc:
             raise UserError(f"{where}: {exc}") from None
 
-    return (steps(cfg.snapshot_steps, cfg.snapshot_every, "snapshot_steps"),
-            steps(cfg.eval_steps, cfg.eval_every, "eval_steps"))
+    return (
+        steps(cfg.snapshot_steps, cfg.snapshot_every, "snapshot_steps"),
+        steps(cfg.eval_steps, cfg.eval_every, "eval_steps"),
+    )
 
 
 def resolve_run(cfg: RunConfig, corpus: Corpus) -> tuple[dict, Hyper]:
@@ -159,16 +188,22 @@ def resolve_run(cfg: RunConfig, corpus: Corpus) -> tuple[dict, Hyper]:
     if h.vocab_size is None:
         h.vocab_size = corpus.vocab_size
     elif h.vocab_size < corpus.vocab_size:
-        raise UserError(f"overrides.vocab_size: {h.vocab_size} is smaller than the corpus vocabulary "
-                        f"({corpus.vocab_size}, {corpus.path / 'manifest.json'})")
+        raise UserError(
+            f"overrides.vocab_size: {h.vocab_size} is smaller than the corpus vocabulary "
+            f"({corpus.vocab_size}, {corpus.path / 'manifest.json'})"
+        )
     if h.seq_len is None:
         h.seq_len = corpus.block_len
     elif h.seq_len != corpus.block_len:
-        raise UserError(f"overrides.seq_len: {h.seq_len} but the corpus has block_len {corpus.block_len} "
-                        f"({corpus.path}); prepare the corpus with block_len {h.seq_len}")
+        raise UserError(
+            f"overrides.seq_len: {h.seq_len} but the corpus has block_len {corpus.block_len} "
+            f"({corpus.path}); prepare the corpus with block_len {h.seq_len}"
+        )
     if corpus.block_len > h.max_position_embeddings:
-        raise UserError(f"corpus: block_len {corpus.block_len} is longer than the model's "
-                        f"max_position_embeddings {h.max_position_embeddings} (overrides.max_position_embeddings)")
+        raise UserError(
+            f"corpus: block_len {corpus.block_len} is longer than the model's "
+            f"max_position_embeddings {h.max_position_embeddings} (overrides.max_position_embeddings)"
+        )
     if cfg.eval_blocks > 0 and corpus.heldout.shape[0] == 0:
         raise UserError(f"eval_blocks: {cfg.eval_blocks} but {corpus.path / 'heldout.npy'} has no blocks")
     max_steps = h.max_steps
@@ -185,8 +220,11 @@ def resolve_run(cfg: RunConfig, corpus: Corpus) -> tuple[dict, Hyper]:
         "seed": cfg.seed,
         "corpus": str(Path(cfg.corpus).resolve()),
         "corpus_sha256": corpus_sha256(corpus),  # the corpus's identity on resume (its path may change)
-        "corpus_manifest": {k: corpus.manifest[k] for k in ("dataset", "name", "block_len", "vocab_size",
-                                                             "special_tokens") if k in corpus.manifest},
+        "corpus_manifest": {
+            k: corpus.manifest[k]
+            for k in ("dataset", "name", "block_len", "vocab_size", "special_tokens")
+            if k in corpus.manifest
+        },
         "n_train_blocks": int(corpus.train.shape[0]),
         "max_steps": max_steps,
         "snapshot_steps": snaps,

@@ -10,19 +10,43 @@ import io
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-from attention_geometry.formats.columns import LOSS_COLUMNS
 from attention_geometry.errors import UserError
-from attention_geometry.formats.files import atomic_write_text, fsync_path, read_yaml, replace_dir, rotate_dir, write_checksums
-from attention_geometry.formats.rundir import CHECKPOINTS, LOSS_CSV, RUN_YAML, STATE, STATE_DAMAGED, STATE_PREV, snapshot_dir
+from attention_geometry.formats.columns import LOSS_COLUMNS
+from attention_geometry.formats.files import (
+    atomic_write_text,
+    fsync_path,
+    read_yaml,
+    replace_dir,
+    rotate_dir,
+    write_checksums,
+)
+from attention_geometry.formats.rundir import (
+    CHECKPOINTS,
+    LOSS_CSV,
+    RUN_YAML,
+    STATE,
+    STATE_DAMAGED,
+    STATE_PREV,
+    snapshot_dir,
+)
 from attention_geometry.training.run_config import RUNTIME_KEYS
 
-__all__ = ["write_run_yaml", "read_loss_rows", "check_loss_rows", "write_loss_rows", "save_snapshot", "save_state",
-           "load_state", "adopt_state", "remove_leftovers"]
+__all__ = [
+    "write_run_yaml",
+    "read_loss_rows",
+    "check_loss_rows",
+    "write_loss_rows",
+    "save_snapshot",
+    "save_state",
+    "load_state",
+    "adopt_state",
+    "remove_leftovers",
+]
 
 
 def _yaml_dump(obj) -> str:
@@ -81,11 +105,19 @@ def compare_run_yaml(old: dict, new: dict) -> tuple[str, list[str]]:
     om, nm = old.get("max_steps"), new.get("max_steps")
     oh = {k: v for k, v in (old.get("hyper") or {}).items() if k != "max_steps"}
     nh = {k: v for k, v in (new.get("hyper") or {}).items() if k != "max_steps"}
-    extend = (set(keys) <= {"max_steps", "snapshot_steps", "eval_steps", "hyper"}
-              and isinstance(om, int) and isinstance(nm, int) and nm > om and oh == nh
-              and nh.get("schedule") == "constant" and om in (new.get("snapshot_steps") or [])
-              and all([s for s in (new.get(k) or []) if s <= om] == list(old.get(k) or [])
-                      for k in ("snapshot_steps", "eval_steps")))
+    extend = (
+        set(keys) <= {"max_steps", "snapshot_steps", "eval_steps", "hyper"}
+        and isinstance(om, int)
+        and isinstance(nm, int)
+        and nm > om
+        and oh == nh
+        and nh.get("schedule") == "constant"
+        and om in (new.get("snapshot_steps") or [])
+        and all(
+            [s for s in (new.get(k) or []) if s <= om] == list(old.get(k) or [])
+            for k in ("snapshot_steps", "eval_steps")
+        )
+    )
     return ("extend" if extend else "restart"), keys
 
 
@@ -128,8 +160,10 @@ def read_loss_rows(out: Path, required: bool = False) -> list[dict]:
     path = out / LOSS_CSV
     if not path.is_file():
         if required:
-            raise UserError(f"{path}: missing, but the run has a training state to resume from: its loss rows "
-                            "up to that step would be lost; restore the file, or move the run dir aside to restart")
+            raise UserError(
+                f"{path}: missing, but the run has a training state to resume from: its loss rows "
+                "up to that step would be lost; restore the file, or move the run dir aside to restart"
+            )
         return []
     try:
         with open(path, newline="", encoding="utf-8") as f:
@@ -147,8 +181,10 @@ def check_loss_rows(out: Path, rows: list[dict], expected: set[int]) -> None:
     missing = sorted(expected - {int(r["step"]) for r in rows})
     if missing:
         shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
-        raise UserError(f"{out / LOSS_CSV}: damaged loss log (no rows for {len(missing)} step(s) before the state's "
-                        f"step: {shown}); restore it, or move the run dir aside to restart")
+        raise UserError(
+            f"{out / LOSS_CSV}: damaged loss log (no rows for {len(missing)} step(s) before the state's "
+            f"step: {shown}); restore it, or move the run dir aside to restart"
+        )
 
 
 def write_loss_rows(out: Path, rows: list[dict]) -> None:
@@ -197,8 +233,11 @@ def _save_tokenizer(corpus_dir: str | None, folder: Path) -> None:
         return
     from transformers import PreTrainedTokenizerFast
 
-    tok = PreTrainedTokenizerFast(tokenizer_file=str(file), model_max_length=int(1e9),
-                                  **{f"{role}_token": text for role, text in SPECIAL_TOKENS.items()})
+    tok = PreTrainedTokenizerFast(
+        tokenizer_file=str(file),
+        model_max_length=int(1e9),
+        **{f"{role}_token": text for role, text in SPECIAL_TOKENS.items()},
+    )
     tok.save_pretrained(folder)
 
 
@@ -208,15 +247,17 @@ def model_card(resolved: dict, step: int) -> str:
     objective = resolved.get("objective")
     task = {"encoder": "fill-mask", "decoder": "text-generation"}.get(objective, "")
     h = resolved.get("hyper") or {}
-    return (f"---\nlibrary_name: transformers\npipeline_tag: {task}\ntags: [attention-geometry]\n---\n\n"
-            f"# {resolved.get('run')} at step {step}\n\n"
-            f"A weight snapshot of an attention-geometry training run (the workflow that reproduces Saponati et al., "
-            f"ICML 2025): a {resolved.get('size')} BERT-type model ({h.get('num_layers')} layers x "
-            f"{h.get('hidden_size')}, {h.get('num_heads')} heads), objective `{objective}` "
-            f"({'masked LM' if objective == 'encoder' else 'causal LM'}), init `{resolved.get('init')}`, seed "
-            f"{resolved.get('seed')}, trained on the `{resolved.get('dataset')}` corpus; step {step} of "
-            f"{resolved.get('max_steps')}. The full run config is `run.yaml` beside this file; the symmetry and "
-            "directionality scores of this snapshot are in the workflow's tables (results/tables/).\n")
+    return (
+        f"---\nlibrary_name: transformers\npipeline_tag: {task}\ntags: [attention-geometry]\n---\n\n"
+        f"# {resolved.get('run')} at step {step}\n\n"
+        f"A weight snapshot of an attention-geometry training run (the workflow that reproduces Saponati et al., "
+        f"ICML 2025): a {resolved.get('size')} BERT-type model ({h.get('num_layers')} layers x "
+        f"{h.get('hidden_size')}, {h.get('num_heads')} heads), objective `{objective}` "
+        f"({'masked LM' if objective == 'encoder' else 'causal LM'}), init `{resolved.get('init')}`, seed "
+        f"{resolved.get('seed')}, trained on the `{resolved.get('dataset')}` corpus; step {step} of "
+        f"{resolved.get('max_steps')}. The full run config is `run.yaml` beside this file; the symmetry and "
+        "directionality scores of this snapshot are in the workflow's tables (results/tables/).\n"
+    )
 
 
 def save_state(model, opt, scaler, out: Path, step: int, resolved: dict) -> None:
@@ -230,12 +271,22 @@ def save_state(model, opt, scaler, out: Path, step: int, resolved: dict) -> None
         rng = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
-        torch.save({"optimizer": opt.state_dict(), "scaler": scaler.state_dict() if scaler else None,
-                    "rng": rng}, tmp / "training.pt")
-        (tmp / "state.json").write_text(json.dumps({
-            "step": step, "run": resolved["run"], "examples_seen": step * resolved["hyper"]["batch_size"],
-            "lr_schedule": {"kind": resolved["hyper"]["schedule"], "last_update": step},
-        }, indent=1), encoding="utf-8")
+        torch.save(
+            {"optimizer": opt.state_dict(), "scaler": scaler.state_dict() if scaler else None, "rng": rng},
+            tmp / "training.pt",
+        )
+        (tmp / "state.json").write_text(
+            json.dumps(
+                {
+                    "step": step,
+                    "run": resolved["run"],
+                    "examples_seen": step * resolved["hyper"]["batch_size"],
+                    "lr_schedule": {"kind": resolved["hyper"]["schedule"], "last_update": step},
+                },
+                indent=1,
+            ),
+            encoding="utf-8",
+        )
 
     _write_dir(out / STATE, write, previous=out / STATE_PREV)
 
@@ -266,9 +317,11 @@ def load_state(state_dir: Path, model, opt, scaler, dev: torch.device) -> None:
         weights = load_file(str(state_dir / "model.safetensors"), device=str(dev))
         tr = torch.load(state_dir / "training.pt", map_location=dev, weights_only=True)
     except Exception as exc:  # safetensors and torch.load raise various errors on a damaged file
-        raise UserError(f"{state_dir}: unreadable training state ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0] if str(exc) else ''}); move {state_dir.parent} aside to "
-                        "restart the run from step 0") from None
+        raise UserError(
+            f"{state_dir}: unreadable training state ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); move {state_dir.parent} aside to "
+            "restart the run from step 0"
+        ) from None
     model.load_state_dict(weights)
     opt.load_state_dict(tr["optimizer"])
     if scaler is not None and tr.get("scaler"):

@@ -3,7 +3,8 @@ name; `StateDictSource`, tensors held in a mapping; `LoadError`, a source that c
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -69,8 +70,14 @@ def first_line(exc: BaseException) -> str:
 class StateDictSource(TensorSource):
     """Tensors held in a mapping: a loaded model's state dict, or a .bin state dict loaded with mmap."""
 
-    def __init__(self, tensors: Mapping[str, torch.Tensor], config: Any, name: str, n_params: int | None = None,
-                 model: Any = None):
+    def __init__(
+        self,
+        tensors: Mapping[str, torch.Tensor],
+        config: Any,
+        name: str,
+        n_params: int | None = None,
+        model: Any = None,
+    ):
         self.tensors = tensors
         self.config = config
         self.name = name

@@ -84,13 +84,14 @@ class _Cursor:
         n = self.take("Q")
         if self.pos + n > len(self.buf):
             raise LoadError(f"{self.path}: cannot read GGUF metadata (the header is cut at byte {len(self.buf)})")
-        raw = bytes(self.buf[self.pos:self.pos + n])
+        raw = bytes(self.buf[self.pos : self.pos + n])
         self.pos += n
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise LoadError(f"{self.path}: cannot read GGUF metadata (a string at byte {self.pos - n} is not "
-                            "UTF-8)") from None
+            raise LoadError(
+                f"{self.path}: cannot read GGUF metadata (a string at byte {self.pos - n} is not UTF-8)"
+            ) from None
 
     def skip_strings(self, count: int) -> None:
         for _ in range(count):
@@ -115,7 +116,9 @@ class _Cursor:
                 fmt = f"<{count}{_SCALARS[itype]}"
                 size = struct.calcsize(fmt)
                 if self.pos + size > len(self.buf):
-                    raise LoadError(f"{self.path}: cannot read GGUF metadata (the header is cut at byte {len(self.buf)})")
+                    raise LoadError(
+                        f"{self.path}: cannot read GGUF metadata (the header is cut at byte {len(self.buf)})"
+                    )
                 values = list(struct.unpack_from(fmt, self.buf, self.pos))
                 self.pos += size
                 return values
@@ -147,8 +150,9 @@ def _parse(c: _Cursor, size: int, gguf: Any) -> GGUFHeader:
     c.pos = 4
     version = c.take("I")
     if version not in (2, 3):
-        raise LoadError(f"{path}: cannot read GGUF metadata (version {version}; versions 2 and 3 are read, "
-                        "little-endian)")
+        raise LoadError(
+            f"{path}: cannot read GGUF metadata (version {version}; versions 2 and 3 are read, little-endian)"
+        )
     n_tensors, n_kv = c.take("Q"), c.take("Q")
     if n_tensors > size or n_kv > size:
         raise LoadError(f"{path}: cannot read GGUF metadata ({n_tensors} tensors, {n_kv} keys in {size} bytes)")
@@ -178,15 +182,20 @@ def _parse(c: _Cursor, size: int, gguf: Any) -> GGUFHeader:
             qtype = gguf.GGMLQuantizationType(raw_type)
             block, type_size = gguf.GGML_QUANT_SIZES[qtype]
         except (ValueError, KeyError):
-            raise LoadError(f"{path}: cannot read GGUF metadata (tensor {name!r} has unknown type {raw_type})") from None
+            raise LoadError(
+                f"{path}: cannot read GGUF metadata (tensor {name!r} has unknown type {raw_type})"
+            ) from None
         if not dims or dims[0] % block:
-            raise LoadError(f"{path}: cannot read GGUF metadata (tensor {name!r} of shape {dims} is not whole "
-                            f"{qtype.name} blocks of {block})")
+            raise LoadError(
+                f"{path}: cannot read GGUF metadata (tensor {name!r} of shape {dims} is not whole "
+                f"{qtype.name} blocks of {block})"
+            )
         nbytes = math.prod(dims) // block * type_size
         end = start + offset + nbytes
         if end > size:
-            raise LoadError(f"{path}: cannot load GGUF weights (truncated: tensor {name!r} ends at byte {end}, "
-                            f"the file has {size})")
+            raise LoadError(
+                f"{path}: cannot load GGUF weights (truncated: tensor {name!r} ends at byte {end}, the file has {size})"
+            )
         tensors[name] = GGUFTensorInfo(int(qtype), dims, start + offset, nbytes)
     return GGUFHeader(meta, tensors)
 
@@ -245,7 +254,9 @@ class GGUFSource(TensorSource):
         blocks = {int(m.group(1)) for t in self.header.tensors if (m := re.match(r"blk\.(\d+)\.", t))}
         n_layers = int(getattr(self.config, "num_hidden_layers", 0) or 0)
         if blocks and max(blocks) >= n_layers:
-            raise LoadError(f"{self.path}: stores tensors of block {max(blocks)}, but its metadata names {n_layers} layers")
+            raise LoadError(
+                f"{self.path}: stores tensors of block {max(blocks)}, but its metadata names {n_layers} layers"
+            )
         for i in range(n_layers):
             for proj in ("q_proj", "k_proj"):
                 if (key := f"model.layers.{i}.self_attn.{proj}.weight") not in self._names:

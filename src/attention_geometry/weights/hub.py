@@ -16,8 +16,8 @@ drops is asked for again from where it stopped (huggingface_hub's http_stream_ba
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from attention_geometry.weights.base import LoadError, first_line
 
@@ -73,10 +73,11 @@ class HubFile:
             headers = build_hf_headers()
             headers.update({"Range": f"bytes={offset + got}-{offset + len(view) - 1}", "Accept-Encoding": "identity"})
             try:
-                with get_session().stream("GET", self.url, headers=headers, follow_redirects=True,
-                                          timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as r:
+                with get_session().stream(
+                    "GET", self.url, headers=headers, follow_redirects=True, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT
+                ) as r:
                     if r.status_code in _RETRY_STATUS and attempt < RETRIES:
-                        time.sleep(min(2 ** attempt, 8))
+                        time.sleep(min(2**attempt, 8))
                         continue
                     if r.status_code == 200:
                         raise RangesUnsupported(f"{self.where}: the server ignores HTTP range requests")
@@ -86,33 +87,41 @@ class HubFile:
                         return got
                     hf_raise_for_status(r)
                     if r.status_code != 206 or not m or m.group(4) or int(m.group(1)) != offset + got:
-                        raise LoadError(f"{label} (status {r.status_code}, Content-Range "
-                                        f"{r.headers.get('Content-Range')!r} for bytes {offset + got}..)")
+                        raise LoadError(
+                            f"{label} (status {r.status_code}, Content-Range "
+                            f"{r.headers.get('Content-Range')!r} for bytes {offset + got}..)"
+                        )
                     if m.group(3) != "*":
                         self._size = int(m.group(3))
                     for chunk in r.iter_bytes(_CHUNK):
                         n = len(chunk)
                         if got + n > len(view):
                             raise LoadError(f"{label} (the server sent more than the {len(view)} bytes asked for)")
-                        view[got:got + n] = chunk
+                        view[got : got + n] = chunk
                         got += n
                         self.bytes_read += n
                 break
             except httpx2.TransportError as exc:  # connection refused, lost or timed out: ask for the rest
                 if attempt == RETRIES:
-                    raise LoadError(f"{label} ({type(exc).__name__}: {first_line(exc)}; tried {RETRIES + 1} times)") from None
+                    raise LoadError(
+                        f"{label} ({type(exc).__name__}: {first_line(exc)}; tried {RETRIES + 1} times)"
+                    ) from None
                 if got == before:
-                    time.sleep(min(2 ** attempt, 8))
+                    time.sleep(min(2**attempt, 8))
             except (OSError, httpx2.HTTPError) as exc:  # HfHubHTTPError (401/403 gated, 404) is an OSError
                 status = getattr(getattr(exc, "response", None), "status_code", None)
-                hint = ("; a gated or private model: accept its licence on the hub and set HF_TOKEN"
-                        if status in (401, 403) else "")
+                hint = (
+                    "; a gated or private model: accept its licence on the hub and set HF_TOKEN"
+                    if status in (401, 403)
+                    else ""
+                )
                 raise LoadError(f"{label} ({type(exc).__name__}: {first_line(exc)}{hint})") from None
         return got
 
 
-def hub_safetensors(repo_id: str, revision: str, trust_remote_code: bool
-                    ) -> tuple[Path, str, Callable[[str], HubFile]] | None:
+def hub_safetensors(
+    repo_id: str, revision: str, trust_remote_code: bool
+) -> tuple[Path, str, Callable[[str], HubFile]] | None:
     """(local folder with config.json and the index, the commit, open_file) of a hub model whose weights are
     safetensors; None in offline mode or when the repository has no safetensors weights."""
     from huggingface_hub import HfApi, constants, snapshot_download
@@ -124,6 +133,7 @@ def hub_safetensors(repo_id: str, revision: str, trust_remote_code: bool
     if not {"model.safetensors", "model.safetensors.index.json"} & files or not info.sha:
         return None
     commit = info.sha
-    local = snapshot_download(repo_id, revision=commit,
-                              allow_patterns=SMALL_FILES + (["*.py"] if trust_remote_code else []))
+    local = snapshot_download(
+        repo_id, revision=commit, allow_patterns=SMALL_FILES + (["*.py"] if trust_remote_code else [])
+    )
     return Path(local), commit, lambda name: HubFile(repo_id, name, commit)

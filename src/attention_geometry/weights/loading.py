@@ -10,7 +10,8 @@ Loading paths (their memory: the table in docs/cli.md): safetensors files (singl
 (no model built, no file mapped); pytorch_model.bin through `torch.load(weights_only=True, mmap=True)`, never
 plain unpickling; a GGUF file through `gguf_qk.GGUFSource` (only the q/k tensors read and dequantized) for
 llama, mistral, qwen2 and gemma3 files, else through transformers' GGUF support (the whole model dequantized,
-wrapped as a state dict; `open_gguf_transformers`); both need `gguf`; a hub id: config.json and the safetensors (else .bin) files downloaded at the given
+wrapped as a state dict; `open_gguf_transformers`); both need `gguf`;
+a hub id: config.json and the safetensors (else .bin) files downloaded at the given
 revision, then read as a local directory (trust_remote_code needs a pinned commit hash), except that online,
 for safetensors weights, only config.json (and the index) is downloaded and the weights are read by HTTP range
 requests, headers and q/k tensors only (hub.py; the download stays the fallback); an in-memory
@@ -25,18 +26,21 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
 from attention_geometry.errors import UserError
 from attention_geometry.scoring.extract import get_family, qk_keys
-from attention_geometry.weights.safetensors_io import SafetensorsSource, _index_files
 from attention_geometry.weights.base import LoadError, StateDictSource, TensorSource, first_line
+from attention_geometry.weights.safetensors_io import SafetensorsSource, _index_files
 
-__all__ = [ "open_source",
-           "open_gguf_transformers",]
+__all__ = [
+    "open_source",
+    "open_gguf_transformers",
+]
 
 
 # --------------------------------------------------------------------------------------- state dicts
@@ -91,7 +95,9 @@ def _torch_load(path: Path) -> dict[str, torch.Tensor]:
                 raise
             sd = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise LoadError(f"{path}: refused to unpickle (only plain tensors are loaded, weights_only=True): {first_line(exc)}") from None
+        raise LoadError(
+            f"{path}: refused to unpickle (only plain tensors are loaded, weights_only=True): {first_line(exc)}"
+        ) from None
     except (RuntimeError, OSError, EOFError, zipfile.BadZipFile, ValueError) as exc:
         raise LoadError(f"{path}: cannot read ({first_line(exc)})") from None
     if isinstance(sd, Mapping) and "state_dict" in sd and isinstance(sd["state_dict"], Mapping):
@@ -132,7 +138,9 @@ def _load_config(directory: Path, trust_remote_code: bool) -> Any:
         return AutoConfig.from_pretrained(str(directory), local_files_only=True, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError, TypeError, StrictDataclassError) as exc:
         text = " ".join(str(exc).split())  # a validation error names the field on one line and the cause on the next
-        raise LoadError(f"{config_json}: transformers cannot read this config ({text[:300] or type(exc).__name__})") from None
+        raise LoadError(
+            f"{config_json}: transformers cannot read this config ({text[:300] or type(exc).__name__})"
+        ) from None
 
 
 # -------------------------------------------------------------------------------------------- dispatch
@@ -146,11 +154,19 @@ HUB_BIN_PATTERNS = ["pytorch_model.bin", "pytorch_model-*.bin", "pytorch_model.b
 
 def looks_like_hub_id(text: str) -> bool:
     """'org/name' or 'name' made of the characters the hub allows (no path separators beyond one '/')."""
-    return bool(_HUB_ID.match(text)) and ".." not in text and not text.endswith((".json", ".safetensors", ".bin", ".gguf"))
+    return (
+        bool(_HUB_ID.match(text)) and ".." not in text and not text.endswith((".json", ".safetensors", ".bin", ".gguf"))
+    )
 
 
-def open_source(source: Any, *, gguf_file: str | None = None, revision: str | None = None,
-                trust_remote_code: bool = False, name: str | None = None) -> TensorSource:
+def open_source(
+    source: Any,
+    *,
+    gguf_file: str | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    name: str | None = None,
+) -> TensorSource:
     """A TensorSource for a TensorSource, a transformers model, a local directory, a .gguf path or a hub id.
 
     gguf_file: a GGUF file name inside the directory / hub repo (or a full path when `source` is None).
@@ -189,8 +205,10 @@ def _pinned(repo_id: str, revision: str | None, trust_remote_code: bool) -> str:
     """The hub revision to read; remote code runs only at a commit hash, never at a moving branch or tag."""
     revision = revision or "main"
     if trust_remote_code and not re.fullmatch(r"[0-9a-f]{40}", revision):
-        raise LoadError(f"{repo_id}: trust_remote_code runs the repository's own code, so pin it to a commit: "
-                        f"--revision (config `revision:`) must be a 40-hex commit hash, not {revision!r}")
+        raise LoadError(
+            f"{repo_id}: trust_remote_code runs the repository's own code, so pin it to a commit: "
+            f"--revision (config `revision:`) must be a 40-hex commit hash, not {revision!r}"
+        )
     return revision
 
 
@@ -205,7 +223,7 @@ def dir_model_name(path: Path) -> str:
     weights were loaded from before saving (for all-MiniLM-L6-v2 its base, nreimers/MiniLM-L6-H384-uncased)."""
     path = path.resolve()
     if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
-        return path.parent.parent.name[len("models--"):].replace("--", "/", 1)
+        return path.parent.parent.name[len("models--") :].replace("--", "/", 1)
     card = path / "README.md"
     ids = set(_CARD_ID.findall(card.read_text(encoding="utf-8", errors="replace"))) if card.is_file() else set()
     return ids.pop() if len(ids) == 1 else path.name
@@ -243,11 +261,14 @@ def _open_hub(repo_id: str, revision: str, trust_remote_code: bool, name: str | 
             pass  # a server without range requests (a mirror, a proxy): download the files instead
     extra = ["*.py"] if trust_remote_code else []
     try:
-        local = snapshot_download(repo_id, revision=revision,
-                                  allow_patterns=HUB_CONFIG_PATTERNS + HUB_SAFETENSORS_PATTERNS + extra)
+        local = snapshot_download(
+            repo_id, revision=revision, allow_patterns=HUB_CONFIG_PATTERNS + HUB_SAFETENSORS_PATTERNS + extra
+        )
         path = Path(local)
         if not any(path.glob("*.safetensors")):
-            local = snapshot_download(repo_id, revision=revision, allow_patterns=HUB_CONFIG_PATTERNS + HUB_BIN_PATTERNS + extra)
+            local = snapshot_download(
+                repo_id, revision=revision, allow_patterns=HUB_CONFIG_PATTERNS + HUB_BIN_PATTERNS + extra
+            )
             path = Path(local)
     except (OSError, ValueError, httpx2.HTTPError) as exc:
         raise LoadError(f"{failed} ({type(exc).__name__}: {first_line(exc)})") from None
@@ -267,8 +288,9 @@ def gguf_model_name(reader, gguf_file: str) -> str:
     return str(field.contents()) if field is not None else Path(gguf_file).stem
 
 
-def _open_gguf(where: str, gguf_file: str, revision: str | None, trust_remote_code: bool,
-               name: str | None) -> TensorSource:
+def _open_gguf(
+    where: str, gguf_file: str, revision: str | None, trust_remote_code: bool, name: str | None
+) -> TensorSource:
     """The q/k reader (gguf_qk.GGUFSource) for the architectures it reads, else transformers' whole-model load."""
     try:
         import gguf  # noqa: F401
@@ -283,16 +305,18 @@ def _open_gguf(where: str, gguf_file: str, revision: str | None, trust_remote_co
         try:
             path = cached_file(where, gguf_file, revision=revision)
         except (OSError, ValueError) as exc:
-            raise LoadError(f"{where}@{revision}/{gguf_file}: the hub download failed ({type(exc).__name__}: "
-                            f"{first_line(exc)})") from None
+            raise LoadError(
+                f"{where}@{revision}/{gguf_file}: the hub download failed ({type(exc).__name__}: {first_line(exc)})"
+            ) from None
     header = read_gguf_header(path)
     if gguf_architecture(header) in QK_ARCHITECTURES:
         return GGUFSource(path, header, name or gguf_model_name(header, gguf_file))
     return open_gguf_transformers(where, gguf_file, revision, trust_remote_code, name)
 
 
-def open_gguf_transformers(where: str, gguf_file: str, revision: str | None, trust_remote_code: bool,
-                           name: str | None) -> StateDictSource:
+def open_gguf_transformers(
+    where: str, gguf_file: str, revision: str | None, trust_remote_code: bool, name: str | None
+) -> StateDictSource:
     """A GGUF file loaded whole by transformers (every tensor dequantized to float32, wrapped as a state dict
     with the model in `.model`): the path of the architectures the q/k reader does not read, and the
     reference the q/k reader is tested against."""
@@ -301,8 +325,11 @@ def open_gguf_transformers(where: str, gguf_file: str, revision: str | None, tru
     from transformers.utils import cached_file
     from transformers.utils import logging as hf_logging
 
-    kwargs: dict[str, Any] = {"gguf_file": gguf_file, "trust_remote_code": trust_remote_code,
-                              **({"revision": revision} if revision else {})}
+    kwargs: dict[str, Any] = {
+        "gguf_file": gguf_file,
+        "trust_remote_code": trust_remote_code,
+        **({"revision": revision} if revision else {}),
+    }
     what = f"{where}/{gguf_file}"
     # transformers hands the file's bytes to the gguf package's parser, which fails on a damaged file with
     # whatever it meets (struct.error, IndexError, numpy's errors): every failure there is this file's

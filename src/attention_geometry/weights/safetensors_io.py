@@ -10,24 +10,50 @@ import math
 import os
 import struct
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 
 from attention_geometry.weights.base import LoadError, TensorSource, first_line
 
-__all__ = ["SAFETENSORS_DTYPES", "N_PARAMS_KEY", "LocalFile", "SafetensorsSource", "read_safetensors_header",
-           "write_safetensors"]
+__all__ = [
+    "SAFETENSORS_DTYPES",
+    "N_PARAMS_KEY",
+    "LocalFile",
+    "SafetensorsSource",
+    "read_safetensors_header",
+    "write_safetensors",
+]
 
 
 # safetensors dtype codes -> torch dtypes (little-endian on disk)
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64,
-    "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
 }
-SAFETENSORS_DTYPES.update({c: getattr(torch, t) for c, t in (("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2"),
-                           ("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64")) if hasattr(torch, t)})
+SAFETENSORS_DTYPES.update(
+    {
+        c: getattr(torch, t)
+        for c, t in (
+            ("F8_E4M3", "float8_e4m3fn"),
+            ("F8_E5M2", "float8_e5m2"),
+            ("U16", "uint16"),
+            ("U32", "uint32"),
+            ("U64", "uint64"),
+        )
+        if hasattr(torch, t)
+    }
+)
 
 _MAX_HEADER = 100_000_000  # the largest header the safetensors format allows; a longer one is a corrupt file
 # __metadata__ key of a q/k subset (prefetch.py): the floating-point parameter count of the full checkpoint
@@ -116,14 +142,18 @@ def _read_header(f: Any) -> tuple[dict[str, dict], int, dict[str, str]]:
             raise LoadError(f"{path}: malformed safetensors header entry for {key!r}: {entry!r}"[:300])
         begin, end = offsets
         if end - begin != math.prod(shape) * SAFETENSORS_DTYPES[entry["dtype"]].itemsize:
-            raise LoadError(f"{path}: malformed safetensors header entry for {key!r} (shape {shape}, "
-                            f"{entry['dtype']}, offsets {begin}..{end})")
+            raise LoadError(
+                f"{path}: malformed safetensors header entry for {key!r} (shape {shape}, "
+                f"{entry['dtype']}, offsets {begin}..{end})"
+            )
         spans.append((begin, end, key))
     expected = 0  # the safetensors library's rule: sorted by offsets, each tensor starts where the last ended
     for begin, end, key in sorted(spans):
         if begin != expected:
-            raise LoadError(f"{path}: malformed safetensors header: tensor {key!r} starts at data byte {begin}, "
-                            f"not {expected} (overlapping or non-contiguous offsets)")
+            raise LoadError(
+                f"{path}: malformed safetensors header: tensor {key!r} starts at data byte {begin}, "
+                f"not {expected} (overlapping or non-contiguous offsets)"
+            )
         if end > size - start:
             raise LoadError(f"{path}: truncated: tensor {key!r} ends at byte {start + end}, file has {size} bytes")
         expected = end
@@ -141,8 +171,13 @@ class SafetensorsSource(TensorSource):
     whose metadata carries N_PARAMS_KEY (a q/k subset written by `prefetch-qk`) reports that n_params.
     """
 
-    def __init__(self, directory: str | os.PathLike, config: Any, name: str | None = None,
-                 open_file: Callable[[str], Any] | None = None):
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        config: Any,
+        name: str | None = None,
+        open_file: Callable[[str], Any] | None = None,
+    ):
         self.directory = Path(directory)
         self.config = config
         self.name = name or self.directory.name
@@ -170,7 +205,9 @@ class SafetensorsSource(TensorSource):
                     raise LoadError(f"{f.where}: lacks tensor {missing[0]!r} that {index.name} places there")
             for key, entry in header.items():
                 if key in self._entries:
-                    raise LoadError(f"{f.where}: tensor {key!r} is also stored in {Path(self._entries[key][0].where).name}")
+                    raise LoadError(
+                        f"{f.where}: tensor {key!r} is also stored in {Path(self._entries[key][0].where).name}"
+                    )
                 self._entries[key] = (f, start, entry)
                 if SAFETENSORS_DTYPES[entry["dtype"]].is_floating_point:
                     n_params += math.prod(int(s) for s in entry["shape"])
@@ -230,8 +267,12 @@ def _index_files(index: Path, suffix: str) -> dict[str, list[str]]:
 _DTYPE_CODES = {dtype: code for code, dtype in SAFETENSORS_DTYPES.items()}
 
 
-def write_safetensors(path: str | os.PathLike, specs: Iterable[tuple[str, torch.dtype, list[int]]],
-                      fetch: Callable[[str], torch.Tensor], metadata: dict[str, str] | None = None) -> int:
+def write_safetensors(
+    path: str | os.PathLike,
+    specs: Iterable[tuple[str, torch.dtype, list[int]]],
+    fetch: Callable[[str], torch.Tensor],
+    metadata: dict[str, str] | None = None,
+) -> int:
     """Write a safetensors file tensor by tensor: the header from `specs` (name, dtype, shape), then each
     tensor's bytes from fetch(name), so only one tensor is in memory at a time. The header is padded with
     spaces to a multiple of 8 bytes, as the safetensors library writes it. Returns the file's size."""

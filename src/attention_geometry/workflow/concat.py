@@ -13,12 +13,11 @@ import csv
 import io
 from pathlib import Path
 
-from attention_geometry.formats.columns import TABLE_COLUMNS
 from attention_geometry.errors import UserError
+from attention_geometry.formats.columns import TABLE_COLUMNS
 from attention_geometry.formats.files import atomic_write_text, check_writable
 
 # the required columns of each contract table (docs/contracts.md)
-KINDS: dict[str, list[str]] = TABLE_COLUMNS
 
 
 def read_csv_text(path: str | Path) -> tuple[list[str], list[list[str]]]:
@@ -54,8 +53,8 @@ def concat_tables(paths: list[str | Path], out: str | Path, kind: str | None = N
     returns the number of rows written (atomically: files.atomic_write_text)."""
     if not paths:
         raise UserError("concat-tables: no input tables given")
-    if kind is not None and kind not in KINDS:
-        raise UserError(f"concat-tables --kind {kind!r}: unknown (one of {', '.join(KINDS)})")
+    if kind is not None and kind not in TABLE_COLUMNS:
+        raise UserError(f"concat-tables --kind {kind!r}: unknown (one of {', '.join(TABLE_COLUMNS)})")
     check_writable(out)
     columns: list[str] | None = None
     all_rows: list[list[str]] = []
@@ -64,7 +63,7 @@ def concat_tables(paths: list[str | Path], out: str | Path, kind: str | None = N
         if columns is None:
             columns = header
             if kind is not None:
-                missing = [c for c in KINDS[kind] if c not in header]
+                missing = [c for c in TABLE_COLUMNS[kind] if c not in header]
                 if missing:
                     raise UserError(f"{path}: missing column(s) {', '.join(missing)} of a {kind} table")
         elif set(header) != set(columns):
@@ -87,7 +86,9 @@ def add_arguments_concat_tables(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="+", help="CSV tables with the same columns")
     parser.add_argument("--out", required=True, help="the concatenated CSV table")
     parser.add_argument(
-        "--kind", choices=sorted(KINDS), default=None,
+        "--kind",
+        choices=sorted(TABLE_COLUMNS),
+        default=None,
         help="check the contract columns of this table kind (docs/contracts.md)",
     )
 

@@ -31,15 +31,32 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.errors import UserError
+from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.files import csv_text, read_yaml
-from attention_geometry.training.hyper import resolve_hyper
-from attention_geometry.workflow.pretrained import (PRETRAINED_COLUMNS, ConfigError, package_dir,
-                         code_version, pretrained_rows, resolve_pretrained)
 from attention_geometry.formats.rundir import run_name, snapshot_dir, snapshot_steps
+from attention_geometry.training.hyper import resolve_hyper
+from attention_geometry.workflow.pretrained import (
+    PRETRAINED_COLUMNS,
+    ConfigError,
+    code_version,
+    package_dir,
+    pretrained_rows,
+    resolve_pretrained,
+)
 
-__all__ = [ "CONFIG_KEY", "Run", "Plan", "plan", "schema_error", "expand_corpora", "expand_runs", "load_catalog", "slurm_resources", "yaml_text", "shell_prefix",
+__all__ = [
+    "CONFIG_KEY",
+    "Run",
+    "Plan",
+    "plan",
+    "schema_error",
+    "expand_corpora",
+    "expand_runs",
+    "load_catalog",
+    "slurm_resources",
+    "yaml_text",
+    "shell_prefix",
 ]
 
 
@@ -86,8 +103,11 @@ class Run:
 
     def run_config(self) -> dict:
         """The RUN.yaml content (without the corpus path, which comes from the rule's input)."""
-        return {"run": self.name, **{k: getattr(self, k) for k in ("size", "objective", "init", "seed")},
-                **self.settings}
+        return {
+            "run": self.name,
+            **{k: getattr(self, k) for k in ("size", "objective", "init", "seed")},
+            **self.settings,
+        }
 
 
 def expand_corpora(corpora: Mapping) -> dict[str, dict]:
@@ -111,21 +131,24 @@ def expand_runs(groups: Mapping, corpora: Iterable[str]) -> tuple[dict[str, Run]
             for combo in itertools.product(*(_as_list(entry[CONFIG_KEY[k]]) for k in RUN_KEYS)):
                 spec = dict(zip(RUN_KEYS, combo))
                 if spec["dataset"] not in corpora:
-                    raise ConfigError(f"{where}: corpus {spec['dataset']!r} is not a key of config corpora "
-                                      f"({', '.join(corpora)})")
+                    raise ConfigError(
+                        f"{where}: corpus {spec['dataset']!r} is not a key of config corpora ({', '.join(corpora)})"
+                    )
                 name = run_name(spec["size"], spec["dataset"], spec["objective"], spec["init"], spec["seed"])
                 if name in runs and runs[name].settings != settings:
                     raise ConfigError(
                         f"config training.groups.{group}: run {name} is also in group(s) "
                         f"{', '.join(runs[name].groups)} with different settings; give it another seed "
-                        "or the same settings")
+                        "or the same settings"
+                    )
                 if name not in runs:
                     for a, b in (("snapshot_steps", "snapshot_every"), ("eval_steps", "eval_every")):
                         if settings.get(a) is not None and settings.get(b) is not None:
                             raise ConfigError(f"{where}: give {a} or {b}, not both")
                     try:
-                        steps = snapshot_steps(settings.get("snapshot_steps"), settings.get("snapshot_every"),
-                                               settings["max_steps"])
+                        steps = snapshot_steps(
+                            settings.get("snapshot_steps"), settings.get("snapshot_every"), settings["max_steps"]
+                        )
                     except UserError as exc:
                         raise ConfigError(f"{where}: {exc}") from None
                     try:  # the trainer's own check of the hyperparameters, before any run directory exists
@@ -149,8 +172,10 @@ def select_update_runs(runs: Mapping[str, Run], groups: Mapping[str, list[str]],
     for r in selected:
         bad = [s for s in updates["steps"] if s not in runs[r].snapshot_steps]
         if bad:
-            raise ConfigError(f"config updates.steps: {bad} are not snapshot steps of run {r} "
-                              f"(snapshots at {runs[r].snapshot_steps[:8]}...)")
+            raise ConfigError(
+                f"config updates.steps: {bad} are not snapshot steps of run {r} "
+                f"(snapshots at {runs[r].snapshot_steps[:8]}...)"
+            )
     return selected
 
 
@@ -186,8 +211,13 @@ def alternation(names: Iterable[str]) -> str:
 class Plan:
     """Everything the rules look up, derived once from the validated config (see the module docstring)."""
 
-    def __init__(self, config: Mapping, repo: str, configfiles: Sequence[str] = (),
-                 find_package: Callable[[str, str], str] = package_dir):
+    def __init__(
+        self,
+        config: Mapping,
+        repo: str,
+        configfiles: Sequence[str] = (),
+        find_package: Callable[[str, str], str] = package_dir,
+    ):
         self.config = config
         self.repo = repo
         self.results = os.path.normpath(config["results"])
@@ -199,8 +229,9 @@ class Plan:
             if group not in self.groups:
                 raise ConfigError(f"config: group {group!r} is not a key of training.groups ({', '.join(self.groups)})")
         self.update_runs = select_update_runs(self.runs, self.groups, config["updates"])
-        self.pretrained = resolve_pretrained(config["pretrained"], find_package, self.res("hub-qk"),
-                                             joined_dir=self.res("pretrained", "files"))
+        self.pretrained = resolve_pretrained(
+            config["pretrained"], find_package, self.res("hub-qk"), joined_dir=self.res("pretrained", "files")
+        )
         self.prefetched = [k for k, m in self.pretrained.items() if m.hub_id]  # rule prefetch_qk's models
         self.catalog = load_catalog(os.path.join(repo, "notebooks", "catalog.yaml"))
         for nb in f["skip"]:
@@ -271,8 +302,10 @@ class Plan:
                 out[self.runs[run].objective].append(run)
         for objective, runs in out.items():
             if not runs:
-                raise ConfigError(f"config figures.emergence_group {f['emergence_group']!r} has no {objective} run "
-                                  f"with init {f['baseline_init']!r}")
+                raise ConfigError(
+                    f"config figures.emergence_group {f['emergence_group']!r} has no {objective} run "
+                    f"with init {f['baseline_init']!r}"
+                )
             runs.sort(key=lambda r: self.runs[r].seed)
         return out
 
@@ -295,6 +328,7 @@ class Plan:
     def placeholders(self) -> dict[str, Callable[[], tuple[str, str | None]]]:
         """Catalog placeholder -> () -> (path given to the notebook, file the rule depends on), evaluated
         only where an entry uses it."""
+
         def manifest():  # the committed record of the manifest (rule record_corpus), not the ignored corpus
             return same(self.corpus_record(self.runs[self.emergence_runs()["encoder"][0]].dataset))
 
@@ -398,8 +432,10 @@ def schema_error(config: Mapping, schema_path: str, limit: int = 300) -> str | N
 def caption_rst(catalog: Mapping, entry: str) -> str:
     """report/captions/{entry}.rst (committed; tests/test_report.py checks them against the catalog): the
     entry's caption and the notebook and rule that make it."""
-    return (f"{' '.join(catalog[entry]['caption'].split())}\n\n"
-            f"Made by ``{notebook_file(catalog, entry)}`` (rule ``make_{entry}``).\n")
+    return (
+        f"{' '.join(catalog[entry]['caption'].split())}\n\n"
+        f"Made by ``{notebook_file(catalog, entry)}`` (rule ``make_{entry}``).\n"
+    )
 
 
 def slurm_resources(section: Mapping) -> dict[str, str]:
@@ -420,7 +456,8 @@ def shell_prefix(repo: str) -> str:
     return words.replace("{", "{{").replace("}", "}}")
 
 
-def plan(config: Mapping, repo: str, configfiles: Sequence[str] = (),
-         find_package: Callable[[str, str], str] = package_dir) -> Plan:
+def plan(
+    config: Mapping, repo: str, configfiles: Sequence[str] = (), find_package: Callable[[str, str], str] = package_dir
+) -> Plan:
     """The workflow's plan for a validated config (see Plan); ConfigError on keys that disagree."""
     return Plan(config, repo, configfiles, find_package)

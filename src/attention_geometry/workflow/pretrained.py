@@ -1,5 +1,6 @@
 """Pretrained models of the workflow config (`pretrained:`): where each model's files are, how `attention-geometry
-score` is called on them, and their provenance (machine-independent origin, sha256 of the weight files read); and the code's own
+score` is called on them, and their provenance (machine-independent origin, sha256 of the weight files read);
+and the code's own
 provenance, `code_version` (the git commit).
 Torch-free; `workflow.plan` uses it at Snakemake's parse time."""
 
@@ -46,8 +47,11 @@ class Pretrained:
             return [self.file] if os.path.isfile(self.file) else []
         if not self.inputs or not os.path.isdir(self.source):
             return []
-        return sorted(os.path.join(self.source, f) for f in os.listdir(self.source)
-                      if f.endswith((".safetensors", ".bin", ".gguf")))
+        return sorted(
+            os.path.join(self.source, f)
+            for f in os.listdir(self.source)
+            if f.endswith((".safetensors", ".bin", ".gguf"))
+        )
 
     @property
     def offline_env(self) -> str:
@@ -65,13 +69,19 @@ def package_dir(package: str, where: str) -> str:
     """The folder of an installed Python package, located without importing it."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"config {where}: Python package {package!r} is not installed (it ships the model "
-                          "files; `make setup` installs it)")
+        raise ConfigError(
+            f"config {where}: Python package {package!r} is not installed (it ships the model "
+            "files; `make setup` installs it)"
+        )
     return list(spec.submodule_search_locations)[0]
 
 
-def resolve_pretrained(models: Mapping, find_package: Callable[[str, str], str] = package_dir,
-                       prefetch_root: str | None = None, joined_dir: str | None = None) -> dict[str, Pretrained]:
+def resolve_pretrained(
+    models: Mapping,
+    find_package: Callable[[str, str], str] = package_dir,
+    prefetch_root: str | None = None,
+    joined_dir: str | None = None,
+) -> dict[str, Pretrained]:
     """model key -> Pretrained. With prefetch_root, a hub model without a GGUF file is scored from
     {prefetch_root}/{key}, the folder rule prefetch_qk writes (its q/k tensors and config), offline. A GGUF
     file shipped split over packages (`gguf_parts`) is joined into `joined_dir`/KEY/GGUF_FILE (rule
@@ -116,8 +126,18 @@ def resolve_pretrained(models: Mapping, find_package: Callable[[str, str], str] 
             source = os.path.join(prefetch_root, key)
             inputs, args = [source], [a for a in args if a == "--trust-remote-code"]
         args += ["--name", name]
-        out[key] = Pretrained(source=source, file=file, inputs=inputs, args=args, revision=revision, pinned=pinned,
-                              name=name, origin=origin, hub_id=hub_id, fetch_args=fetch_args)
+        out[key] = Pretrained(
+            source=source,
+            file=file,
+            inputs=inputs,
+            args=args,
+            revision=revision,
+            pinned=pinned,
+            name=name,
+            origin=origin,
+            hub_id=hub_id,
+            fetch_args=fetch_args,
+        )
     return out
 
 
@@ -127,8 +147,10 @@ def _joined_gguf(key: str, m: Mapping, find_package: Callable[[str, str], str], 
     where = f"pretrained.{key}"
     missing = [k for k in ("package", "gguf_file", "sha256") if k not in m]
     if missing or joined_dir is None:
-        raise ConfigError(f"config {where}: gguf_parts needs package, gguf_file and sha256 "
-                          f"(missing: {', '.join(missing) or 'the folder to join into'})")
+        raise ConfigError(
+            f"config {where}: gguf_parts needs package, gguf_file and sha256 "
+            f"(missing: {', '.join(missing) or 'the folder to join into'})"
+        )
     find_package(m["package"], where)
     parts, origins = [], []
     for spec in m["gguf_parts"]:
@@ -140,9 +162,18 @@ def _joined_gguf(key: str, m: Mapping, find_package: Callable[[str, str], str], 
     source = os.path.join(joined_dir, key)
     file = os.path.join(source, m["gguf_file"])
     name = m.get("name", m["gguf_file"])
-    return Pretrained(source=source, file=file, inputs=[file], args=["--gguf-file", m["gguf_file"], "--name", name],
-                      revision="", pinned=True, name=name, parts=parts, sha256=m["sha256"],
-                      origin=f"pip:{_distribution(m['package'])}/{m['gguf_file']} (joined: {' + '.join(origins)})")
+    return Pretrained(
+        source=source,
+        file=file,
+        inputs=[file],
+        args=["--gguf-file", m["gguf_file"], "--name", name],
+        revision="",
+        pinned=True,
+        name=name,
+        parts=parts,
+        sha256=m["sha256"],
+        origin=f"pip:{_distribution(m['package'])}/{m['gguf_file']} (joined: {' + '.join(origins)})",
+    )
 
 
 def add_arguments_join_parts(parser) -> None:
@@ -171,16 +202,25 @@ def _distribution(package: str) -> str:
 PRETRAINED_COLUMNS = ["key", "name", "origin", "revision", "pinned", "sha256"]
 
 
-
-
 def pretrained_rows(pretrained: Mapping[str, Pretrained]) -> list[dict]:
     """The rows of {results}/tables/pretrained_models.csv (columns PRETRAINED_COLUMNS)."""
-    return [{"key": key, "name": m.name, "origin": m.origin, "revision": m.revision, "pinned": m.pinned,
-             # a joined file: its recorded sha256, which join_pretrained_parts checked (this table is written at
-             # parse time, maybe before the parts are joined)
-             "sha256": (f"{os.path.basename(m.file)}:{m.sha256}" if m.parts and m.file else
-                        " ".join(f"{os.path.basename(f)}:{file_sha256(f)}" for f in m.weight_files()))}
-            for key, m in pretrained.items()]
+    return [
+        {
+            "key": key,
+            "name": m.name,
+            "origin": m.origin,
+            "revision": m.revision,
+            "pinned": m.pinned,
+            # a joined file: its recorded sha256, which join_pretrained_parts checked (this table is written at
+            # parse time, maybe before the parts are joined)
+            "sha256": (
+                f"{os.path.basename(m.file)}:{m.sha256}"
+                if m.parts and m.file
+                else " ".join(f"{os.path.basename(f)}:{file_sha256(f)}" for f in m.weight_files())
+            ),
+        }
+        for key, m in pretrained.items()
+    ]
 
 
 def code_version(repo: str) -> str:
@@ -190,8 +230,10 @@ def code_version(repo: str) -> str:
     import subprocess
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, check=True,
-                              timeout=30).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", repo, *args], capture_output=True, text=True, check=True, timeout=30
+        ).stdout.strip()
+
     try:
         commit = git("rev-parse", "HEAD")
         dirty = git("status", "--porcelain", "--untracked-files=normal", "--", ".", ":(exclude)results")

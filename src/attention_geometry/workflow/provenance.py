@@ -24,5 +24,9 @@ def package_versions(names: Iterable[str]) -> dict[str, str]:
 
 
 def machine() -> dict[str, str]:
-    return {"platform": platform.platform(), "machine": platform.machine(), "python": platform.python_version(),
-            "cpus": str(os.cpu_count())}
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "cpus": str(os.cpu_count()),
+    }

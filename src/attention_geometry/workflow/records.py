@@ -59,14 +59,21 @@ def records(plan: Plan) -> dict[str, tuple[list[str], dict]]:
         "pretrained_models": ([table("pretrained_models.csv")], {"pretrained": cfg["pretrained"]}),
         "training_scores": ([table("training_scores.csv")], {"runs": runs}),
         "training_loss": ([table("training_loss.csv")], {"runs": runs}),
-        "update_scores": ([table("update_scores.csv")],
-                          {"runs": {r: runs[r] for r in plan.update_runs}, "updates": cfg["updates"]}),
-        "null_scores": ([table("null_scores.csv")],
-                        {"run": runs[plan.null_source_run()], "null_samples": f.get("null_samples")}),
-        "symmetry_speedup": ([table("symmetry_speedup_runs.csv"), table("symmetry_speedup_correlations.csv")],
-                             {"ablation_runs": plan.ablation_runs(),
-                              **{k: f[k] for k in ("baseline_init", "ci_level", "bootstrap_resamples",
-                                                   "bootstrap_seed")}}),
+        "update_scores": (
+            [table("update_scores.csv")],
+            {"runs": {r: runs[r] for r in plan.update_runs}, "updates": cfg["updates"]},
+        ),
+        "null_scores": (
+            [table("null_scores.csv")],
+            {"run": runs[plan.null_source_run()], "null_samples": f.get("null_samples")},
+        ),
+        "symmetry_speedup": (
+            [table("symmetry_speedup_runs.csv"), table("symmetry_speedup_correlations.csv")],
+            {
+                "ablation_runs": plan.ablation_runs(),
+                **{k: f[k] for k in ("baseline_init", "ci_level", "bootstrap_resamples", "bootstrap_seed")},
+            },
+        ),
     }
     corpus = plan.runs[plan.emergence_runs()["encoder"][0]].dataset
     out[f"corpus_{corpus}"] = ([plan.corpus_record(corpus)], {"corpus": plan.corpora[corpus]})
@@ -106,6 +113,8 @@ def stale_error(plan: Plan, table: dict[str, tuple[list[str], dict]] | None = No
         remove += [*present, path]
     if not stale:
         return None
-    return (f"config: {len(stale)} result(s) were made with another config than this one ({', '.join(stale)}; "
-            f"the config that made each is in {plan.res(RECORD_DIR)}/): to remake them from this config run "
-            f"`rm {' '.join(remove)}` and then the workflow again, or restore the config")
+    return (
+        f"config: {len(stale)} result(s) were made with another config than this one ({', '.join(stale)}; "
+        f"the config that made each is in {plan.res(RECORD_DIR)}/): to remake them from this config run "
+        f"`rm {' '.join(remove)}` and then the workflow again, or restore the config"
+    )

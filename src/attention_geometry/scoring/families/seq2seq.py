@@ -8,7 +8,8 @@ the proofs in tests/test_proof_seq2seq.py neutralize it: docs/architectures/seq2
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from attention_geometry.scoring.registry import Family, Stack, config_field, register
 
@@ -31,32 +32,67 @@ def first_of(*names: str) -> Callable[[Any], int | None]:
 def t5_stacks(sub_config: str | None = None, prefix: str = "", decoder: bool = True) -> tuple[Stack, ...]:
     """T5's self-attention: block i, sub-layer 0 (`SelfAttention`, q and k without bias, no 1/sqrt(d) scale;
     block 0 holds the relative position bias that every block adds to its logits)."""
-    enc = Stack("encoder", prefix + "encoder.block.{i}.layer.0.SelfAttention.q.weight",
-                prefix + "encoder.block.{i}.layer.0.SelfAttention.k.weight",
-                sub_config=sub_config, n_layers="num_layers", n_heads="num_heads", d_model="d_model")
+    enc = Stack(
+        "encoder",
+        prefix + "encoder.block.{i}.layer.0.SelfAttention.q.weight",
+        prefix + "encoder.block.{i}.layer.0.SelfAttention.k.weight",
+        sub_config=sub_config,
+        n_layers="num_layers",
+        n_heads="num_heads",
+        d_model="d_model",
+    )
     if not decoder:
         return (enc,)
-    dec = Stack("decoder", prefix + "decoder.block.{i}.layer.0.SelfAttention.q.weight",
-                prefix + "decoder.block.{i}.layer.0.SelfAttention.k.weight",
-                sub_config=sub_config, n_layers=first_of("num_decoder_layers", "num_layers"),
-                n_heads="num_heads", d_model="d_model")
+    dec = Stack(
+        "decoder",
+        prefix + "decoder.block.{i}.layer.0.SelfAttention.q.weight",
+        prefix + "decoder.block.{i}.layer.0.SelfAttention.k.weight",
+        sub_config=sub_config,
+        n_layers=first_of("num_decoder_layers", "num_layers"),
+        n_heads="num_heads",
+        d_model="d_model",
+    )
     return enc, dec
 
 
-def bart_stacks(attn: str = "self_attn", d_model: str = "d_model", encoder_attn: str | None = None,
-                encoder: str = "encoder.layers", decoder: str = "decoder.layers") -> tuple[Stack, ...]:
+def bart_stacks(
+    attn: str = "self_attn",
+    d_model: str = "d_model",
+    encoder_attn: str | None = None,
+    encoder: str = "encoder.layers",
+    decoder: str = "decoder.layers",
+) -> tuple[Stack, ...]:
     """BART-style stacks: `<encoder>.{i}.<attn>.{q,k}_proj` and `<decoder>.{i}.<attn>.{q,k}_proj`, sized by the
     encoder_* / decoder_* config fields (BART, mBART, Whisper, Speech2Text, SpeechT5, DETR)."""
     ea = encoder_attn or attn
     return (
-        Stack("encoder", f"{encoder}.{{i}}.{ea}.q_proj.weight", f"{encoder}.{{i}}.{ea}.k_proj.weight",
-              n_layers="encoder_layers", n_heads="encoder_attention_heads", d_model=d_model),
-        Stack("decoder", f"{decoder}.{{i}}.{attn}.q_proj.weight", f"{decoder}.{{i}}.{attn}.k_proj.weight",
-              n_layers="decoder_layers", n_heads="decoder_attention_heads", d_model=d_model),
+        Stack(
+            "encoder",
+            f"{encoder}.{{i}}.{ea}.q_proj.weight",
+            f"{encoder}.{{i}}.{ea}.k_proj.weight",
+            n_layers="encoder_layers",
+            n_heads="encoder_attention_heads",
+            d_model=d_model,
+        ),
+        Stack(
+            "decoder",
+            f"{decoder}.{{i}}.{attn}.q_proj.weight",
+            f"{decoder}.{{i}}.{attn}.k_proj.weight",
+            n_layers="decoder_layers",
+            n_heads="decoder_attention_heads",
+            d_model=d_model,
+        ),
     )
 
 
-register(Family("t5", "encoder-decoder", "text", t5_stacks(),
-                note="relative position bias (block 0's table, shared by all blocks) added to the logits"))
+register(
+    Family(
+        "t5",
+        "encoder-decoder",
+        "text",
+        t5_stacks(),
+        note="relative position bias (block 0's table, shared by all blocks) added to the logits",
+    )
+)
 register(Family("bart", "encoder-decoder", "text", bart_stacks()))
 register(Family("mbart", "encoder-decoder", "text", bart_stacks()))

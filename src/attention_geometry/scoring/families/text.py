@@ -26,11 +26,7 @@ def _albert_positions(config: Any) -> list[dict[str, int]]:
     n_layers = int(config_field(config, "num_hidden_layers"))
     n_groups = int(config_field(config, "num_hidden_groups") or 1)
     n_inner = int(config_field(config, "inner_group_num") or 1)
-    return [
-        {"g": int(i / (n_layers / n_groups)), "j": j}
-        for i in range(n_layers)
-        for j in range(n_inner)
-    ]
+    return [{"g": int(i / (n_layers / n_groups)), "j": j} for i in range(n_layers) for j in range(n_inner)]
 
 
 # ------------------------------------------------------------------------------------------- encoders
@@ -41,30 +37,76 @@ _BERT_K = "encoder.layer.{i}.attention.self.key.weight"
 for _type in ("bert", "roberta", "xlm-roberta", "electra"):
     register(Family(_type, "encoder-only", "text", (Stack("encoder", _BERT_Q, _BERT_K),)))
 
-register(Family("albert", "encoder-only", "text", (
-    Stack("encoder",
-          "encoder.albert_layer_groups.{g}.albert_layers.{j}.attention.query.weight",
-          "encoder.albert_layer_groups.{g}.albert_layers.{j}.attention.key.weight",
-          positions=_albert_positions),
-), note="layers shared across positions: one row per applied position"))
+register(
+    Family(
+        "albert",
+        "encoder-only",
+        "text",
+        (
+            Stack(
+                "encoder",
+                "encoder.albert_layer_groups.{g}.albert_layers.{j}.attention.query.weight",
+                "encoder.albert_layer_groups.{g}.albert_layers.{j}.attention.key.weight",
+                positions=_albert_positions,
+            ),
+        ),
+        note="layers shared across positions: one row per applied position",
+    )
+)
 
-register(Family("distilbert", "encoder-only", "text", (
-    Stack("encoder", "transformer.layer.{i}.attention.q_lin.weight", "transformer.layer.{i}.attention.k_lin.weight",
-          n_layers="n_layers", n_heads="n_heads", d_model="dim"),
-)))
+register(
+    Family(
+        "distilbert",
+        "encoder-only",
+        "text",
+        (
+            Stack(
+                "encoder",
+                "transformer.layer.{i}.attention.q_lin.weight",
+                "transformer.layer.{i}.attention.k_lin.weight",
+                n_layers="n_layers",
+                n_heads="n_heads",
+                d_model="dim",
+            ),
+        ),
+    )
+)
 
-register(Family("deberta", "encoder-only", "text", (
-    Stack("encoder", "encoder.layer.{i}.attention.self.in_proj.weight", layout="fused_qkv_per_head"),
-), note="relative_attention adds c2p/p2c position terms; talking_head mixes heads"))
+register(
+    Family(
+        "deberta",
+        "encoder-only",
+        "text",
+        (Stack("encoder", "encoder.layer.{i}.attention.self.in_proj.weight", layout="fused_qkv_per_head"),),
+        note="relative_attention adds c2p/p2c position terms; talking_head mixes heads",
+    )
+)
 
-register(Family("deberta-v2", "encoder-only", "text", (
-    Stack("encoder", "encoder.layer.{i}.attention.self.query_proj.weight",
-          "encoder.layer.{i}.attention.self.key_proj.weight"),
-), note="relative_attention adds c2p/p2c position terms"))
+register(
+    Family(
+        "deberta-v2",
+        "encoder-only",
+        "text",
+        (
+            Stack(
+                "encoder",
+                "encoder.layer.{i}.attention.self.query_proj.weight",
+                "encoder.layer.{i}.attention.self.key_proj.weight",
+            ),
+        ),
+        note="relative_attention adds c2p/p2c position terms",
+    )
+)
 
-register(Family("modernbert", "encoder-only", "text", (
-    Stack("encoder", "layers.{i}.attn.Wqkv.weight", layout="fused_qkv"),
-), note="rotary position embedding; local (sliding-window) attention in some layers"))
+register(
+    Family(
+        "modernbert",
+        "encoder-only",
+        "text",
+        (Stack("encoder", "layers.{i}.attn.Wqkv.weight", layout="fused_qkv"),),
+        note="rotary position embedding; local (sliding-window) attention in some layers",
+    )
+)
 
 # ------------------------------------------------------------------------------------------- decoders
 
@@ -73,19 +115,52 @@ register(Family("openai-gpt", "decoder-only", "text", (Stack("decoder", "h.{i}.a
 register(Family("gpt2", "decoder-only", "text", (Stack("decoder", "h.{i}.attn.c_attn.weight", **_GPT2),)))
 register(Family("imagegpt", "decoder-only", "vision", (Stack("decoder", "h.{i}.attn.c_attn.weight", **_GPT2),)))
 
-register(Family("gpt_neo", "decoder-only", "text", (
-    Stack("decoder", "h.{i}.attn.attention.q_proj.weight", "h.{i}.attn.attention.k_proj.weight",
-          n_layers="num_layers", n_heads="num_heads"),
-), note="local (sliding-window) attention in alternate layers; no 1/sqrt(d_head) scaling"))
+register(
+    Family(
+        "gpt_neo",
+        "decoder-only",
+        "text",
+        (
+            Stack(
+                "decoder",
+                "h.{i}.attn.attention.q_proj.weight",
+                "h.{i}.attn.attention.k_proj.weight",
+                n_layers="num_layers",
+                n_heads="num_heads",
+            ),
+        ),
+        note="local (sliding-window) attention in alternate layers; no 1/sqrt(d_head) scaling",
+    )
+)
 
-register(Family("gptj", "decoder-only", "text", (
-    Stack("decoder", "h.{i}.attn.q_proj.weight", "h.{i}.attn.k_proj.weight",
-          n_layers="n_layer", n_heads="n_head", d_model="n_embd"),
-), note="rotary position embedding on the first rotary_dim features of each head"))
+register(
+    Family(
+        "gptj",
+        "decoder-only",
+        "text",
+        (
+            Stack(
+                "decoder",
+                "h.{i}.attn.q_proj.weight",
+                "h.{i}.attn.k_proj.weight",
+                n_layers="n_layer",
+                n_heads="n_head",
+                d_model="n_embd",
+            ),
+        ),
+        note="rotary position embedding on the first rotary_dim features of each head",
+    )
+)
 
-register(Family("gpt_neox", "decoder-only", "text", (
-    Stack("decoder", "layers.{i}.attention.query_key_value.weight", layout="fused_qkv_per_head"),
-), note="rotary position embedding on a fraction of each head"))
+register(
+    Family(
+        "gpt_neox",
+        "decoder-only",
+        "text",
+        (Stack("decoder", "layers.{i}.attention.query_key_value.weight", layout="fused_qkv_per_head"),),
+        note="rotary position embedding on a fraction of each head",
+    )
+)
 
 _LLAMA_Q = "layers.{i}.self_attn.q_proj.weight"
 _LLAMA_K = "layers.{i}.self_attn.k_proj.weight"
@@ -99,10 +174,16 @@ for _type, _note in (
     ("gemma", _ROPE),
     ("gemma3_text", _ROPE + "; RMSNorm on every query and key head (q_norm, k_norm); sliding-window layers"),
 ):
-    register(Family(_type, "decoder-only", "text", (
-        Stack("decoder", _LLAMA_Q, _LLAMA_K, n_kv_heads=_kv_heads),
-    ), note=_note))
+    register(
+        Family(_type, "decoder-only", "text", (Stack("decoder", _LLAMA_Q, _LLAMA_K, n_kv_heads=_kv_heads),), note=_note)
+    )
 
-register(Family("phi3", "decoder-only", "text", (
-    Stack("decoder", "layers.{i}.self_attn.qkv_proj.weight", layout="fused_qkv", n_kv_heads=_kv_heads),
-), note=_ROPE + " (partial); optional sliding-window attention"))
+register(
+    Family(
+        "phi3",
+        "decoder-only",
+        "text",
+        (Stack("decoder", "layers.{i}.self_attn.qkv_proj.weight", layout="fused_qkv", n_kv_heads=_kv_heads),),
+        note=_ROPE + " (partial); optional sliding-window attention",
+    )
+)

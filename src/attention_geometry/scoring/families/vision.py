@@ -8,30 +8,68 @@ docs/architectures/seq2seq-vision-audio.md.
 
 from __future__ import annotations
 
-from attention_geometry.scoring.registry import Family, Stack, register
 from attention_geometry.scoring.families.seq2seq import bart_stacks
+from attention_geometry.scoring.registry import Family, Stack, register
 
 
 def vit_stack() -> tuple[Stack, ...]:
     """ViT-style encoder layer i: `encoder.layer.{i}.attention.attention.{query,key}` (ViT, DeiT, BEiT, DINOv2,
     and ViT-MAE's encoder, whose pretraining decoder `decoder.decoder_layers` is not matched)."""
-    return (Stack("encoder", "encoder.layer.{i}.attention.attention.query.weight",
-                  "encoder.layer.{i}.attention.attention.key.weight"),)
+    return (
+        Stack(
+            "encoder",
+            "encoder.layer.{i}.attention.attention.query.weight",
+            "encoder.layer.{i}.attention.attention.key.weight",
+        ),
+    )
 
 
 register(Family("vit", "encoder-only", "vision", vit_stack()))
 register(Family("deit", "encoder-only", "vision", vit_stack()))
-register(Family("beit", "encoder-only", "vision", vit_stack(),
-                note="relative position bias (per layer or shared) added to the logits; key has no bias"))
+register(
+    Family(
+        "beit",
+        "encoder-only",
+        "vision",
+        vit_stack(),
+        note="relative position bias (per layer or shared) added to the logits; key has no bias",
+    )
+)
 register(Family("dinov2", "encoder-only", "vision", vit_stack()))
-register(Family("vit_mae", "encoder-only", "vision", vit_stack(),
-                note="encoder only (the paper's ViT-MAE rows); the pretraining decoder is not scored"))
+register(
+    Family(
+        "vit_mae",
+        "encoder-only",
+        "vision",
+        vit_stack(),
+        note="encoder only (the paper's ViT-MAE rows); the pretraining decoder is not scored",
+    )
+)
 # DETR: q and k act on hidden + position embedding (sine over the feature map in the encoder, learned object
 # queries in the decoder); the decoder's self-attention over object queries is not causal.
-register(Family("detr", "encoder-decoder", "vision", bart_stacks(),
-                note="q and k act on hidden states plus position embeddings (values do not)"))
+register(
+    Family(
+        "detr",
+        "encoder-decoder",
+        "vision",
+        bart_stacks(),
+        note="q and k act on hidden states plus position embeddings (values do not)",
+    )
+)
 # GIT: the paper's GIT-images rows are the 6-layer transformer over image tokens followed by text tokens
 # (`git.encoder`, BERT-style), labelled encoder-only/encoder there; its CLIP-style image encoder is not scored.
-register(Family("git", "encoder-only", "vision", (
-    Stack("encoder", "encoder.layer.{i}.attention.self.query.weight", "encoder.layer.{i}.attention.self.key.weight"),
-), note="image tokens attend to image tokens only, text tokens to image tokens and causally to text"))
+register(
+    Family(
+        "git",
+        "encoder-only",
+        "vision",
+        (
+            Stack(
+                "encoder",
+                "encoder.layer.{i}.attention.self.query.weight",
+                "encoder.layer.{i}.attention.self.key.weight",
+            ),
+        ),
+        note="image tokens attend to image tokens only, text tokens to image tokens and causally to text",
+    )
+)
