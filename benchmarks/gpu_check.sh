@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issue 11). On a CUDA machine, from the repository root:
+# The prepared GPU check: training and scoring on CUDA, which no CPU-only test covers. On a CUDA machine, from
+# the repository root:
 #
 #     bash benchmarks/gpu_check.sh [WORKDIR]      # default WORKDIR: a new folder under /tmp
 #

@@ -76,7 +76,7 @@ def score_null(
     samples = _check_samples(samples)
     cfg = run_config if isinstance(run_config, RunConfig) else load_run_config(run_config)
     corpus = read_corpus(cfg.corpus)
-    _, h = resolve_run(cfg, corpus)
+    h = resolve_run(cfg, corpus).hyper
     special = corpus.special_tokens
     tables = []
     with tqdm(total=len(inits) * samples, desc=f"null {cfg.size}", unit="model", disable=not progress) as bar:

@@ -23,7 +23,7 @@ are masked and how, which targets carry a loss) and the masking fields are train
 arithmetic are this module's. (1) The masks come from one torch.Generator seeded with --seed
 (`mask_heldout`), not from training.mask_tokens's per-row numpy generators: the committed claims were
 computed with these draws, and training's draws move the default's claim h_gradient_1 out of its committed
-95 % interval (its verdict changes; measured for issue 9). (2) The loss is the stock transformers forward
+95 % interval (its verdict changes). (2) The loss is the stock transformers forward
 (logit-keeping attention below) with `objective_loss` in the model's dtype, not training.lm_loss, which
 never forms the logits (fused attention) and takes its cross-entropy in float32: that caps the float64
 autograd check of G at ~1e-8 (1e-15 here) and moves the gradient rows by ~1e-7.

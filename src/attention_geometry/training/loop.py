@@ -3,12 +3,13 @@
 Each process takes its contiguous slice of the global batch (training/batches.py says which examples and
 masks an update sees), then splits it into `grad_accum` micro-batches. The loss of an update is the token
 mean over the whole global batch (each process divides its token-summed loss by the global token count,
-which every process knows without communication). What is written where: training/checkpoint.py.
+which every process knows without communication). What is written where: training/snapshots.py.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import sys
@@ -23,7 +24,6 @@ import torch
 from torch import nn
 
 from attention_geometry.errors import UserError
-from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.corpus import Corpus, load_corpus
 from attention_geometry.formats.files import pid_lock
 from attention_geometry.formats.rundir import TRAIN_LOG, find_state, lock_path, state_step, warn_stderr
@@ -38,7 +38,7 @@ from attention_geometry.training.batches import (
 )
 from attention_geometry.training.hyper import Hyper
 from attention_geometry.training.models import build_model, hidden_states, lm_loss, symmetry_penalty
-from attention_geometry.training.run_config import RunConfig, resolve_run
+from attention_geometry.training.run_config import ResolvedRun, RunConfig, RunRuntime, resolve_run
 from attention_geometry.training.runtime import (
     _autocast,
     _dist_env,
@@ -143,8 +143,7 @@ class _Run:
 
     cfg: RunConfig
     corpus: Corpus
-    resolved: dict
-    h: Hyper
+    resolved: ResolvedRun
     out: Path
     dev: torch.device
     world: int
@@ -155,6 +154,10 @@ class _Run:
     scaler: Any = None
     autocast: Callable[[], Any] = contextlib.nullcontext
     fwd: Any = None
+
+    @property
+    def h(self) -> Hyper:
+        return self.resolved.hyper
 
     @property
     def special(self) -> dict[str, int]:
@@ -201,7 +204,7 @@ class _LossLog:
 
     def __init__(self, run: _Run, rows: list[dict], row_steps: set[int]):
         self.run, self.rows, self.row_steps = run, rows, row_steps
-        self.ident = {k: run.resolved[k] for k in ("run", *RUN_KEYS)}
+        self.ident = run.resolved.labels()
         self.pending: list[tuple] = []  # (step, token-summed loss of this process, lr, global token count)
         self.window: list[float] = []  # per-update mean losses since the last row
 
@@ -241,8 +244,8 @@ class _LossLog:
 
 def _eval_at(run: _Run, step: int) -> float | None:
     """The held-out loss at `step` on process 0 when `step` is an eval step, else None."""
-    n_eval = run.resolved["eval_blocks"]
-    if run.rank != 0 or n_eval == 0 or step not in run.resolved["eval_steps"]:
+    n_eval = run.resolved.eval_blocks
+    if run.rank != 0 or n_eval == 0 or step not in run.resolved.eval_steps:
         return None
     e = evaluate(
         run.model,
@@ -330,7 +333,8 @@ def train(
     {run, step, status: trained|resumed|finished, seconds, s_per_step}. Every input is validated before
     anything is written."""
     corpus = load_corpus(cfg.corpus)
-    resolved, h = resolve_run(cfg, corpus)
+    resolved = resolve_run(cfg, corpus)
+    h = resolved.hyper
     threads = threads if threads is not None else cfg.threads
     device_name = device if device is not None else cfg.device
     world, rank, local_rank = _dist_env()
@@ -344,7 +348,9 @@ def train(
     if threads:
         torch.set_num_threads(threads)
     out = Path(out)
-    resolved["runtime"] = {"threads": threads, "device": str(dev.type), "world_size": world}
+    resolved = dataclasses.replace(
+        resolved, runtime=RunRuntime(threads=threads, device=str(dev.type), world_size=world)
+    )
 
     dist = None
     if world > 1:
@@ -356,7 +362,7 @@ def train(
     try:  # one writer per run dir: process 0 holds {out}.lock (the other processes are its DDP peers)
         lock = pid_lock(lock_path(out), f"run {out}", warn=warn_stderr) if rank == 0 else contextlib.nullcontext()
         with lock:
-            return _train(_Run(cfg, corpus, resolved, h, out, dev, world, rank, dist), progress)
+            return _train(_Run(cfg, corpus, resolved, out, dev, world, rank, dist), progress)
     finally:
         if dist is not None and dist.is_initialized():
             dist.destroy_process_group()
@@ -371,7 +377,7 @@ def _warn(message: str) -> None:
 def _resume_state(run: _Run) -> Path | None:
     """The state to resume from (None: step 0). Process 0 removes what an interrupted run left, picks the
     newest intact state (rundir.find_state: else the previous one, with a warning) and makes it state/ again
-    (checkpoint.adopt_state); the other processes then take state/."""
+    (snapshots.adopt_state); the other processes then take state/."""
     state = None
     if run.rank == 0:
         for p in remove_leftovers(run.out):
@@ -385,7 +391,7 @@ def _resume_state(run: _Run) -> Path | None:
 def _train(run: _Run, progress: bool) -> dict:
     t_start = time.perf_counter()
     resolved, out = run.resolved, run.out
-    name, max_steps = resolved["run"], resolved["max_steps"]
+    name, max_steps = resolved.run, resolved.max_steps
     change = None
     if run.rank == 0:
         out.mkdir(parents=True, exist_ok=True)
@@ -411,12 +417,12 @@ def _train(run: _Run, progress: bool) -> dict:
                 log.info("run %s already finished at step %d: nothing to do", name, start)
             return {"run": name, "step": start, "status": "finished", "seconds": 0.0, "s_per_step": None}
 
-        snaps, evals = set(resolved["snapshot_steps"]), set(resolved["eval_steps"])
-        state_every = resolved["state_every"]
+        snaps, evals = set(resolved.snapshot_steps), set(resolved.eval_steps)
+        state_every = resolved.state_every
 
         def row_step(s: int) -> bool:
             return (
-                s % resolved["log_every"] == 0
+                s % resolved.log_every == 0
                 or s in evals
                 or s in snaps
                 or s == max_steps
@@ -431,7 +437,7 @@ def _train(run: _Run, progress: bool) -> dict:
             check_loss_rows(
                 out,
                 kept,
-                {s for s in range(1, start + 1) if row_step(s)} | ({0} if resolved["eval_blocks"] > 0 else set()),
+                {s for s in range(1, start + 1) if row_step(s)} | ({0} if resolved.eval_blocks > 0 else set()),
             )
         prec = _build(run, state_dir)
         losses = _LossLog(run, kept, row_steps)  # a resumed run drops the rows after its state's step
@@ -451,7 +457,7 @@ def _train(run: _Run, progress: bool) -> dict:
                 losses.add_eval0(e0)
 
         order = Order(int(run.corpus.train.shape[0]), run.cfg.seed)
-        lam = resolved["regularizer"]["lambda"]
+        lam = resolved.regularizer_lambda
         bar = None
         if run.rank == 0 and progress:
             from tqdm.auto import tqdm

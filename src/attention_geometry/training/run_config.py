@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from attention_geometry.errors import UserError
+from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.corpus import Corpus, corpus_sha256, load_corpus
 from attention_geometry.formats.files import read_yaml
 from attention_geometry.formats.rundir import run_name, snapshot_steps
@@ -18,6 +19,8 @@ from attention_geometry.training.hyper import INITS, OBJECTIVES, SIZES, Hyper, r
 
 __all__ = [
     "RunConfig",
+    "ResolvedRun",
+    "RunRuntime",
     "read_corpus",
     "load_run_config",
     "run_config_from_dict",
@@ -179,9 +182,76 @@ def _resolve_steps(cfg: RunConfig, max_steps: int, where: str) -> tuple[list[int
     )
 
 
-def resolve_run(cfg: RunConfig, corpus: Corpus) -> tuple[dict, Hyper]:
-    """The full resolved run config (what run.yaml holds) and the Hyper it implies; UserError on a corpus
-    that does not fit the model (block_len > positions, token ids >= vocab size, no held-out blocks)."""
+@dataclass(frozen=True)
+class RunRuntime:
+    """How a run is executed (run.yaml `runtime`; never compared when a run dir is reused): torch threads
+    (None: torch's default), the device (RUN.yaml's choice until the trainer has picked one, then its type)
+    and the number of trainer processes."""
+
+    threads: int | None
+    device: str
+    world_size: int = 1
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    """A run resolved on its prepared corpus: every setting with its value filled in, what run.yaml holds
+    (`as_run_yaml`). The trainer reads it by attribute; run.yaml itself stays a plain mapping, so the readers of
+    run dirs (formats.rundir.read_run_yaml) need no training code."""
+
+    run: str  # the run name (RUN.yaml `run`, else rundir.run_name)
+    size: str
+    dataset: str  # the corpus manifest's
+    objective: str
+    init: str
+    seed: int
+    corpus: str  # the prepared corpus, an absolute path
+    corpus_sha256: str  # the corpus's identity on resume (its path may change): formats.corpus.corpus_sha256
+    corpus_manifest: dict[str, Any]  # the manifest's dataset, name, block_len, vocab_size, special_tokens
+    n_train_blocks: int
+    max_steps: int
+    snapshot_steps: tuple[int, ...]  # sorted, with 0 and max_steps
+    eval_steps: tuple[int, ...]  # sorted, with 0 and max_steps
+    eval_blocks: int  # at most the corpus's held-out blocks; 0: no evaluation
+    state_every: int | None
+    log_every: int
+    regularizer_lambda: float  # the symmetry regularizer's weight; 0: off
+    hyper: Hyper
+    runtime: RunRuntime
+
+    def labels(self) -> dict[str, Any]:
+        """The run name and the RUN_KEYS columns (formats.columns) that label each loss.csv row."""
+        return {k: getattr(self, k) for k in ("run", *RUN_KEYS)}
+
+    def as_run_yaml(self) -> dict[str, Any]:
+        """The mapping run.yaml holds (its keys in this order; the trainer compares it with an existing run
+        dir's run.yaml key by key: snapshots.compare_run_yaml)."""
+        return {
+            "run": self.run,
+            "size": self.size,
+            "dataset": self.dataset,
+            "objective": self.objective,
+            "init": self.init,
+            "seed": self.seed,
+            "corpus": self.corpus,
+            "corpus_sha256": self.corpus_sha256,
+            "corpus_manifest": self.corpus_manifest,
+            "n_train_blocks": self.n_train_blocks,
+            "max_steps": self.max_steps,
+            "snapshot_steps": list(self.snapshot_steps),
+            "eval_steps": list(self.eval_steps),
+            "eval_blocks": self.eval_blocks,
+            "state_every": self.state_every,
+            "log_every": self.log_every,
+            "regularizer": {"lambda": self.regularizer_lambda},
+            "hyper": {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self.hyper).items()},
+            "runtime": dataclasses.asdict(self.runtime),
+        }
+
+
+def resolve_run(cfg: RunConfig, corpus: Corpus) -> ResolvedRun:
+    """The full resolved run (what run.yaml holds; its Hyper is `.hyper`); UserError on a corpus that does
+    not fit the model (block_len > positions, token ids >= vocab size, no held-out blocks)."""
     h = resolve_hyper(cfg.size, cfg.overrides, where="overrides")
     if cfg.max_steps is not None:
         h.max_steps = cfg.max_steps
@@ -211,29 +281,28 @@ def resolve_run(cfg: RunConfig, corpus: Corpus) -> tuple[dict, Hyper]:
     dataset = corpus.dataset
     name = cfg.run or run_name(cfg.size, dataset, cfg.objective, cfg.init, cfg.seed)
     lam = float((cfg.regularizer or {}).get("lambda", 0.0))
-    resolved = {
-        "run": name,
-        "size": cfg.size,
-        "dataset": dataset,
-        "objective": cfg.objective,
-        "init": cfg.init,
-        "seed": cfg.seed,
-        "corpus": str(Path(cfg.corpus).resolve()),
-        "corpus_sha256": corpus_sha256(corpus),  # the corpus's identity on resume (its path may change)
-        "corpus_manifest": {
+    return ResolvedRun(
+        run=name,
+        size=cfg.size,
+        dataset=dataset,
+        objective=cfg.objective,
+        init=cfg.init,
+        seed=cfg.seed,
+        corpus=str(Path(cfg.corpus).resolve()),
+        corpus_sha256=corpus_sha256(corpus),
+        corpus_manifest={
             k: corpus.manifest[k]
             for k in ("dataset", "name", "block_len", "vocab_size", "special_tokens")
             if k in corpus.manifest
         },
-        "n_train_blocks": int(corpus.train.shape[0]),
-        "max_steps": max_steps,
-        "snapshot_steps": snaps,
-        "eval_steps": evals,
-        "eval_blocks": min(cfg.eval_blocks, int(corpus.heldout.shape[0])),
-        "state_every": cfg.state_every,
-        "log_every": cfg.log_every,
-        "regularizer": {"lambda": lam},
-        "hyper": {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(h).items()},
-        "runtime": {"threads": cfg.threads, "device": cfg.device},
-    }
-    return resolved, h
+        n_train_blocks=int(corpus.train.shape[0]),
+        max_steps=max_steps,
+        snapshot_steps=tuple(snaps),
+        eval_steps=tuple(evals),
+        eval_blocks=min(cfg.eval_blocks, int(corpus.heldout.shape[0])),
+        state_every=cfg.state_every,
+        log_every=cfg.log_every,
+        regularizer_lambda=lam,
+        hyper=h,
+        runtime=RunRuntime(threads=cfg.threads, device=cfg.device),
+    )

@@ -34,7 +34,7 @@ from attention_geometry.formats.rundir import (
     STATE_PREV,
     snapshot_dir,
 )
-from attention_geometry.training.run_config import RUNTIME_KEYS
+from attention_geometry.training.run_config import RUNTIME_KEYS, ResolvedRun
 
 __all__ = [
     "write_run_yaml",
@@ -131,23 +131,24 @@ def set_aside(out: Path) -> Path:
     return aside
 
 
-def write_run_yaml(out: Path, resolved: dict) -> tuple[str, list[str]]:
+def write_run_yaml(out: Path, resolved: ResolvedRun) -> tuple[str, list[str]]:
     """OUT/run.yaml for the run `resolved`; returns what was found, with the differing keys: "new"
     (written), "same", "moved" (the same run on the same corpus content at another path: rewritten with the
     new path), "extend" (rewritten with the longer run: compare_run_yaml) or "restart" (nothing written:
     the caller sets the old run aside and starts afresh)."""
     path = out / RUN_YAML
+    new = resolved.as_run_yaml()
     if not path.is_file():
-        atomic_write_text(path, _yaml_dump(resolved))
+        atomic_write_text(path, _yaml_dump(new))
         return "new", []
     old = read_yaml(path, RUN_YAML)
     if not isinstance(old, dict):
         raise UserError(f"{path}: not a run.yaml (expected a mapping); move the run dir aside or delete it")
-    action, keys = compare_run_yaml(old, resolved)
-    if action == "same" and old.get("corpus") != resolved.get("corpus"):
-        action, keys = "moved", [f"{old.get('corpus')} -> {resolved.get('corpus')}"]
+    action, keys = compare_run_yaml(old, new)
+    if action == "same" and old.get("corpus") != resolved.corpus:
+        action, keys = "moved", [f"{old.get('corpus')} -> {resolved.corpus}"]
     if action in ("extend", "moved"):
-        atomic_write_text(path, _yaml_dump(resolved))
+        atomic_write_text(path, _yaml_dump(new))
     return action, keys
 
 
@@ -199,7 +200,7 @@ def write_loss_rows(out: Path, rows: list[dict]) -> None:
 # ----------------------------------------------------------------------------------------------- snapshots
 
 
-def save_snapshot(model, out: Path, step: int, resolved: dict) -> Path:
+def save_snapshot(model, out: Path, step: int, resolved: ResolvedRun) -> Path:
     """OUT/checkpoints/step-XXXXXXX/: the model's save_pretrained (model.safetensors, config.json),
     run.yaml, the corpus's tokenizer, a model card, and checksums.json over all of them."""
     final = snapshot_dir(out, step)
@@ -215,8 +216,8 @@ def save_snapshot(model, out: Path, step: int, resolved: dict) -> Path:
         finally:
             if bars:
                 hf_logging.enable_progress_bar()
-        (tmp / RUN_YAML).write_text(_yaml_dump(resolved), encoding="utf-8")
-        _save_tokenizer(resolved.get("corpus"), tmp)
+        (tmp / RUN_YAML).write_text(_yaml_dump(resolved.as_run_yaml()), encoding="utf-8")
+        _save_tokenizer(resolved.corpus, tmp)
         (tmp / "README.md").write_text(model_card(resolved, step), encoding="utf-8")
 
     _write_dir(final, write)
@@ -241,26 +242,26 @@ def _save_tokenizer(corpus_dir: str | None, folder: Path) -> None:
     tok.save_pretrained(folder)
 
 
-def model_card(resolved: dict, step: int) -> str:
+def model_card(resolved: ResolvedRun, step: int) -> str:
     """A snapshot's README.md: what was trained, on what, to which step (its scores live in the workflow's
     tables, not here)."""
-    objective = resolved.get("objective")
+    objective = resolved.objective
     task = {"encoder": "fill-mask", "decoder": "text-generation"}.get(objective, "")
-    h = resolved.get("hyper") or {}
+    h = resolved.hyper
     return (
         f"---\nlibrary_name: transformers\npipeline_tag: {task}\ntags: [attention-geometry]\n---\n\n"
-        f"# {resolved.get('run')} at step {step}\n\n"
+        f"# {resolved.run} at step {step}\n\n"
         f"A weight snapshot of an attention-geometry training run (the workflow that reproduces Saponati et al., "
-        f"ICML 2025): a {resolved.get('size')} BERT-type model ({h.get('num_layers')} layers x "
-        f"{h.get('hidden_size')}, {h.get('num_heads')} heads), objective `{objective}` "
-        f"({'masked LM' if objective == 'encoder' else 'causal LM'}), init `{resolved.get('init')}`, seed "
-        f"{resolved.get('seed')}, trained on the `{resolved.get('dataset')}` corpus; step {step} of "
-        f"{resolved.get('max_steps')}. The full run config is `run.yaml` beside this file; the symmetry and "
+        f"ICML 2025): a {resolved.size} BERT-type model ({h.num_layers} layers x "
+        f"{h.hidden_size}, {h.num_heads} heads), objective `{objective}` "
+        f"({'masked LM' if objective == 'encoder' else 'causal LM'}), init `{resolved.init}`, seed "
+        f"{resolved.seed}, trained on the `{resolved.dataset}` corpus; step {step} of "
+        f"{resolved.max_steps}. The full run config is `run.yaml` beside this file; the symmetry and "
         "directionality scores of this snapshot are in the workflow's tables (results/tables/).\n"
     )
 
 
-def save_state(model, opt, scaler, out: Path, step: int, resolved: dict) -> None:
+def save_state(model, opt, scaler, out: Path, step: int, resolved: ResolvedRun) -> None:
     """OUT/state/: the weights, optimizer, scaler and RNG of `step`, with checksums.json; the state it
     replaces is kept as OUT/state.prev/ (the one before that is removed): files.rotate_dir."""
     from safetensors.torch import save_file
@@ -279,9 +280,9 @@ def save_state(model, opt, scaler, out: Path, step: int, resolved: dict) -> None
             json.dumps(
                 {
                     "step": step,
-                    "run": resolved["run"],
-                    "examples_seen": step * resolved["hyper"]["batch_size"],
-                    "lr_schedule": {"kind": resolved["hyper"]["schedule"], "last_update": step},
+                    "run": resolved.run,
+                    "examples_seen": step * resolved.hyper.batch_size,
+                    "lr_schedule": {"kind": resolved.hyper.schedule, "last_update": step},
                 },
                 indent=1,
             ),
