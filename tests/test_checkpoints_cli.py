@@ -17,8 +17,6 @@ from attention_geometry.formats.files import atomic_write_table
 from attention_geometry.scoring import scorer as checkpoints
 from attention_geometry.scoring.scorer import layer_matrices, score_model
 
-torch.set_num_threads(1)
-
 N_LAYERS, N_HEADS, WIDTH = 3, 4, 16
 
 

@@ -5,6 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from attention_geometry.cli import COMMANDS, main
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -25,17 +29,11 @@ def test_unknown_subcommand_is_refused():
     assert "invalid choice" in out.stderr
 
 
-def test_one_progress_switch_for_every_subcommand_and_every_rule_uses_it():
-    from attention_geometry.cli import COMMANDS
-
+def test_one_progress_switch_for_every_subcommand_and_every_rule_uses_it(capsys):
     for name in COMMANDS:
-        out = subprocess.run(
-            [sys.executable, "-m", "attention_geometry.cli", name, "--help"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert out.returncode == 0 and "--no-progress" in out.stdout, (name, out.stderr[-500:])
+        with pytest.raises(SystemExit) as done:
+            main([name, "--help"])
+        assert done.value.code == 0 and "--no-progress" in capsys.readouterr().out, name
     # the rules' logs are files: no carriage-return bar streams in them
     calls = re.findall(
         r'python -m attention_geometry ([a-z-]+)([^"]*)"',
@@ -45,6 +43,7 @@ def test_one_progress_switch_for_every_subcommand_and_every_rule_uses_it():
     assert all(rest.startswith(" --no-progress") for _, rest in calls), calls
 
 
+@pytest.mark.slow
 def test_no_progress_silences_the_bars(tmp_path):
     # `score` draws a bar over the layers: with --no-progress (and its old name --quiet) stderr has none
     from attention_geometry.training.models import build_model

@@ -8,9 +8,10 @@ from __future__ import annotations
 import copy
 import os
 
-from test_workflow_logic import _config, _plan  # the validated-config helpers (tests/ is on sys.path)
+from helpers import config_plan, validated_config
 
 from attention_geometry.formats.files import atomic_write_text
+from attention_geometry.workflow.plan import expand_runs
 from attention_geometry.workflow.records import record_path, record_text, records, stale_error
 
 
@@ -19,12 +20,12 @@ def _changed(a: dict, b: dict) -> set[str]:
 
 
 def _default():
-    return _config("config.yaml")
+    return validated_config("config.yaml")
 
 
 def test_each_record_holds_only_the_config_that_feeds_its_results():
     base = _default()
-    rec = records(_plan(base))
+    rec = records(config_plan(base))
     assert {
         "training_scores",
         "training_loss",
@@ -35,26 +36,31 @@ def test_each_record_holds_only_the_config_that_feeds_its_results():
         "symmetry_speedup",
         "corpus_wiki_offline",
     } <= set(rec)
-    assert {k for k in rec if k.startswith("wqk_")} == {
-        "wqk_run_tiny-wiki_offline-encoder-standard-s0",
-        "wqk_run_tiny-wiki_offline-decoder-standard-s0",
-        "wqk_pretrained_minilm",
-        "wqk_pretrained_smollm2",
+    # Figure 1 draws the lowest-seed standard encoder and decoder of the emergence group and the configured
+    # pretrained models (read here from the config itself)
+    runs, groups = expand_runs(base["training"]["groups"], base["corpora"])
+    group = groups[base["figures"]["emergence_group"]]
+    fig1_runs = {
+        min((r for r in group if runs[r].objective == role and runs[r].init == "standard"), key=lambda r: runs[r].seed)
+        for role in ("encoder", "decoder")
+    }
+    assert {k for k in rec if k.startswith("wqk_")} == {f"wqk_run_{r}" for r in fig1_runs} | {
+        f"wqk_pretrained_{m}" for m in base["figures"]["fig1_models"].values()
     }
     notebooks = {k for k in rec if k.startswith("make_")}
-    assert len(notebooks) == len(_plan(base).notebooks) >= 10
+    assert len(notebooks) == len(config_plan(base).notebooks) >= 10
 
     # a notebook constant: the records of what draws with it, never a training or scoring table's
     cfg = copy.deepcopy(base)
     cfg["figures"]["ci_level"] = 0.9
-    changed = _changed(rec, records(_plan(cfg)))
+    changed = _changed(rec, records(config_plan(cfg)))
     assert "symmetry_speedup" in changed and changed - {"symmetry_speedup"} <= notebooks
     assert "make_fig3_emergence" in changed and "make_fig1_wqk_examples" not in changed
 
     # a run setting: the tables made from the runs, and Figure 1's matrix of that run
     cfg = copy.deepcopy(base)
     cfg["training"]["groups"]["main"]["settings"]["max_steps"] = 3000
-    changed = _changed(rec, records(_plan(cfg)))
+    changed = _changed(rec, records(config_plan(cfg)))
     assert {
         "training_scores",
         "training_loss",
@@ -67,13 +73,17 @@ def test_each_record_holds_only_the_config_that_feeds_its_results():
     # a pretrained entry: its tables and its Figure 1 matrix only
     cfg = copy.deepcopy(base)
     cfg["pretrained"]["minilm"]["revision"] = "0" * 40
-    assert _changed(rec, records(_plan(cfg))) == {"pretrained_scores", "pretrained_models", "wqk_pretrained_minilm"}
+    assert _changed(rec, records(config_plan(cfg))) == {
+        "pretrained_scores",
+        "pretrained_models",
+        "wqk_pretrained_minilm",
+    }
 
     # machine settings (threads, device, GPUs) and provenance (the commit, the whole-config hash) are not parts
     cfg = copy.deepcopy(base)
     cfg["training"].update(threads=8, device="cuda", gpus=2)
     cfg["scoring"]["threads"] = 4
-    assert _changed(rec, records(_plan(cfg))) == set()
+    assert _changed(rec, records(config_plan(cfg))) == set()
     assert "code_version" not in record_text(rec["make_reproduction_report"][1])
     assert "config_hash" not in record_text(rec["make_reproduction_report"][1])
 
@@ -81,7 +91,7 @@ def test_each_record_holds_only_the_config_that_feeds_its_results():
 def test_results_made_with_another_config_stop_with_one_line(tmp_path):
     base = _default()
     base["results"] = str(tmp_path / "r")
-    made = _plan(base)
+    made = config_plan(base)
     rec = records(made)
     for key, (files, parts) in rec.items():
         for f in files:
@@ -91,7 +101,7 @@ def test_results_made_with_another_config_stop_with_one_line(tmp_path):
 
     cfg = copy.deepcopy(base)
     cfg["training"]["groups"]["main"]["settings"]["max_steps"] = 3000
-    edited = _plan(cfg)
+    edited = config_plan(cfg)
     msg = stale_error(edited)
     assert msg is not None and "\n" not in msg
     scores, loss = (made.res("tables", f"{t}.csv") for t in ("training_scores", "training_loss"))
@@ -109,6 +119,6 @@ def test_results_made_with_another_config_stop_with_one_line(tmp_path):
     # a notebook constant edited: only notebook outputs and the symmetry/speed-up tables are named
     cfg = copy.deepcopy(base)
     cfg["figures"]["ci_level"] = 0.9
-    msg = stale_error(_plan(cfg))
+    msg = stale_error(config_plan(cfg))
     assert "symmetry_speedup_runs.csv" in msg and "fig3_emergence.pdf" in msg
     assert "training_scores.csv" not in msg and "null_scores.csv" not in msg

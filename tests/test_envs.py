@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import SNAKEMAKE, assert_has_content, copy_workflow, job_counts
+from helpers import env as _env
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from test_workflow import SNAKEMAKE, _env, copy_workflow, job_counts
 
 REPO = Path(__file__).resolve().parents[1]
 ENVS = sorted((REPO / "envs").glob("*.yaml"))
@@ -170,7 +171,7 @@ def family_of(rule: str, families: dict[str, str]) -> str | None:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.venv
 def test_each_env_builds_a_venv_that_runs_its_rules(tmp_path):
     """For each family in the workflow's order: a venv from the env file's pip section alone (torch from its
     CPU build), then the family's jobs of the smoke config with that venv first on PATH and no PYTHONPATH
@@ -238,5 +239,7 @@ def test_each_env_builds_a_venv_that_runs_its_rules(tmp_path):
         in subprocess.run([SNAKEMAKE, *base, "-n"], cwd=wf, env=_env(), capture_output=True, text=True).stdout
     )
     catalog = yaml.safe_load((wf / "notebooks" / "catalog.yaml").read_text())
-    for nb in catalog:
+    for nb, entry in catalog.items():
         assert (results / "notebooks" / f"{nb}.ipynb").is_file(), nb
+        for out in entry["outputs"].values():
+            assert_has_content(Path(wf, out.replace("{results}", results.name)))

@@ -28,8 +28,6 @@ from attention_geometry.cli import main
 from attention_geometry.scoring import scorer as checkpoints
 from attention_geometry.scoring.measures import ScoreError, directionality, scores
 
-torch.set_num_threads(1)
-
 D, H = 16, 4  # width and heads of the hand-made BERT checkpoints
 QK = "encoder.layer.{i}.attention.self.{p}.weight"
 ST_DTYPES = {
@@ -368,7 +366,10 @@ def test_prepare_corpus_refuses_a_negative_seed(tmp_path):
 
 
 def test_score_updates_on_a_truncated_snapshot(tmp_path):
-    from test_updates import blocks, tiny_model, write_corpus, write_run
+    from helpers import tiny_bert as tiny_model
+    from helpers import token_blocks as blocks
+    from helpers import write_heldout_corpus as write_corpus
+    from helpers import write_snapshot_run as write_run
 
     corpus = write_corpus(tmp_path / "corpus", blocks(n_blocks=12))
     run = write_run(tmp_path / "run", "encoder", {0: tiny_model("encoder", 1), 10: tiny_model("encoder", 2)}, corpus)
@@ -519,6 +520,7 @@ def test_gguf_metadata_and_tensors_disagree(tmp_path, n_blocks, block_count, pat
     assert_one_line(score(f, tmp_path / "s.csv"), pattern)
 
 
+@pytest.mark.slow
 def test_gguf_refusals_are_one_line_in_a_real_process(tmp_path):
     """transformers logs through its own stderr handler, which the in-process tests do not see: the console
     script's whole stderr must still be the one error line."""

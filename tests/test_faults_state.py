@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_training_runs import _cli, write_corpus, write_run
+from helpers import run_cli as _cli
+from helpers import write_random_corpus as write_corpus
+from helpers import write_run_config_file as write_run
 
 from attention_geometry.data.corpus_config import corpus_config_from_dict
 from attention_geometry.data.prepare import corpus_status, prepare_corpus
@@ -129,6 +131,7 @@ def _safetensors_tensor(path: Path, needle: str) -> tuple[str, int, int]:
     return name, 8 + n + a, 8 + n + b
 
 
+@pytest.mark.slow
 def test_snapshots_carry_checksums_and_a_zeroed_key_tensor_is_refused(tmp_path, six):
     out, _ = six
     snap = out / "checkpoints" / "step-0000003"
@@ -156,6 +159,7 @@ def test_snapshots_carry_checksums_and_a_zeroed_key_tensor_is_refused(tmp_path, 
     assert not (tmp_path / "x.csv").exists()
 
 
+@pytest.mark.slow
 def test_score_updates_verifies_the_snapshots_it_reads_only(tmp_path, six, corpus):
     out, _ = six  # snapshots at steps 0, 3, 6
     name, a, b = _safetensors_tensor(
@@ -244,6 +248,7 @@ def test_a_legacy_state_without_checksums_resumes_with_one_warning(six, referenc
     assert (out / "state" / "checksums.json").is_file()  # written with the next state
 
 
+@pytest.mark.slow
 def test_a_legacy_state_that_cannot_be_read_is_one_line(six):
     out, longer = six
     shutil.rmtree(out / "state.prev")
@@ -404,16 +409,16 @@ def test_changed_input_text_is_not_nothing_to_do(tmp_path):
 
 
 def test_the_workflow_hands_the_input_hashes_to_the_corpus_rule(tmp_path):
-    from test_workflow_logic import _config, _plan
+    from helpers import config_plan, validated_config
 
-    cfg = _config()
+    cfg = validated_config()
     text = _docs(tmp_path / "text")
     cfg["corpora"] = {"wiki_offline": {"dataset": "text_files", "paths": [str(text)], "block_len": 16}}
-    p = _plan(cfg)
+    p = config_plan(cfg)
     first = p.corpus_inputs("wiki_offline")
     assert first.splitlines()[0] == f"{text / 'd000.txt'} {_sha(text / 'd000.txt')}"
     (text / "d000.txt").write_text("changed\n")
-    assert _plan(cfg).corpus_inputs("wiki_offline") != first
+    assert config_plan(cfg).corpus_inputs("wiki_offline") != first
     assert "inputs=lambda w: PLAN.corpus_inputs(w.corpus)" in (REPO / "rules" / "data.smk").read_text()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import SPECIAL
 
 from attention_geometry.errors import UserError
 from attention_geometry.formats import columns as contract
@@ -22,8 +23,6 @@ from attention_geometry.formats.files import (
     read_yaml,
     replace_dir,
 )
-
-SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 
 
 def test_format_modules_import_neither_torch_nor_pandas():

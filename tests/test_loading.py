@@ -17,8 +17,6 @@ from attention_geometry.weights.base import LoadError, StateDictSource
 from attention_geometry.weights.loading import open_source
 from attention_geometry.weights.safetensors_io import SafetensorsSource
 
-torch.set_num_threads(1)
-
 
 def tiny_bert(seed=0, **kw):
     torch.manual_seed(seed)

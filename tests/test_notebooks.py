@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from helpers import assert_has_content
 
 from attention_geometry import cli
 from attention_geometry.analysis import figdata
@@ -289,14 +290,16 @@ def test_catalog_params_are_known_here():
         assert set(entry["params"]) <= set(PARAMS), (name, entry["params"])
 
 
+@pytest.mark.notebook
 @pytest.mark.parametrize("name", MINE)
 def test_notebook_runs_and_writes_outputs(name, workspace):
     folder, subs = workspace
     before = {p for p in folder.rglob("*") if p.is_file()}
     outputs = _execute(name, subs, folder)
-    for key, path in outputs.items():
-        p = Path(path)
-        assert p.is_file() and p.stat().st_size > 0, (name, key, path)
+    for path in outputs.values():
+        assert_has_content(path)
+    executed = json.loads((folder / "notebooks" / f"{name}.ipynb").read_text())
+    assert not [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     # no other file: what a notebook writes is its catalog outputs (and papermill its executed copy)
     created = {p for p in folder.rglob("*") if p.is_file()} - before - {folder / "notebooks" / f"{name}.ipynb"}
     assert created <= {Path(p) for p in outputs.values()}, sorted(map(str, created))
@@ -319,6 +322,7 @@ def test_notebook_runs_and_writes_outputs(name, workspace):
         assert (t["source"] == "paper").sum() >= 9
 
 
+@pytest.mark.notebook
 def test_figures_are_byte_identical_on_rerun(workspace, tmp_path):
     folder, subs = workspace
     first = _execute("fig3_emergence", subs, tmp_path / "a")

@@ -5,66 +5,26 @@ CLI's output and its one-line errors."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 import yaml
+from helpers import SPECIAL, write_random_corpus, write_run_config_file
 
 from attention_geometry.cli import main
 from attention_geometry.errors import UserError
 from attention_geometry.scoring.random_init_null import NULL_COLUMNS, NULL_INITS, NULL_SEED_OFFSET, score_null
 from attention_geometry.training.models import build_model
 
-torch.set_num_threads(1)
-
 SHAPE = {"num_layers": 3, "hidden_size": 32, "num_heads": 4, "intermediate_size": 64}
-SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 VOCAB = 50
-
-
-def write_corpus(d: Path, vocab=VOCAB, block_len=16) -> Path:
-    d.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    for name, n in (("train", 8), ("heldout", 4)):
-        np.save(d / f"{name}.npy", rng.integers(5, vocab, size=(n, block_len)).astype(np.int32))
-    (d / "manifest.json").write_text(
-        json.dumps(
-            {
-                "dataset": "random",
-                "name": "random",
-                "block_len": block_len,
-                "vocab_size": vocab,
-                "special_tokens": SPECIAL,
-            }
-        )
-    )
-    return d
-
-
-def write_run(path: Path, corpus: Path, **kw) -> Path:
-    cfg = {
-        "corpus": str(corpus),
-        "size": "tiny",
-        "objective": "encoder",
-        "init": "standard",
-        "seed": 0,
-        "max_steps": 10,
-        "eval_blocks": 4,
-        "overrides": dict(SHAPE),
-        **kw,
-    }
-    path.write_text(yaml.safe_dump(cfg))
-    return path
 
 
 @pytest.fixture(scope="module")
 def run_yaml(tmp_path_factory):
     d = tmp_path_factory.mktemp("null")
-    return write_run(d / "RUN.yaml", write_corpus(d / "corpus"))
+    corpus = write_random_corpus(d / "corpus", n_train=8, n_heldout=4, vocab=VOCAB)
+    return write_run_config_file(d / "RUN.yaml", corpus, max_steps=10, eval_blocks=4, overrides=SHAPE)
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +132,7 @@ def test_function_errors(run_yaml, tmp_path):
     with pytest.raises(UserError, match="samples"):
         score_null(run_yaml, ["fresh"], 0)
     with pytest.raises(UserError, match="corpus"):
-        score_null(write_run(tmp_path / "r.yaml", tmp_path / "nope"), ["fresh"], 1)
+        score_null(write_run_config_file(tmp_path / "r.yaml", tmp_path / "nope"), ["fresh"], 1)
 
 
 # --------------------------------------------------------------------------------------------- CLI
@@ -214,8 +174,8 @@ def test_cli_writes_the_table(run_yaml, table, tmp_path, capsys):
     ],
 )
 def test_cli_errors_are_one_line(run_yaml, tmp_path, capsys, args, message):
-    write_run(tmp_path / "bad.yaml", tmp_path, size="huge")
-    write_run(tmp_path / "nocorpus.yaml", tmp_path / "nope")
+    write_run_config_file(tmp_path / "bad.yaml", tmp_path, size="huge")
+    write_run_config_file(tmp_path / "nocorpus.yaml", tmp_path / "nope")
     base = {"--run-config": str(run_yaml), "--samples": "1", "--out": str(tmp_path / "null.csv")}
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     for k in list(base):

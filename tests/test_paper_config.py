@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from attention_geometry.formats import rundir
+from attention_geometry.training.hyper import resolve_hyper
 from attention_geometry.training.run_config import run_config_from_dict
 from attention_geometry.workflow import plan as workflow
 
@@ -142,7 +143,9 @@ def test_update_steps_have_equal_applied_intervals(cfg, runs):
     assert len(gaps) == 1, gaps
 
 
-def test_every_run_yaml_is_accepted_by_the_training_cli(runs, tmp_path):
+def test_every_run_config_is_read_by_the_trainers_reader_unchanged(runs, tmp_path):
+    """Each run's RUN.yaml content (what rule write_run_config writes) passes the trainer's own reader with every
+    key kept, and its size and overrides resolve to hyperparameters within their bounds."""
     for n, r in runs.items():
         raw = {
             "corpus": str(tmp_path),
@@ -151,7 +154,9 @@ def test_every_run_yaml_is_accepted_by_the_training_cli(runs, tmp_path):
             **r["settings"],
         }
         rc = run_config_from_dict(raw, where=n)
-        assert rc.max_steps == 200000
+        assert {k: getattr(rc, k) for k in raw} == raw, n
+        h = resolve_hyper(rc.size, rc.overrides, where=n)
+        assert h.num_layers >= 1 and h.hidden_size % h.num_heads == 0, n
 
 
 def test_rebuttal_checkpoints_are_recorded_with_their_source():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from helpers import assert_has_content
 
 from attention_geometry.analysis import plotting
 from attention_geometry.errors import UserError
@@ -123,7 +124,8 @@ def test_clean_figures_pass_and_are_written(tmp_path):
     assert _problems(fig) == []
     written = plotting.save(fig, pdf=tmp_path / "ok.pdf", png=tmp_path / "ok.png")
     assert [p.name for p in written] == ["ok.pdf", "ok.png"]
-    assert all(p.stat().st_size > 0 for p in written)
+    for p in written:
+        assert_has_content(p)
 
 
 def test_a_figure_without_legends_passes():
@@ -139,4 +141,4 @@ def test_save_can_skip_the_check(tmp_path):
     fig.tight_layout()
     ax.legend(loc="center left", bbox_to_anchor=(-0.35, 0.5))
     plotting.save(fig, png=tmp_path / "forced.png", check=False)
-    assert (tmp_path / "forced.png").is_file()
+    assert_has_content(tmp_path / "forced.png")

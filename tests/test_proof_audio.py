@@ -10,8 +10,6 @@ import pytest
 import torch
 from test_proof_seq2seq import capture_each, once, prove_stacks, zero_
 
-torch.set_num_threads(1)
-
 
 def _whisper():
     from transformers import WhisperConfig, WhisperModel

@@ -19,8 +19,6 @@ from transformers.core_model_loading import revert_weight_conversion
 
 from attention_geometry.scoring.extract import get_family, iter_layer_qk, wqk
 
-torch.set_num_threads(1)
-
 
 def checkpoint_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The model's tensors under the names a checkpoint on disk has (what save_pretrained writes): the names

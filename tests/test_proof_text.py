@@ -23,8 +23,6 @@ from proof import assert_bilinear, bilinear_error, capture_inputs
 from attention_geometry.scoring.extract import get_family, iter_layer_qk, supported_model_types, wqk
 from attention_geometry.scoring.registry import UnsupportedArchitecture
 
-torch.set_num_threads(1)
-
 VOCAB = 60
 BATCH, SEQ = 2, 9
 WRONG = 1e-2  # a wrong matrix must miss by far more than the 1e-4 tolerance

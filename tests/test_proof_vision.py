@@ -7,8 +7,6 @@ import pytest
 import torch
 from test_proof_seq2seq import capture_each, once, prove_stacks, zero_
 
-torch.set_num_threads(1)
-
 VIT = dict(
     hidden_size=32,
     num_hidden_layers=2,

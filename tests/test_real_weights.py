@@ -26,7 +26,7 @@ from attention_geometry.weights.gguf_qk import GGUFSource
 from attention_geometry.weights.loading import open_gguf_transformers, open_source
 from attention_geometry.weights.safetensors_io import SafetensorsSource
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.weights  # every test here reads the packaged real weights
 
 
 def package_dir(name):
@@ -116,7 +116,6 @@ def test_gguf_qk_reader_equals_transformers_smollm2(smollm_file, smollm):
     assert_qk_reader_equals_transformers(smollm_file, smollm, permuted=True)
 
 
-@pytest.mark.slow
 def test_gguf_qk_reader_equals_transformers_gemma3(gemma_file):
     """Gemma 3 (q/k stored in transformers' order): the transformers load takes ~35-90 s here."""
     full = open_gguf_transformers(str(gemma_file.parent), gemma_file.name, None, False, "gemma-3-270m")

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_workflow import job_counts, snakemake  # the same runner and dry-run parser (tests/ is on sys.path)
-from test_workflow_logic import _config, _plan
+from helpers import config_plan, job_counts, snakemake, validated_config
 
 from attention_geometry.formats.corpus import write_corpus_record
 from attention_geometry.workflow.plan import caption_rst, load_catalog, notebook_file
@@ -89,7 +88,7 @@ def test_notebook_rules_read_only_committed_files():
     """Every input of every notebook rule of the default config is a file under version control, so no
     notebook needs a run folder, a corpus or a scoring output that a clone does not have."""
     tracked = set(_git_files()) | set(_git_files("--others", "--exclude-standard"))
-    p = _plan(_config("config.yaml"))
+    p = config_plan(validated_config("config.yaml"))
     for nb in p.notebooks:
         _, deps, _ = p.notebook_io(nb)
         for key, path in deps.items():
@@ -140,6 +139,7 @@ def _clone_into(dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.workflow
 def test_a_clone_with_an_edited_config_stops_instead_of_drawing_old_tables(tmp_path):
     """Committed tables made with another config than the clone's (config/config.yaml edited after cloning):
     the workflow stops with one line naming exactly the results that config feeds and the `rm` that remakes
@@ -159,7 +159,7 @@ def test_a_clone_with_an_edited_config_stops_instead_of_drawing_old_tables(tmp_p
     rm = lines[0].split("`rm ", 1)[1].split("`", 1)[0].split()
     subprocess.run(["rm", *rm], cwd=wf, check=True)
     counts = job_counts(snakemake("-n", cwd=wf).stdout)
-    n_runs = len(_plan(_config("config.yaml")).runs)
+    n_runs = len(config_plan(validated_config("config.yaml")).runs)
     assert counts["train_model"] == counts["score_checkpoints"] == n_runs
     assert counts["concat_training_scores"] == counts["concat_training_loss"] == 1
     assert counts["record_config"] == sum(1 for p in rm if p.startswith("results/config/"))
@@ -181,7 +181,7 @@ def _edit(path: Path):
     path.write_text(json.dumps(nb, indent=1))
 
 
-@pytest.mark.slow
+@pytest.mark.workflow
 def test_fresh_clone_redraws_without_training_and_a_notebook_edit_reruns_only_its_jobs(clone):
     # a fresh clone: whatever is out of date by the checkout's modification times is drawn again from the
     # committed tables; no corpus, training, scoring or W_qk extraction is scheduled
@@ -219,6 +219,7 @@ def _text(fragment: str) -> str:
     return _words(html.unescape(re.sub(r"<[^>]+>", " ", fragment)))
 
 
+@pytest.mark.workflow
 def test_report_from_a_fresh_clone_lists_every_figure_and_table_with_its_caption(clone):
     out = clone / "results" / "report.html"
     snakemake("--report", "results/report.html", cwd=clone)

@@ -16,6 +16,10 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from helpers import TINY_SHAPE as TINY
+from helpers import run_cli as _cli
+from helpers import write_random_corpus as write_corpus
+from helpers import write_run_config_file as write_run
 
 from attention_geometry.data.corpus_config import corpus_config_from_dict
 from attention_geometry.data.prepare import prepare_corpus
@@ -24,75 +28,10 @@ from attention_geometry.training.loop import train
 from attention_geometry.training.models import build_model
 from attention_geometry.training.run_config import load_run_config
 
-torch.set_num_threads(1)
-
-TINY = {"num_layers": 2, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "batch_size": 8, "warmup_steps": 5}
-SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
-
-
-def write_corpus(d: Path, n_train=64, n_heldout=16, block_len=16, vocab=50, seed=0) -> Path:
-    """A prepared-corpus dir in the prepare-corpus format, with random token ids."""
-    d.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    for name, n in (("train", n_train), ("heldout", n_heldout)):
-        a = rng.integers(5, vocab, size=(n, block_len)).astype(np.int32)
-        if n:
-            a[:, 0], a[:, -1] = SPECIAL["cls"], SPECIAL["sep"]
-        np.save(d / f"{name}.npy", a)
-    (d / "manifest.json").write_text(
-        json.dumps(
-            {
-                "dataset": "random",
-                "name": "random",
-                "block_len": block_len,
-                "vocab_size": vocab,
-                "n_train_blocks": n_train,
-                "n_heldout_blocks": n_heldout,
-                "special_tokens": SPECIAL,
-            }
-        )
-    )
-    return d
-
-
-def write_run(path: Path, corpus: Path, **kw) -> Path:
-    cfg = {
-        "corpus": str(corpus),
-        "size": "tiny",
-        "objective": "encoder",
-        "init": "standard",
-        "seed": 0,
-        "max_steps": 12,
-        "snapshot_every": 6,
-        "eval_every": 4,
-        "eval_blocks": 8,
-        "state_every": 3,
-        "threads": 1,
-        "overrides": dict(TINY),
-    }
-    overrides = kw.pop("overrides", {})
-    for kind in ("snapshot", "eval"):
-        if f"{kind}_steps" in kw:
-            cfg.pop(f"{kind}_every")
-    cfg.update(kw)
-    cfg["overrides"].update(overrides)
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
 
 def _rows(out: Path) -> list[dict]:
     with open(out / "loss.csv", newline="") as f:
         return list(csv.DictReader(f))
-
-
-def _cli(*args, env=None, **kw):
-    return subprocess.run(
-        [sys.executable, "-m", "attention_geometry.cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
-        **kw,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +171,7 @@ def test_same_config_and_seed_give_identical_loss_log(tmp_path, corpus):
     assert [r["train_loss"] for r in _rows(tmp_path / "a")] != [r["train_loss"] for r in _rows(tmp_path / "c")]
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_is_bitwise_equal(tmp_path, corpus):
     overrides = {"num_layers": 1, "hidden_size": 16, "num_heads": 2, "intermediate_size": 32}
     cfg = write_run(
@@ -297,6 +237,7 @@ def test_resume_after_sigkill_is_bitwise_equal(tmp_path, corpus):
 # --------------------------------------------------------------------------------------------- DDP
 
 
+@pytest.mark.slow
 def test_two_process_ddp_matches_one_process(tmp_path, corpus):
     cfg = write_run(
         tmp_path / "run.yaml",

@@ -5,7 +5,6 @@ trainer's masking rule and fields), the CLI and the figure notebook."""
 from __future__ import annotations
 
 import copy
-import json
 import math
 from pathlib import Path
 
@@ -14,8 +13,14 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from helpers import SPECIAL
+from helpers import TOY_VOCAB as VOCAB
+from helpers import tiny_bert as tiny_model
+from helpers import token_blocks as blocks
+from helpers import toy_manifest as manifest
+from helpers import write_heldout_corpus as write_corpus
+from helpers import write_snapshot_run as write_run
 from safetensors.torch import load_file
-from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel
 
 from attention_geometry.cli import main
 from attention_geometry.errors import UserError
@@ -24,79 +29,7 @@ from attention_geometry.formats.corpus import Corpus, load_corpus
 from attention_geometry.scoring import updates as U
 from attention_geometry.scoring.measures import scores
 
-torch.set_num_threads(1)
-
-SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
-VOCAB = 61
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def tiny_config(objective: str, hidden=24, layers=2, heads=3) -> BertConfig:
-    return BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=2 * hidden,
-        max_position_embeddings=32,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        is_decoder=objective == "decoder",
-        attn_implementation="eager",
-    )
-
-
-def tiny_model(objective: str, seed: int, random_biases: bool = True, **kw):
-    torch.manual_seed(seed)
-    cls = BertLMHeadModel if objective == "decoder" else BertForMaskedLM
-    model = cls(tiny_config(objective, **kw))
-    if random_biases:  # BERT initializes biases to zero; the bias terms of the logits must not matter for G
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if name.endswith("bias"):
-                    p.normal_(0.0, 0.1)
-    return model.eval()
-
-
-def blocks(n_blocks=12, block_len=16, seed=0, pad_some=True) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    arr = rng.integers(5, VOCAB, size=(n_blocks, block_len), dtype=np.int64)
-    arr[:, 0] = SPECIAL["cls"]
-    arr[:, -1] = SPECIAL["sep"]
-    if pad_some:  # a few blocks end in padding
-        arr[1, -5:] = SPECIAL["pad"]
-        arr[1, -6] = SPECIAL["sep"]
-        arr[4, -3:] = SPECIAL["pad"]
-    return arr
-
-
-def manifest(heldout: np.ndarray) -> dict:
-    return {"dataset": "toy", "block_len": int(heldout.shape[1]), "special_tokens": SPECIAL, "vocab_size": VOCAB}
-
-
-def write_corpus(path: Path, heldout: np.ndarray) -> Path:
-    path.mkdir(parents=True)
-    np.save(path / "heldout.npy", heldout)
-    np.save(path / "train.npy", heldout[:2])
-    (path / "manifest.json").write_text(json.dumps(manifest(heldout)))
-    return path
-
-
-def write_run(path: Path, objective: str, models: dict[int, torch.nn.Module], corpus: Path) -> Path:
-    run = {
-        "run": f"tiny-toy-{objective}-standard-s0",
-        "size": "tiny",
-        "dataset": "toy",
-        "objective": objective,
-        "init": "standard",
-        "seed": 0,
-        "corpus": str(corpus),
-    }
-    path.mkdir(parents=True)
-    (path / "run.yaml").write_text(yaml.safe_dump(run))
-    for step, model in models.items():
-        model.save_pretrained(path / "checkpoints" / f"step-{step:07d}")
-    return path
 
 
 def corpus_obj(heldout: np.ndarray) -> Corpus:
@@ -401,6 +334,7 @@ def test_cli_bad_input(encoder_run, tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------- notebook
 
 
+@pytest.mark.notebook
 def test_notebook_runs_and_is_byte_stable(tmp_path):
     papermill = pytest.importorskip("papermill")
     rng = np.random.default_rng(0)

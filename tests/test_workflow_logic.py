@@ -11,8 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import helpers
 import pytest
 import yaml
+from helpers import REPO, config_plan, fake_package, validated_config
 
 from attention_geometry.errors import UserError
 from attention_geometry.formats import rundir
@@ -20,35 +22,8 @@ from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.files import csv_text
 from attention_geometry.training import launch
 from attention_geometry.workflow import plan as workflow
-from attention_geometry.workflow.plan import expand_runs, plan
-from attention_geometry.workflow.pretrained import ConfigError, code_version, resolve_pretrained
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _defaults(cfg: dict, schema: dict) -> dict:
-    """Fill the `default`s of config/schema.yaml's object properties in, as Snakemake's validate does."""
-    for key, prop in schema.get("properties", {}).items():
-        if key not in cfg and "default" in prop:
-            cfg[key] = copy.deepcopy(prop["default"])
-        if isinstance(cfg.get(key), dict):
-            _defaults(cfg[key], prop)
-    return cfg
-
-
-def _config(name="smoke.yaml"):
-    """A repository config with the schema's defaults (the workflow sees the validated config)."""
-    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
-    return _defaults(yaml.safe_load((REPO / "config" / name).read_text()), schema)
-
-
-def _fake_package(package, where):
-    return f"/site-packages/{package}"
-
-
-def _plan(cfg, **kw):
-    return plan(cfg, str(REPO), kw.pop("configfiles", ()), find_package=_fake_package)
-
+from attention_geometry.workflow.plan import expand_runs
+from attention_geometry.workflow.pretrained import ConfigError, code_version, package_dir, resolve_pretrained
 
 GROUPS = {
     "main": {
@@ -142,25 +117,25 @@ def test_snapshot_steps_are_the_trainers_resolver():
 
 
 def test_update_runs_and_group_checks():
-    cfg = _config()
-    p = _plan(cfg)
+    cfg = validated_config()
+    p = config_plan(cfg)
     assert p.update_runs == ["tiny-wiki_offline-encoder-standard-s0", "tiny-wiki_offline-decoder-standard-s0"]
-    bad = _config()
+    bad = validated_config()
     bad["updates"]["steps"] = [0, 7]
     with pytest.raises(ConfigError, match=r"updates.steps: \[7\] are not snapshot steps"):
-        _plan(bad)
-    bad = _config()
+        config_plan(bad)
+    bad = validated_config()
     bad["updates"]["inits"] = ["symmetric"]
     with pytest.raises(ConfigError, match="has no run with init"):
-        _plan(bad)
-    bad = _config()
+        config_plan(bad)
+    bad = validated_config()
     bad["figures"]["ablation_group"] = "nope"
     with pytest.raises(ConfigError, match="group 'nope' is not a key of training.groups"):
-        _plan(bad)
-    bad = _config()
+        config_plan(bad)
+    bad = validated_config()
     bad["figures"]["skip"] = ["no_such_notebook"]
     with pytest.raises(ConfigError, match="figures.skip"):
-        _plan(bad)
+        config_plan(bad)
 
 
 def test_resolve_pretrained_sources_and_arguments():
@@ -171,7 +146,7 @@ def test_resolve_pretrained_sources_and_arguments():
         "hub": {"hub_id": "org/hub", "revision": "main"},
         "pinned": {"hub_id": "org/pinned", "revision": "abc123", "trust_remote_code": True},
     }
-    m = resolve_pretrained(models, find_package=_fake_package)
+    m = resolve_pretrained(models, find_package=fake_package)
     assert (m["pkg"].source, m["pkg"].inputs, m["pkg"].args) == (
         "/site-packages/some_pkg/model",
         ["/site-packages/some_pkg/model"],
@@ -191,20 +166,20 @@ def test_resolve_pretrained_sources_and_arguments():
         "org/pinned",
     ]
     with pytest.raises(ConfigError, match="exactly one of package, path, hub_id"):
-        resolve_pretrained({"x": {"path": "/a", "hub_id": "b"}}, find_package=_fake_package)
+        resolve_pretrained({"x": {"path": "/a", "hub_id": "b"}}, find_package=fake_package)
     with pytest.raises(ConfigError, match="no_such_package_xyz"):
         resolve_pretrained({"x": {"package": "no_such_package_xyz"}})
 
 
 def test_hub_models_are_scored_offline_from_their_prefetched_qk_subset():
-    cfg = _config()
+    cfg = validated_config()
     cfg["pretrained"] = {
         **cfg["pretrained"],
         "hub": {"hub_id": "org/hub", "revision": "main", "name": "org/hub"},
         "code": {"hub_id": "org/code", "revision": "a" * 40, "trust_remote_code": True},
         "hubgguf": {"hub_id": "org/q", "gguf_file": "m.gguf"},
     }
-    p = _plan(cfg)
+    p = config_plan(cfg)
     assert p.prefetched == ["hub", "code"]  # hub models with safetensors/.bin weights; not packages, not GGUF
     hub, code, gguf = (p.pretrained[k] for k in ("hub", "code", "hubgguf"))
     assert hub.source == p.res("hub-qk", "hub") and hub.inputs == [hub.source] == [hub.path]
@@ -236,7 +211,7 @@ def test_resolve_pretrained_joined_gguf(tmp_path):
         "sha256": digest,
         "name": "org/m",
     }
-    r = resolve_pretrained({"g": m}, find_package=_fake_package, joined_dir="/res/pretrained/files")["g"]
+    r = resolve_pretrained({"g": m}, find_package=fake_package, joined_dir="/res/pretrained/files")["g"]
     assert r.parts == ["/site-packages/p1/data/m.part0", "/site-packages/p2/data/m.part1"]
     assert r.file == r.path == "/res/pretrained/files/g/m.gguf" and r.inputs == [r.file] and r.pinned
     assert r.args == ["--gguf-file", "m.gguf", "--name", "org/m"] and r.sha256 == digest
@@ -244,13 +219,13 @@ def test_resolve_pretrained_joined_gguf(tmp_path):
     assert pretrained_rows({"g": r})[0]["sha256"] == f"m.gguf:{digest}"  # recorded, before any join
     with pytest.raises(ConfigError, match="needs package, gguf_file and sha256"):
         resolve_pretrained(
-            {"g": {k: v for k, v in m.items() if k != "sha256"}}, find_package=_fake_package, joined_dir="/x"
+            {"g": {k: v for k, v in m.items() if k != "sha256"}}, find_package=fake_package, joined_dir="/x"
         )
     with pytest.raises(ConfigError, match="is not PACKAGE/PATH"):
-        resolve_pretrained({"g": {**m, "gguf_parts": ["nofolder"]}}, find_package=_fake_package, joined_dir="/x")
+        resolve_pretrained({"g": {**m, "gguf_parts": ["nofolder"]}}, find_package=fake_package, joined_dir="/x")
     # the workflow's plan joins into {results}/pretrained/files
     assert (
-        _plan(_config("config.yaml")).pretrained["gemma3"].file
+        config_plan(validated_config("config.yaml")).pretrained["gemma3"].file
         == "results/pretrained/files/gemma3/gemma-3-270m-q4_k_m.gguf"
     )
 
@@ -266,7 +241,7 @@ def test_resolve_pretrained_joined_gguf(tmp_path):
 
 
 def test_pretrained_models_csv():
-    p = _plan(_config())
+    p = config_plan(validated_config())
     # no machine path in the committed table: the installed distribution and version the files came from
     # (the package's folder is faked here, so there is no weight file to hash)
     assert p.pretrained_models_csv() == (
@@ -299,30 +274,43 @@ def test_pretrained_origin_and_hashes_of_the_files_read(tmp_path):
 
 
 def test_emergence_runs_null_source_and_paths():
-    cfg = _config("config.yaml")
-    p = _plan(cfg)
+    # a hand-written group (not today's design): the standard runs longest, an ablation entry shorter by its
+    # own max_steps; a fourth encoder seed without a decoder partner
+    cfg = validated_config("config.yaml")
+    corpus = next(iter(cfg["corpora"]))
+    entry = {"size": "tiny", "corpus": corpus, "overrides": {"schedule": "constant"}}
+    cfg["training"]["groups"] = {
+        "g": {
+            "settings": {"max_steps": 300, "snapshot_every": 100, "eval_every": 100},
+            "runs": [
+                {**entry, "objective": ["encoder", "decoder"], "init": "standard", "seed": [2, 0]},
+                {**entry, "objective": "encoder", "init": "standard", "seed": 7},
+                {**entry, "objective": "encoder", "init": "fresh", "seed": 0, "max_steps": 200},
+            ],
+        }
+    }
+    cfg["figures"].update(emergence_group="g", ablation_group="g")
+    cfg["updates"].update(group="g", steps=[0, 100])
+    p = config_plan(cfg)
     em = p.emergence_runs()
-    # design D5: D2's three seeds of each kind, encoder and decoder paired by seed, and a fourth seed of the
-    # standard (and symmetric-fresh) encoder for claim c; seed 3 has no decoder partner
-    assert em["encoder"] == [f"tiny-wiki_offline-encoder-standard-s{s}" for s in (0, 1, 2, 3)]
-    assert em["decoder"] == [f"tiny-wiki_offline-decoder-standard-s{s}" for s in (0, 1, 2)]
+    assert em["encoder"] == [f"tiny-{corpus}-encoder-standard-s{s}" for s in (0, 2, 7)]  # ordered by seed
+    assert em["decoder"] == [f"tiny-{corpus}-decoder-standard-s{s}" for s in (0, 2)]
     assert p.null_source_run() == em["encoder"][0]
-    assert p.ablation_runs() == p.groups["main"]
+    assert p.ablation_runs() == p.groups["g"]
     run = em["encoder"][0]
-    assert p.final_snapshot(run) == f"results/runs/{run}/checkpoints/step-0003500"
-    # an entry's own max_steps overrides its group's (the default's shorter ablation runs)
-    assert p.final_snapshot("tiny-wiki_offline-encoder-fresh-s1").endswith("step-0002000")
-    assert p.final_snapshot("tiny-wiki_offline-decoder-symmetric-fresh-s2").endswith("step-0001500")
+    assert p.final_snapshot(run) == f"results/runs/{run}/checkpoints/step-0000300"
+    # an entry's own max_steps overrides its group's
+    assert p.final_snapshot(f"tiny-{corpus}-encoder-fresh-s0").endswith("step-0000200")
     assert p.train_done(run) == f"results/runs/{run}/train.done"
-    assert p.run_corpus(run) == "results/corpora/wiki_offline"
-    cfg["training"]["groups"]["main"]["runs"] = cfg["training"]["groups"]["main"]["runs"][:1]
+    assert p.run_corpus(run) == f"results/corpora/{corpus}"
+    cfg["training"]["groups"]["g"]["runs"] = [{**entry, "objective": "encoder", "init": "standard", "seed": 0}]
     with pytest.raises(ConfigError, match="has no decoder run with init 'standard'"):
-        _plan(cfg).emergence_runs()
+        config_plan(cfg).emergence_runs()
 
 
 def test_notebook_io_fills_every_catalog_entry():
-    cfg = _config("config.yaml")
-    p = _plan(cfg, configfiles=[str(REPO / "config" / "paper.yaml")])
+    cfg = validated_config("config.yaml")
+    p = config_plan(cfg, configfiles=[str(REPO / "config" / "paper.yaml")])
     for nb, entry in p.catalog.items():
         parameters, deps, outputs = p.notebook_io(nb)
         assert outputs == {k: v.replace("{results}", "results") for k, v in entry["outputs"].items()}
@@ -343,7 +331,7 @@ def test_notebook_io_fills_every_catalog_entry():
 
 
 def test_notebook_io_errors():
-    p = _plan(_config())
+    p = config_plan(validated_config())
     p.catalog = copy.deepcopy(p.catalog)
     p.catalog["table_scores"]["inputs"]["x"] = "{nope}/x.csv"
     with pytest.raises(ConfigError, match="unknown placeholder"):
@@ -351,17 +339,17 @@ def test_notebook_io_errors():
     p.catalog["fig3_emergence"]["params"] = ["skip"]
     with pytest.raises(ConfigError, match="unknown param 'skip'"):
         p.notebook_io("fig3_emergence")
-    cfg = _config()
+    cfg = validated_config()
     cfg["figures"]["fig1_models"]["decoder"] = "nope"
     with pytest.raises(ConfigError, match="fig1_models.decoder: 'nope'"):
-        _plan(cfg).notebook_io("fig1_wqk_examples")
-    _plan(cfg).notebook_io("fig3_emergence")  # an entry that does not draw Figure 1 does not look it up
+        config_plan(cfg).notebook_io("fig1_wqk_examples")
+    config_plan(cfg).notebook_io("fig3_emergence")  # an entry that does not draw Figure 1 does not look it up
 
 
 def test_targets_are_every_notebook_output_and_the_tables_they_read():
-    cfg = _config()
+    cfg = validated_config()
     cfg["figures"]["skip"] = ["fig1_wqk_examples"]
-    p = _plan(cfg)
+    p = config_plan(cfg)
     targets = p.notebook_targets()
     assert len(targets) == len(set(targets))
     assert "results-smoke/figures/fig3_emergence.pdf" in targets
@@ -554,3 +542,69 @@ def test_code_version_is_the_commit_and_flags_changes_outside_results(tmp_path):
     assert code_version(str(tmp_path)) == head
     (tmp_path / "a.py").write_text("x = 2\n")
     assert code_version(str(tmp_path)) == head + " + uncommitted changes outside results/"
+
+
+# ------------------------------------------------------------------------- configs the workflow refuses
+def _refused(mutate) -> str:
+    """The one-line message a mutated smoke config stops the workflow with at parse time: the schema's
+    (schema_error, as the Snakefile shows it) or else the plan's ConfigError."""
+    cfg = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    mutate(cfg)
+    message = workflow.schema_error(cfg, str(REPO / "config" / "schema.yaml"))
+    if message is None:
+        with pytest.raises(ConfigError) as err:
+            config_plan(helpers._defaults(cfg, yaml.safe_load((REPO / "config" / "schema.yaml").read_text())))
+        message = str(err.value)
+    assert "\n" not in message
+    return message
+
+
+def _unknown_key(cfg):
+    cfg["training"]["groups"]["main"]["settings"]["max_stpes"] = 3
+
+
+def _clash(cfg):  # the same run in two groups with different step counts
+    main = cfg["training"]["groups"]["main"]
+    cfg["training"]["groups"]["other"] = {
+        "settings": {**main["settings"], "max_steps": main["settings"]["max_steps"] * 2},
+        "runs": [dict(main["runs"][0], objective="encoder", init="standard")],
+    }
+
+
+def _bad_update_step(cfg):
+    cfg["updates"]["steps"] = [0, 7]
+
+
+def _missing_package(cfg):
+    name = next(k for k, m in cfg["pretrained"].items() if "package" in m)
+    cfg["pretrained"][name]["package"] = "no_such_package_xyz"
+
+
+def _injected_results(cfg):  # `results` becomes part of shell commands
+    cfg["results"] = "out; touch pwned"
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (_unknown_key, ["config training.groups.main.settings", "max_stpes"]),
+        (_clash, ["different settings"]),
+        (_bad_update_step, ["updates.steps"]),
+        (_missing_package, ["no_such_package_xyz"]),
+        (_injected_results, ["config results", "does not match"]),
+    ],
+    ids=["unknown key", "run clash", "update step", "missing package", "shell in results"],
+)
+def test_bad_configs_stop_with_one_line(mutate, expected, monkeypatch):
+    if mutate is _missing_package:  # the real package lookup, which names the package it cannot find
+        monkeypatch.setattr(helpers, "fake_package", package_dir)
+    message = _refused(mutate)
+    assert all(e in message for e in expected), message
+    if mutate is _clash:
+        cfg = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+        assert _run_name_of(cfg, "encoder", "standard") in message
+
+
+def _run_name_of(cfg, objective, init):
+    runs, _ = expand_runs(cfg["training"]["groups"], cfg["corpora"])
+    return next(n for n, r in sorted(runs.items()) if r.objective == objective and r.init == init)
