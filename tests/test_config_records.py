@@ -1,6 +1,6 @@
 """Config records (attention_geometry.workflow.records): each committed result's record holds only the config
 parts that feed it, and committed results whose record differs from the current config stop the workflow
-with one line (issue 11, point 3). The workflow-level check, in a copy of the repository as a clone has it,
+with one line. The workflow-level check, in a copy of the repository as a clone has it,
 is in tests/test_report.py."""
 
 from __future__ import annotations

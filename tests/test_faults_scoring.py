@@ -1,4 +1,4 @@
-"""Issue 10 (scoring side): every bad input to the scoring commands is one `error:` line with a non-zero exit
+"""The scoring side of fault handling: every bad input to the scoring commands is one `error:` line with a non-zero exit
 and no output file, never a traceback and never a number made of garbage. Each case is built here by hand
 (the safetensors bytes, the GGUF file, the config) and, where a number comes out, compared with an
 independent computation (the safetensors library or gguf's reader, and numpy); the fuzz tests at the end

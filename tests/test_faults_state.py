@@ -1,4 +1,4 @@
-"""Damaged run state and config edge cases (issue 10, items 4 and 8): checksums of snapshots and states,
+"""Damaged run state and config edge cases: checksums of snapshots and states,
 the kept previous state, the run lock, legacy run dirs, the loss log, the corpus identified by content,
 empty corpus configs, changed input text, and the one-line schema error. Every check looks at what a user
 sees: files, exit codes, the single stderr line, and results compared with an undamaged run."""

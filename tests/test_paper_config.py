@@ -1,4 +1,4 @@
-"""config/paper.yaml carries the same science as the embedded default (issue 8, point 5), checked on the
+"""config/paper.yaml carries the same science as the embedded default, checked on the
 parsed config and its run expansion (attention_geometry.workflow.plan's), not by grepping: >= 3 seeds per
 bert-mini / bert-base contrast, the `fresh` control, decoder `symmetric-fresh`, runs with the symmetry
 regularizer, held-out evaluation at the rebuttal's bert-large checkpoints, one group for Figure 3, Figure S4

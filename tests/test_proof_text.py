@@ -1,4 +1,4 @@
-"""Proof that extraction returns the W_qk each text family really uses (issue 2, item 4).
+"""Proof that extraction returns the W_qk each text family really uses.
 
 For every model_type: a small random model built from a config (no download), float64, eager attention,
 q/k biases zeroed, position effects outside W_qk neutralized (position ids all zero so rotary embeddings are

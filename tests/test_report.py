@@ -1,4 +1,4 @@
-"""The report and the committed results (issue 11, points 2 and 3): the report captions are committed and
+"""The report and the committed results: the report captions are committed and
 match notebooks/catalog.yaml; the notebook rules depend on committed files only; and, in a copy of the
 repository as a fresh clone has it (the tracked files written in checkout order, no results/runs, no
 results/corpora, no .snakemake/), `snakemake -n` schedules no training or scoring job, editing one notebook

@@ -81,7 +81,7 @@ def test_dry_run_default_config_has_every_run_and_figure():
     for rule, ins, _ in jobs:
         if rule != "all":
             assert not set(ins) & set(written), (rule, sorted(set(ins) & set(written)))
-    # seeds are the unit (issue: >= 3 seeds of each contrast, encoder and decoder paired by seed, one horizon)
+    # seeds are the unit: >= 3 seeds of each contrast, encoder and decoder paired by seed, one horizon
     seeds = {}
     for n in names:
         variant, seed = n.rsplit("-s", 1)
@@ -95,7 +95,7 @@ def test_dry_run_default_config_has_every_run_and_figure():
     ):
         assert len(seeds[variant]) >= 3, variant
     # contrasts are paired by seed: at least 3 seeds shared by each claim's two arms (a seed without its
-    # partner, like D5's fourth standard encoder, serves only the claims whose arms it has)
+    # partner, such as a fourth standard encoder, serves only the claims whose arms it has)
     for a, b in (
         ("encoder-standard", "decoder-standard"),
         ("encoder-symmetric-fresh", "encoder-standard"),

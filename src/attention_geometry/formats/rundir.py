@@ -1,7 +1,7 @@
 """The run-directory format (docs/contracts.md, "Runs and checkpoints"): names, snapshot steps, listing.
 
     results/runs/{run}/run.yaml                   the resolved run config (also inside every snapshot)
-    results/runs/{run}/loss.csv                   loss rows (contract.LOSS_COLUMNS)
+    results/runs/{run}/loss.csv                   loss rows (columns.LOSS_COLUMNS)
     results/runs/{run}/checkpoints/step-XXXXXXX/  weight-only snapshots: model.safetensors + config.json
                                                   (+ tokenizer, model card, run.yaml, checksums.json)
     results/runs/{run}/state/                     the newest resumable training state (state.json, ...,

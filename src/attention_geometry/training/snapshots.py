@@ -189,7 +189,7 @@ def check_loss_rows(out: Path, rows: list[dict], expected: set[int]) -> None:
 
 
 def write_loss_rows(out: Path, rows: list[dict]) -> None:
-    """OUT/loss.csv with the columns contract.LOSS_COLUMNS (csv's default \\r\\n line ends)."""
+    """OUT/loss.csv with the columns columns.LOSS_COLUMNS (csv's default \\r\\n line ends)."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=LOSS_COLUMNS)
     w.writeheader()
