@@ -4,6 +4,7 @@
 import json
 import os
 import shlex
+import sys
 
 from snakemake.exceptions import WorkflowError
 
@@ -80,8 +81,12 @@ TABLES = {
 
 
 # Committed results whose config record differs from this config stop the parse with one line (never drawn
-# as if current; config_records.stale_error says how to remake them).
-if (_stale := stale_error(PLAN, RECORDS)) is not None:
+# as if current; workflow.records.stale_error says how to remake them). Under --forceall every result is
+# remade from this config, so nothing old can be drawn and the parse goes on (Snakemake has not read its DAG
+# settings yet when it parses this file, hence the command line). Only the submitting process decides: a
+# cluster job re-parses this file while the results it remakes are still the old ones.
+_FORCEALL = any(a == "--forceall" or (a[:1] == "-" and a[1:2] != "-" and "F" in a) for a in sys.argv[1:])
+if workflow.is_main_process and not _FORCEALL and (_stale := stale_error(PLAN, RECORDS)) is not None:
     raise WorkflowError(_stale)
 
 

@@ -104,6 +104,7 @@ def test_results_made_with_another_config_stop_with_one_line(tmp_path):
     edited = config_plan(cfg)
     msg = stale_error(edited)
     assert msg is not None and "\n" not in msg
+    assert "--forceall" in msg  # the other remedy (the Snakefile skips this check under --forceall)
     scores, loss = (made.res("tables", f"{t}.csv") for t in ("training_scores", "training_loss"))
     assert scores in msg and loss in msg and made.res("tables", "pretrained_scores.csv") not in msg
     rm = msg.split("`rm ", 1)[1].split("`", 1)[0].split()

@@ -156,6 +156,9 @@ def test_a_clone_with_an_edited_config_stops_instead_of_drawing_old_tables(tmp_p
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("config: ")]
     assert len(lines) == 1 and "results/tables/training_scores.csv" in lines[0], proc.stderr[-3000:]
     assert "pretrained_scores.csv" not in lines[0]
+    # the other remedy the line names: --forceall remakes everything from the edited config, so it parses
+    forced = job_counts(snakemake("-n", "--forceall", cwd=wf).stdout)
+    assert forced["train_model"] == len(config_plan(validated_config("config.yaml")).runs)
     rm = lines[0].split("`rm ", 1)[1].split("`", 1)[0].split()
     subprocess.run(["rm", *rm], cwd=wf, check=True)
     counts = job_counts(snakemake("-n", cwd=wf).stdout)

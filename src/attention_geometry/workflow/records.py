@@ -116,5 +116,6 @@ def stale_error(plan: Plan, table: dict[str, tuple[list[str], dict]] | None = No
     return (
         f"config: {len(stale)} result(s) were made with another config than this one ({', '.join(stale)}; "
         f"the config that made each is in {plan.res(RECORD_DIR)}/): to remake them from this config run "
-        f"`rm {' '.join(remove)}` and then the workflow again, or restore the config"
+        f"`rm {' '.join(remove)}` and then the workflow again (or remake everything with --forceall), or restore "
+        "the config"
     )
