@@ -20,6 +20,10 @@ from attention_geometry.errors import UserError
 COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("attention_geometry.scoring.scorer", "score the self-attention W_qk of a model (dir, GGUF or hub id)"),
     "score-checkpoints": ("attention_geometry.scoring.scorer", "score every weight snapshot of a training run"),
+    "compare-gqa": (
+        "attention_geometry.scoring.scorer",
+        "a grouped-query model's W_qk scores by the attention's matrix and by the paper's expansion",
+    ),
     "prefetch-qk": (
         "attention_geometry.weights.prefetch",
         "fetch a hub model's q/k tensors and config into a local folder",

@@ -29,6 +29,7 @@ from attention_geometry.formats.files import atomic_write_table, check_table_pat
 from attention_geometry.formats.rundir import list_snapshots, read_run_yaml, verify_snapshot
 from attention_geometry.scoring.extract import LayerQK, architecture_of, get_family, iter_layer_qk, qk_keys, wqk
 from attention_geometry.scoring.measures import ScoreError, num_std_arg, scores
+from attention_geometry.scoring.paper_gqa import GQA_COLUMNS, GQA_METHODS, layer_wqk
 from attention_geometry.weights.base import TensorSource
 from attention_geometry.weights.loading import open_source
 
@@ -149,15 +150,22 @@ def score_model(
     device: str | torch.device = "cpu",
     progress: bool = True,
     name: str | None = None,
+    gqa_method: str = "correct",
     **open_kwargs: Any,
 ):
     """The score rows (docs/contracts.md, columns SCORE_COLUMNS) of every self-attention layer of `source`.
 
     One "all" row per applied layer (M summed over heads); with per_head, one row per head in addition.
     `head` is a string column ("all", "0", "1", ...) so CSV and Parquet agree. open_kwargs go to
-    loading.open_source (gguf_file, revision, trust_remote_code).
+    loading.open_source (gguf_file, revision, trust_remote_code). gqa_method "paper" scores grouped-query layers
+    by the paper's expansion instead of the attention's matrix (scoring/paper_gqa.py: a known error, reproduced).
     """
+    if gqa_method not in GQA_METHODS:
+        raise UserError(f"--gqa-method: {gqa_method!r} is not one of {', '.join(GQA_METHODS)}")
+    if per_head and gqa_method != "correct":
+        raise UserError("--per-head: per-head rows exist for the attention's own matrices only (--gqa-method correct)")
     src = _open(source, name=name, **open_kwargs)
+    permuted = bool(getattr(src, "qk_rows_permuted", False))
     family = get_family(src.model_type)
     dev = _device(device)
     fixed = dict(
@@ -170,7 +178,7 @@ def score_model(
     for layer in _layers(src, progress):
         shape = dict(n_params=src.n_params, d_model=layer.d_model, n_heads=layer.n_heads, n_kv_heads=layer.n_kv_heads)
         where = f"{src.name} {layer.component} layer {layer.layer}"
-        M = wqk(layer, dtype=torch.float64, device=dev)
+        M = layer_wqk(layer, gqa_method, permuted_rows=permuted, dtype=torch.float64, device=dev)
         (s,), (d,) = _scores(M, num_std, where)
         del M
         rows.append(
@@ -252,6 +260,60 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
 
 
+def compare_gqa(source: Any, num_std: float = 2.0, name: str | None = None, **open_kwargs: Any):
+    """Per grouped-query layer of `source`: s and d of the attention's M and of the paper's expansion
+    (scoring/paper_gqa.py), and their relative Frobenius distance ||M_paper - M|| / ||M|| (columns GQA_COLUMNS).
+    UserError for a model without grouped-query layers, or one the paper's path cannot reshape."""
+    import pandas as pd
+
+    src = _open(source, name=name, **open_kwargs)
+    permuted = bool(getattr(src, "qk_rows_permuted", False))
+    rows = []
+    for layer in _layers(src, progress=False):
+        if layer.n_kv_heads == layer.n_heads:
+            continue
+        where = f"{src.name} {layer.component} layer {layer.layer}"
+        M = wqk(layer)
+        P = layer_wqk(layer, "paper", permuted_rows=permuted)
+        (s,), (d,) = _scores(M, num_std, where)
+        (sp,), (dp,) = _scores(P, num_std, where)
+        rows.append(
+            dict(
+                model=src.name,
+                component=layer.component,
+                layer=layer.layer,
+                n_heads=layer.n_heads,
+                n_kv_heads=layer.n_kv_heads,
+                symmetry=s,
+                directionality=d,
+                symmetry_paper=sp,
+                directionality_paper=dp,
+                relative_distance=float(torch.linalg.norm(P - M) / torch.linalg.norm(M)),
+            )
+        )
+    if not rows:
+        raise UserError(f"{src.name}: no grouped-query attention layer (as many key/value heads as query heads)")
+    return pd.DataFrame(rows, columns=GQA_COLUMNS)
+
+
+def add_arguments_compare_gqa(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", metavar="SOURCE", help="model directory, .gguf file or hub id (as for `score`)")
+    parser.add_argument("--out", required=True, metavar="FILE", help="output table, .csv or .parquet")
+    parser.add_argument("--num-std", type=num_std_arg, default=2.0, help="directionality threshold (default 2)")
+    parser.add_argument("--gguf-file", metavar="F", help="GGUF file inside SOURCE (a directory or hub id)")
+    parser.add_argument("--revision", metavar="R", help="hub revision: branch, tag or commit (default main)")
+    parser.add_argument("--name", metavar="LABEL", help="value of the model column")
+
+
+def run_compare_gqa(args: argparse.Namespace) -> int:
+    check_table_path(args.out)
+    df = compare_gqa(
+        args.source, num_std=args.num_std, name=args.name, gguf_file=args.gguf_file, revision=args.revision
+    )
+    atomic_write_table(df, args.out)
+    return 0
+
+
 def add_arguments_score(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "source",
@@ -272,6 +334,13 @@ def add_arguments_score(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="let transformers run the model repository's own code (off by default)",
     )
+    parser.add_argument(
+        "--gqa-method",
+        choices=GQA_METHODS,
+        default="correct",
+        help="grouped-query layers: the attention's matrix (correct, default) or the paper's expansion (paper: "
+        "reproduces its published numbers, a known error: docs/cli.md)",
+    )
 
 
 def run_score(args: argparse.Namespace) -> int:
@@ -286,6 +355,7 @@ def run_score(args: argparse.Namespace) -> int:
         gguf_file=args.gguf_file,
         revision=args.revision,
         trust_remote_code=args.trust_remote_code,
+        gqa_method=args.gqa_method,
     )
     atomic_write_table(df, args.out)
     return 0

@@ -37,6 +37,8 @@ __all__ = ["GGUFSource", "GGUFHeader", "read_gguf_header", "gguf_architecture", 
 
 # GGUF architecture -> transformers model_type, for the architectures read here (transformers renames gemma3)
 QK_ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "gemma3": "gemma3_text"}
+# the architectures whose q/k rows llama.cpp's converter permutes (and transformers' GGUF loader un-permutes)
+LLAMA_CPP_PERMUTED = ("llama", "mistral")
 # the names the q/k tensors get (transformers' names; the families resolve "layers.{i}.self_attn.q_proj.weight")
 _QK_NAMES = {"attn_q": "q_proj", "attn_k": "k_proj"}
 _GGUF_QK = re.compile(r"blk\.(\d+)\.(attn_q|attn_k)\.weight")
@@ -245,6 +247,9 @@ class GGUFSource(TensorSource):
         if arch not in QK_ARCHITECTURES:
             raise LoadError(f"{self.path}: GGUF architecture {arch!r} is not read by the q/k reader")
         self.config = _config(self.header, self.path)
+        # llama.cpp stores the q/k rows of these in its rotary order (transformers' loader puts them back); the
+        # attention's W_qk does not depend on it, the paper's grouped-query expansion does (scoring/paper_gqa.py)
+        self.qk_rows_permuted = arch in LLAMA_CPP_PERMUTED
         self.name = name or os.path.splitext(os.path.basename(self.path))[0]
         self.n_params = sum(t.numel for t in self.header.tensors.values())
         self._names = {}
