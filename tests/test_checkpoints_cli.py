@@ -321,6 +321,22 @@ def test_score_checkpoints_bad_runs(tmp_path, capsys):
     assert code == 2 and "no step-XXXXXXX snapshot folders" in err and not out.exists()
 
 
+def test_score_checkpoints_refuses_a_missing_middle_snapshot(tmp_path, capsys):
+    """run.yaml's snapshot_steps up to the newest snapshot on disk must all be there: a missing one is one line
+    naming it, not a table that silently lacks a step (steps after the newest one: a run still training)."""
+    run, _ = fake_run(tmp_path, steps=(0, 100))
+    (run / "run.yaml").write_text(yaml.safe_dump(dict(RUN_META, snapshot_steps=[0, 20, 100, 200])))
+    out = tmp_path / "t.csv"
+    code, _, err = run_cli(["score-checkpoints", run, "--out", out, "--quiet"], capsys)
+    errors = [line for line in err.splitlines() if not line.startswith("warning: ")]  # hand-made: no checksums
+    assert code == 2 and len(errors) == 1 and errors[0].startswith("error: ") and not out.exists()
+    assert "no snapshot of step(s) 20, which run.yaml's snapshot_steps imply (the run reached step 100)" in err
+    (run / "run.yaml").write_text(yaml.safe_dump(dict(RUN_META, snapshot_steps=[0, 100, 200])))
+    code, _, err = run_cli(["score-checkpoints", run, "--out", out, "--quiet"], capsys)
+    assert code == 0, err
+    assert sorted(set(pd.read_csv(out).step)) == [0, 100]
+
+
 @pytest.mark.parametrize("n_heads,n_kv", [(6, 2), (6, 1), (6, 6), (8, 4)])
 def test_wqk_grouped_query(n_heads, n_kv):
     """M of a grouped-/multi-query layer (group-summed queries) equals the explicit per-head sum, and the sum of

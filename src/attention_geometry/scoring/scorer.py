@@ -230,10 +230,18 @@ def score_checkpoints(
     run = run_dir.name
     cfg = read_run_yaml(run_dir)
     meta = {k: cfg[k] for k in RUN_KEYS}
+    snapshots = list_snapshots(run_dir)
+    # a snapshot missing between those on disk would silently shift every statistic over steps (the last
+    # snapshots of a run, a step's contrast): the steps run.yaml implies up to the newest one must all be there
+    implied = [int(s) for s in cfg.get("snapshot_steps") or [] if int(s) <= max(snapshots)]
+    if missing := sorted(set(implied) - set(snapshots)):
+        raise UserError(
+            f"{run_dir / 'checkpoints'}: no snapshot of step(s) {', '.join(map(str, missing))}, which run.yaml's "
+            f"snapshot_steps imply (the run reached step {max(snapshots)}): restore them, or move the run aside "
+            "and train it again"
+        )
     tables = []
-    for step, folder in tqdm(
-        list_snapshots(run_dir).items(), desc=f"scoring {run}", unit="checkpoint", disable=not progress
-    ):
+    for step, folder in tqdm(snapshots.items(), desc=f"scoring {run}", unit="checkpoint", disable=not progress):
         df = score_model(folder, per_head=per_head, num_std=num_std, device=device, progress=False, name=run)
         df["run"] = run
         for k, v in meta.items():
