@@ -1,12 +1,13 @@
 # The data behind figures that needs more than reading a table (small files, committed under results/),
 # then one rule per entry of notebooks/catalog.yaml (a new figure or table is one catalog entry plus its
 # notebook; entries may share a notebook and differ by `constants`). Each notebook rule runs
-#   papermill notebooks/NAME.ipynb {results}/notebooks/NAME.ipynb -y '{"inputs": ..., "outputs": ..., "params": ...}'
+#   attention-geometry run-notebook notebooks/NAME.ipynb {results}/notebooks/NAME.ipynb --parameters '{"inputs": ..., ...}'
+# (papermill, with a readable failure: workflow/notebook.py)
 # The notebook file is an input of its own rule only, so editing it re-runs just that figure. The final
 # figures and tables are report() outputs with the committed caption report/captions/NAME.rst (written from
 # the catalog by report/make_captions.py; `snakemake --report results/report.html`).
 # A notebook rule depends only on committed files (tables, figdata, resources/, its notebook), and its
-# executed copy is its log, not an output: a fresh clone (no runs, no corpora, no .snakemake/) has every
+# executed copy ({results}/notebooks/NAME.ipynb) is a side file, not an output: a fresh clone (no runs, no corpora, no .snakemake/) has every
 # output, so Snakemake never asks for a training or scoring job to redraw a figure.
 
 
@@ -139,11 +140,14 @@ for _nb in NOTEBOOKS:
             },
         params:
             parameters=json.dumps(_parameters, sort_keys=True),
-        log:
+            # the executed copy (every cell's output; kept when a cell fails) is not declared as a log: a
+            # failed job prints its logs, and this one is a page of notebook JSON. The log holds one error line
+            # and the failing cell's traceback (workflow/notebook.py).
             executed=res("notebooks", f"{_nb}.ipynb"),
-            log=res("logs", "notebooks", f"{_nb}.log"),
+        log:
+            res("logs", "notebooks", f"{_nb}.log"),
         conda:
             "../envs/figures.yaml"
         shell:
-            "papermill {input.notebook:q} {log.executed:q} -y {params.parameters:q} --log-output"
-            " --no-progress-bar > {log.log:q} 2>&1"
+            "python -m attention_geometry run-notebook --no-progress {input.notebook:q} {params.executed:q}"
+            " --parameters {params.parameters:q} > {log:q} 2>&1"

@@ -21,12 +21,17 @@ def test_version_is_the_project_version():
     assert out.stdout.strip() == f"attention-geometry {want}"
 
 
-def test_unknown_subcommand_is_refused():
-    out = subprocess.run(
-        [sys.executable, "-m", "attention_geometry.cli", "no-such-command"], capture_output=True, text=True, check=False
-    )
-    assert out.returncode != 0
-    assert "invalid choice" in out.stderr
+def test_unknown_subcommand_is_one_line(capsys):
+    assert main(["no-such-command"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: unknown command 'no-such-command' (one of score, ")
+
+
+def test_an_empty_source_is_one_line_naming_it(tmp_path, capsys):
+    assert main(["score", "", "--out", str(tmp_path / "x.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: SOURCE: empty (a model directory, a .gguf file or a hub id)\n"
+    assert not (tmp_path / "x.csv").exists()
 
 
 def test_one_progress_switch_for_every_subcommand_and_every_rule_uses_it(capsys):

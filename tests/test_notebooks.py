@@ -339,3 +339,28 @@ def test_committed_notebook_is_stripped_and_has_parameters_cell(path):
     assert "parameters" in code[0].get("metadata", {}).get("tags", [])
     for c in code:
         assert not c.get("outputs") and c.get("execution_count") is None, name
+
+
+@pytest.mark.notebook
+def test_run_notebook_reports_a_failing_cell_in_one_line_and_its_traceback(tmp_path, capsys):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("y = x + 1"),
+        nbformat.v4.new_code_cell('raise ValueError(f"failed on purpose with x = {x}")'),
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    src, executed = tmp_path / "nb.ipynb", tmp_path / "executed.ipynb"
+    nbformat.write(nb, src)
+    assert cli.main(["run-notebook", str(src), str(executed), "--parameters", '{"x": 7}']) == 1
+    err = capsys.readouterr().err
+    first, rest = err.split("\n", 1)
+    # papermill inserts the injected-parameters cell, so the failing cell is the fourth to run
+    assert first == (
+        f"error: {src} failed in cell In [4]: ValueError: failed on purpose with x = 7 (executed copy: {executed})"
+    )
+    assert "Traceback" in rest and "\x1b[" not in rest and '"cell_type"' not in err
+    assert "failed on purpose with x = 7" in executed.read_text()  # the executed copy is kept
+    assert cli.main(["run-notebook", str(src), str(executed), "--parameters", "[1]"]) == 2

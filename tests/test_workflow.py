@@ -12,6 +12,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -382,6 +383,28 @@ def test_smoke_workflow_end_to_end(smoke_workflow):
         assert not errors, nb
         for out in entry["outputs"].values():
             assert_has_content(Path(wf, out.replace("{results}", cfg["results"])))
+
+
+@pytest.mark.workflow
+def test_a_failing_notebook_shows_its_traceback_not_its_json(smoke_workflow, tmp_path):
+    """A cell that raises: the job fails with the cell's own error in what Snakemake prints (the log of
+    papermill's lines), not the executed notebook's JSON; the executed copy is kept for reading."""
+    wf = tmp_path / "wf"
+    shutil.copytree(smoke_workflow, wf, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
+    nb = wf / "notebooks" / "table_scores.ipynb"
+    notebook = json.loads(nb.read_text())
+    code = next(
+        c for c in notebook["cells"] if c["cell_type"] == "code" and "parameters" not in c["metadata"].get("tags", [])
+    )
+    code["source"] = ['raise ValueError("a cell that fails on purpose")\n']
+    nb.write_text(json.dumps(notebook, indent=1))
+    proc = snakemake("--configfile", "config/smoke.yaml", "--cores", "1", cwd=wf, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "ValueError: a cell that fails on purpose" in out
+    assert '"cell_type"' not in out and "nbformat" not in out  # no notebook JSON on the console
+    executed = wf / "results-smoke" / "notebooks" / "table_scores.ipynb"
+    assert "a cell that fails on purpose" in executed.read_text()
 
 
 @pytest.mark.workflow

@@ -40,6 +40,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "attention_geometry.analysis.figdata",
         "write a model's median-symmetry layer W_qk (Figure 1) to .npz",
     ),
+    "run-notebook": (
+        "attention_geometry.workflow.notebook",
+        "run a figure notebook with papermill; a failing cell is one error line and its traceback",
+    ),
     "join-parts": ("attention_geometry.workflow.pretrained", "join a model file shipped in parts, checking its sha256"),
     "symmetry-speedup": (
         "attention_geometry.analysis.figdata",
@@ -80,6 +84,12 @@ def _no_progress_bars() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        print(
+            f"error: unknown command {argv[0]!r} (one of {', '.join(COMMANDS)}; see attention-geometry --help)",
+            file=sys.stderr,
+        )
+        return 2
     if not argv or argv[0] not in COMMANDS:
         _parser().parse_args(argv or ["--help"])
         return 2

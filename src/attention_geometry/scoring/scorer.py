@@ -77,6 +77,8 @@ def _finite(w: torch.Tensor) -> bool:
 def _open(source: Any, **open_kwargs: Any) -> TensorSource:
     """loading.open_source, after checking a local folder that carries checksums.json (a weight snapshot of
     a training run) against it: a file changed since it was written is one UserError, never scored."""
+    if isinstance(source, (str, os.PathLike)) and not os.fspath(source).strip():
+        raise UserError("SOURCE: empty (a model directory, a .gguf file or a hub id)")
     if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
         verify_snapshot(source)
     return open_source(source, **open_kwargs)

@@ -400,7 +400,7 @@ class Plan:
     def notebook_targets(self) -> list[str]:
         """Every notebook's outputs and the tables under {results}/tables that the notebooks read (a table a
         rule makes for one figure is a result too): only committed files, so a fresh clone has every target
-        (the executed notebook is the rule's log; the report captions are committed under report/captions/)."""
+        (the executed notebook is a side file of the rule; the report captions are committed under report/captions/)."""
         targets = []
         tables = self.res("tables") + os.sep
         for nb in self.notebooks:
