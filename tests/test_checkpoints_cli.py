@@ -374,3 +374,38 @@ def test_in_memory_vision_model_scores_like_its_saved_checkpoint(tmp_path):
     assert len(live) == 2
     np.testing.assert_allclose(live["symmetry"], saved["symmetry"], rtol=1e-12)
     np.testing.assert_allclose(live["directionality"], saved["directionality"], rtol=1e-12)
+
+
+def test_score_checkpoints_reads_a_hugging_face_trainer_output_folder(tmp_path, capsys):
+    """checkpoint-N/ folders as transformers' Trainer writes them (the paper's code): the step from each
+    trainer_state.json, the run keys from --label; the scores equal those of the same weights scored alone."""
+    out_dir = tmp_path / "bert-decoder-jigsaw--symmetric-init"
+    models = {}
+    for i, step in enumerate((10, 20)):
+        m = tiny_bert(seed=30 + i, cls=BertForMaskedLM, is_decoder=True)
+        folder = out_dir / f"checkpoint-{step}"
+        m.save_pretrained(folder)
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+        (folder / "optimizer.pt").write_bytes(b"never read")
+        models[step] = m
+    (out_dir / "runs").mkdir()  # TensorBoard logs beside them are not checkpoints
+    out = tmp_path / "t.csv"
+    code, _, err = run_cli(
+        ["score-checkpoints", out_dir, "--out", out, "--quiet", "--label", "init=symmetric-fresh", "--label", "seed=0"],
+        capsys,
+    )
+    assert code == 0, err
+    df = pd.read_csv(out)
+    assert sorted(set(df.step)) == [10, 20] and set(df.run) == {out_dir.name}
+    assert set(df.init) == {"symmetric-fresh"} and set(df.seed) == {0}
+    for step, m in models.items():
+        for layer, (M, _) in enumerate(reference(m)):
+            s, d = np_scores(M)
+            row = df[(df.step == step) & (df.layer == layer)].iloc[0]
+            assert (row.symmetry, row.directionality) == (pytest.approx(s, abs=1e-12), pytest.approx(d, abs=1e-12))
+    # a trainer_state.json that disagrees with its folder, and a bad label, are one line each
+    (out_dir / "checkpoint-20" / "trainer_state.json").write_text(json.dumps({"global_step": 30}))
+    code, _, err = run_cli(["score-checkpoints", out_dir, "--out", out, "--quiet"], capsys)
+    assert code == 2 and "global_step 30, but the folder is checkpoint-20" in err
+    code, _, err = run_cli(["score-checkpoints", out_dir, "--out", out, "--label", "lr=1"], capsys)
+    assert code == 2 and "--label 'lr=1': expected KEY=VALUE" in err

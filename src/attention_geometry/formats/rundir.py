@@ -48,6 +48,7 @@ __all__ = [
     "verify_snapshot",
     "snapshot_steps",
     "read_run_yaml",
+    "list_trainer_checkpoints",
     "find_state",
     "state_step",
     "lock_path",
@@ -197,6 +198,31 @@ def read_run_yaml(run_dir: str | os.PathLike, required: Iterable[str] = RUN_KEYS
     if missing:
         raise UserError(f"{path}: missing key(s) {', '.join(missing)}")
     return cfg
+
+
+# ------------------------------------------------------------------------- Hugging Face Trainer output
+def list_trainer_checkpoints(output_dir: str | os.PathLike) -> dict[int, Path]:
+    """step -> folder of every `checkpoint-N/` a Hugging Face Trainer wrote into `output_dir` (the layout of
+    the paper's own training code), in step order; the step is trainer_state.json's `global_step` where that
+    file exists, else N. Only folders with the weights and config.json count; an empty dict when there are
+    none. A trainer_state.json whose step disagrees with its folder's N is one UserError."""
+    out = {}
+    for folder in Path(output_dir).glob("checkpoint-*"):
+        m = re.fullmatch(r"checkpoint-(\d+)", folder.name)
+        has_weights = (folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file()
+        if not (m and folder.is_dir() and has_weights and (folder / "config.json").is_file()):
+            continue
+        step = int(m.group(1))
+        state = folder / "trainer_state.json"
+        if state.is_file():
+            try:
+                recorded = json.loads(state.read_text(encoding="utf-8"))["global_step"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise UserError(f"{state}: not a Trainer state with a global_step ({exc})") from None
+            if int(recorded) != step:
+                raise UserError(f"{state}: global_step {recorded}, but the folder is {folder.name}")
+        out[step] = folder
+    return dict(sorted(out.items()))
 
 
 # ---------------------------------------------------------------------------------------------- state

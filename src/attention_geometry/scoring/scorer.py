@@ -26,7 +26,13 @@ import torch
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import RUN_KEYS, SCORE_COLUMNS, TRAINING_COLUMNS
 from attention_geometry.formats.files import atomic_write_table, check_table_path
-from attention_geometry.formats.rundir import list_snapshots, read_run_yaml, verify_snapshot
+from attention_geometry.formats.rundir import (
+    RUN_YAML,
+    list_snapshots,
+    list_trainer_checkpoints,
+    read_run_yaml,
+    verify_snapshot,
+)
 from attention_geometry.scoring.extract import LayerQK, architecture_of, get_family, iter_layer_qk, qk_keys, wqk
 from attention_geometry.scoring.measures import ScoreError, num_std_arg, scores
 from attention_geometry.scoring.paper_gqa import GQA_COLUMNS, GQA_METHODS, layer_wqk
@@ -217,19 +223,23 @@ def score_checkpoints(
     num_std: float = 2.0,
     device: str | torch.device = "cpu",
     progress: bool = True,
+    labels: dict[str, Any] | None = None,
 ):
     """Score rows of every snapshot of a run, in step order, with the training columns (TRAINING_COLUMNS).
 
     model and run are RUN_DIR's name; size, dataset, objective, init, seed come from run.yaml; step from
-    the snapshot's folder name (every complete snapshot, rundir.list_snapshots).
+    the snapshot's folder name (every complete snapshot, rundir.list_snapshots). A Hugging Face Trainer
+    output folder (`checkpoint-N/`, no run.yaml: the paper's own code writes these) is read too: the step
+    from each trainer_state.json, the run keys from `labels` (absent ones empty).
     """
-    import pandas as pd
-    from tqdm.auto import tqdm
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: no such run directory")
     run = run_dir.name
+    if not (run_dir / RUN_YAML).is_file() and (trainer := list_trainer_checkpoints(run_dir)):
+        meta = {k: (labels or {}).get(k, "") for k in RUN_KEYS}
+        return _score_snapshots(run, meta, trainer, per_head, num_std, device, progress)
     cfg = read_run_yaml(run_dir)
     meta = {k: cfg[k] for k in RUN_KEYS}
     snapshots = list_snapshots(run_dir)
@@ -242,6 +252,13 @@ def score_checkpoints(
             f"snapshot_steps imply (the run reached step {max(snapshots)}): restore them, or move the run aside "
             "and train it again"
         )
+    return _score_snapshots(run, meta, snapshots, per_head, num_std, device, progress)
+
+
+def _score_snapshots(run, meta, snapshots, per_head, num_std, device, progress):
+    import pandas as pd
+    from tqdm.auto import tqdm
+
     tables = []
     for step, folder in tqdm(snapshots.items(), desc=f"scoring {run}", unit="checkpoint", disable=not progress):
         df = score_model(folder, per_head=per_head, num_std=num_std, device=device, progress=False, name=run)
@@ -373,15 +390,36 @@ def run_score(args: argparse.Namespace) -> int:
 
 def add_arguments_score_checkpoints(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "run_dir", metavar="RUN_DIR", help="training run folder with run.yaml and checkpoints/step-XXXXXXX/"
+        "run_dir",
+        metavar="RUN_DIR",
+        help="training run folder with run.yaml and checkpoints/step-XXXXXXX/, or a Hugging Face Trainer output "
+        "folder with checkpoint-N/ (docs/paper-code.md)",
     )
     _common_arguments(parser)
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"for a Trainer output folder, a run key of the rows ({', '.join(RUN_KEYS)}); repeatable",
+    )
 
 
 def run_score_checkpoints(args: argparse.Namespace) -> int:
     check_table_path(args.out)
+    labels = {}
+    for item in args.label:
+        key, sep, value = item.partition("=")
+        if not sep or key not in RUN_KEYS:
+            raise UserError(f"--label {item!r}: expected KEY=VALUE with KEY one of {', '.join(RUN_KEYS)}")
+        labels[key] = int(value) if key == "seed" and value.lstrip("-").isdigit() else value
     df = score_checkpoints(
-        args.run_dir, per_head=args.per_head, num_std=args.num_std, device=args.device, progress=not args.quiet
+        args.run_dir,
+        per_head=args.per_head,
+        num_std=args.num_std,
+        device=args.device,
+        progress=not args.quiet,
+        labels=labels,
     )
     atomic_write_table(df, args.out)
     return 0
