@@ -22,7 +22,7 @@ from attention_geometry.data.prepare import prepare_corpus
 from attention_geometry.data.sources import wiki_offline_path
 from attention_geometry.data.wordpiece import learn_wordpiece_vocab
 from attention_geometry.errors import UserError
-from attention_geometry.formats.corpus import SPECIAL_TOKENS, Corpus, load_corpus
+from attention_geometry.formats.corpus import SPECIAL_TOKENS, Corpus, CorpusError, load_corpus
 
 WORDS = (
     "the of and a to in is was for on that by with as at from his her it an were are which this be or has "
@@ -216,6 +216,24 @@ def test_text_files_by_file_and_by_line(tmp_path):
     by_line = load_corpus(prepare_corpus(text_cfg([folder, single], one_document_per="line"), tmp_path / "l")).manifest
     assert by_line["n_documents"] == 30 + 20 + 1  # blank lines are no documents
     assert by_line["n_tokens"] == by_file["n_tokens"] or by_line["n_bytes"] < by_file["n_bytes"]
+
+
+def test_a_file_listed_twice_is_read_once_and_never_on_both_sides_of_the_split(tmp_path):
+    """The same file twice, a folder and a file inside it, and a copy under another name: each document is
+    read once; a held-out document equal to a training one is refused with one line."""
+    folder = write_files(tmp_path / "docs", make_docs(40, seed=11))
+    first = sorted(folder.iterdir())[0]
+    copy = tmp_path / "copy.txt"
+    copy.write_bytes(first.read_bytes())
+    paths = [first, first, folder, copy]
+    m = load_corpus(prepare_corpus(text_cfg(paths, heldout_fraction=0.25), tmp_path / "a")).manifest
+    assert m["n_documents"] == 40 and len(m["sources"]) == 40
+    assert m["n_heldout_documents"] + m["n_train_documents"] == 40
+    # documents repeated inside one input (by line) cannot be read once: refused when they straddle the split
+    lines = tmp_path / "lines.txt"
+    lines.write_text("\n".join(make_docs(10, seed=12) * 2), encoding="utf-8")
+    with pytest.raises(CorpusError, match="training document\\(s\\) equal a held-out document"):
+        prepare_corpus(text_cfg([lines], one_document_per="line", heldout_fraction=0.3), tmp_path / "b")
 
 
 def test_max_documents_and_max_bytes(tmp_path):

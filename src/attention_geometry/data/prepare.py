@@ -163,6 +163,22 @@ def prepare_corpus(cfg: CorpusConfig, out: str | os.PathLike, force: bool = Fals
     return out
 
 
+def _refuse_shared_documents(docs: blocks.Documents, heldout: np.ndarray, train: np.ndarray, where: str) -> None:
+    """CorpusError when a held-out document equals a training one: the held-out loss would then measure
+    memorization, not generalization (repeated input files are read once: data.sources)."""
+    import hashlib
+
+    seen = {hashlib.blake2b(docs[int(i)].encode("utf-8"), digest_size=16).digest() for i in heldout}
+    if not seen:
+        return
+    shared = sum(hashlib.blake2b(docs[int(i)].encode("utf-8"), digest_size=16).digest() in seen for i in train)
+    if shared:
+        raise CorpusError(
+            f"{where}: {shared} training document(s) equal a held-out document: the inputs repeat documents; "
+            "remove the repeats (or set heldout_fraction 0)"
+        )
+
+
 def _prepare_into(cfg: CorpusConfig, tmp: Path) -> dict[str, Any]:
     sources: list[dict[str, Any]] = []
     docs = blocks.Documents(tmp / "documents.bin")
@@ -201,6 +217,7 @@ def _prepare_into(cfg: CorpusConfig, tmp: Path) -> dict[str, Any]:
         k = max(k + 1, math.ceil(1.1 * cfg.min_heldout_blocks / per_doc))
         log.info("held-out split short of %d blocks (%d): growing it to %d documents", cfg.min_heldout_blocks, have, k)
 
+    _refuse_shared_documents(docs, perm[:k], perm[k:], where)
     special = wordpiece.special_ids(tok, where)
     vocab_size = int(tok.get_vocab_size(with_added_tokens=True))
     dtype = block_dtype(vocab_size)

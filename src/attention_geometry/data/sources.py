@@ -68,6 +68,28 @@ def _iter_wiki_offline(cfg: CorpusConfig, sources: list) -> Iterator[str]:
 
 
 def _expand_paths(cfg: CorpusConfig) -> list[Path]:
+    """The files `paths` names, folders expanded, each file once: a path listed twice (or a file inside a
+    folder also listed) is read once, by its first mention, and a file whose content equals an earlier one's
+    is left out (a repeated document would otherwise land on both sides of the held-out split)."""
+    files = _listed_paths(cfg)
+    seen_paths: set[Path] = set()
+    seen_content: dict[str, Path] = {}
+    unique = []
+    for f in files:
+        real = f.resolve()
+        if real in seen_paths:
+            continue
+        seen_paths.add(real)
+        digest = file_sha256(f)
+        if digest in seen_content:
+            log.info("`paths`: %s has the content of %s: read once", f, seen_content[digest])
+            continue
+        seen_content[digest] = f
+        unique.append(f)
+    return unique
+
+
+def _listed_paths(cfg: CorpusConfig) -> list[Path]:
     files: list[Path] = []
     for raw in cfg.paths:
         p = Path(raw).expanduser()
