@@ -130,35 +130,120 @@ def test_sign_test_p_drops_zeros():
     assert math.isnan(S.sign_test_p([0.0, 0.0]))
 
 
+# --------------------------------------------------------------------------------- t-test, Holm, TOST
+@pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+@pytest.mark.parametrize("mu", [0.0, 0.3, -0.2])
+def test_t_test_p_matches_scipy(alternative, mu):
+    x = np.random.default_rng(3).normal(0.2, 0.5, size=5)
+    assert S.t_test_p(x, mu, alternative) == pytest.approx(sps.ttest_1samp(x, mu, alternative=alternative).pvalue)
+
+
+def test_t_test_p_small_n_and_zero_spread():
+    assert math.isnan(S.t_test_p([1.0]))
+    assert S.t_test_p([0.2, 0.2, 0.2]) == 0.0 and S.t_test_p([0.0, 0.0]) == 1.0
+    assert S.t_test_p([0.2, 0.2], 0.5, "greater") == 1.0 and S.t_test_p([0.2, 0.2], 0.5, "less") == 0.0
+    assert S.t_test_p([1.0, np.nan, 2.0, 4.0]) == pytest.approx(sps.ttest_1samp([1.0, 2.0, 4.0], 0).pvalue)
+    with pytest.raises(UserError, match="alternative"):
+        S.t_test_p([1, 2], 0, "both")
+
+
+def _holm_by_closed_testing(p):
+    """Holm as the closed test of Bonferroni-tested intersections (an independent definition): the adjusted p
+    of H_i is the largest, over every subset S of hypotheses containing i, of min(1, |S| * min_{j in S} p_j)."""
+    m = len(p)
+    out = []
+    for i in range(m):
+        worst = 0.0
+        for k in range(1, m + 1):
+            for sub in itertools.combinations(range(m), k):
+                if i in sub:
+                    worst = max(worst, min(1.0, k * min(p[j] for j in sub)))
+        out.append(worst)
+    return out
+
+
+def test_holm_hand_worked():
+    # sorted 0.01, 0.02, 0.03, 0.04 times 4, 3, 2, 1: 0.04, 0.06, 0.06, 0.04 -> running max 0.04, 0.06, 0.06, 0.06
+    assert S.holm([0.03, 0.01, 0.04, 0.02]).tolist() == pytest.approx([0.06, 0.04, 0.06, 0.06])
+    # capped at 1; NaN stays NaN and is not counted: m = 2
+    out = S.holm([0.6, np.nan, 0.2])
+    assert out[0] == pytest.approx(0.6) and math.isnan(out[1]) and out[2] == pytest.approx(0.4)
+    assert S.holm([0.7, 0.8]).tolist() == pytest.approx([1.0, 1.0])
+    assert S.holm([]).size == 0 and math.isnan(S.holm([np.nan])[0])
+    with pytest.raises(UserError, match="Holm"):
+        S.holm([1.5])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_holm_matches_closed_testing(seed):
+    rng = np.random.default_rng(seed)
+    p = rng.uniform(0, 0.2, size=int(rng.integers(1, 8))).tolist()
+    p[0] = p[-1]  # ties
+    assert S.holm(p).tolist() == pytest.approx(_holm_by_closed_testing(p))
+
+
+def test_holm_matches_statsmodels():
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    p = np.random.default_rng(11).uniform(0, 0.1, size=7)
+    assert S.holm(p) == pytest.approx(multitest.multipletests(p, method="holm")[1])
+
+
+@pytest.mark.parametrize("margin", [0.05, 0.2])
+def test_tost_is_two_one_sided_scipy_t_tests(margin):
+    x = np.random.default_rng(4).normal(0.03, 0.05, size=6)
+    t = S.tost(x, margin, alpha=0.05)
+    lower = sps.ttest_1samp(x, -margin, alternative="greater").pvalue
+    upper = sps.ttest_1samp(x, margin, alternative="less").pvalue
+    assert (t.p_lower, t.p_upper, t.p) == pytest.approx((lower, upper, max(lower, upper)))
+    ci = sps.ttest_1samp(x, 0).confidence_interval(0.90)
+    assert (t.low, t.high, t.n) == pytest.approx((ci.low, ci.high, 6))
+    # the 90 % interval within +-margin exactly when both one-sided p < 0.05
+    assert (-margin < t.low and t.high < margin) == (t.p < 0.05)
+
+
+def test_tost_arguments():
+    assert math.isnan(S.tost([0.1], 0.05).p)
+    with pytest.raises(UserError, match="margin"):
+        S.tost([0.1, 0.2], -1)
+    with pytest.raises(UserError, match="alpha"):
+        S.tost([0.1, 0.2], 0.1, alpha=0.5)
+
+
 # ------------------------------------------------------------------------------------------- verdict
 @pytest.mark.parametrize(
-    "low,high,sign,expected",
+    "low,high,sign,p,expected",
     [
-        # directional, predicted > 0
-        (0.10, 0.30, 1, "holds"),
-        (0.02, 0.20, 1, "holds"),  # beyond 0, not inside the margin
-        (-0.30, -0.10, 1, "contradicted"),  # other side of 0
-        (-0.10, 0.30, 1, "inconclusive"),
-        (-0.04, 0.04, 1, "contradicted"),  # negligible: entirely within +-margin
-        (0.01, 0.04, 1, "contradicted"),  # beyond 0 but negligible
-        (-0.05, 0.04, 1, "inconclusive"),  # touches -margin: not strictly within
+        # directional, predicted > 0; margin 0.05, alpha 0.05
+        (0.10, 0.30, 1, 0.01, "holds"),  # significant and the near end clears the margin
+        (0.10, 0.30, 1, 0.06, "inconclusive"),  # the near end clears the margin but p (e.g. Holm) >= alpha
+        (0.02, 0.20, 1, 0.01, "inconclusive"),  # non-zero but not shown to be meaningful
+        (0.05, 0.20, 1, 0.01, "inconclusive"),  # the near end on the margin: not beyond it
+        (-0.30, -0.10, 1, 0.01, "contradicted"),  # the other side of 0
+        (-0.10, 0.30, 1, 0.50, "inconclusive"),
+        (-0.04, 0.04, 1, 0.90, "contradicted"),  # negligible: entirely within +-margin
+        (0.01, 0.04, 1, 0.01, "contradicted"),  # beyond 0 but negligible
+        (-0.05, 0.04, 1, 0.50, "inconclusive"),  # touches -margin: not strictly within
+        (0.10, 0.30, 1, math.nan, "inconclusive"),  # no p: cannot hold
         # directional, predicted < 0 (mirror)
-        (-0.30, -0.10, -1, "holds"),
-        (0.10, 0.30, -1, "contradicted"),
-        (-0.30, 0.10, -1, "inconclusive"),
-        (-0.04, -0.01, -1, "contradicted"),
-        # claim of no effect
-        (-0.04, 0.04, 0, "holds"),
-        (0.01, 0.03, 0, "holds"),  # excludes 0 but within the margin: no effect of interest
-        (0.02, 0.20, 0, "contradicted"),
-        (-0.20, -0.06, 0, "contradicted"),
-        (-0.02, 0.20, 0, "inconclusive"),
-        (math.nan, math.nan, 1, "inconclusive"),
-        (math.nan, math.nan, 0, "inconclusive"),
+        (-0.30, -0.10, -1, 0.01, "holds"),
+        (-0.30, -0.06, -1, 0.2, "inconclusive"),
+        (-0.30, -0.02, -1, 0.01, "inconclusive"),
+        (0.10, 0.30, -1, 0.01, "contradicted"),
+        (-0.30, 0.10, -1, 0.3, "inconclusive"),
+        (-0.04, -0.01, -1, 0.01, "contradicted"),
+        # claim of no effect: [low, high] the (1 - 2 alpha) interval; p unused
+        (-0.04, 0.04, 0, math.nan, "holds"),
+        (0.01, 0.03, 0, math.nan, "holds"),  # excludes 0 but within the margin: no effect of interest
+        (0.06, 0.20, 0, math.nan, "contradicted"),  # entirely beyond +margin
+        (-0.20, -0.06, 0, math.nan, "contradicted"),  # entirely beyond -margin
+        (0.02, 0.20, 0, math.nan, "inconclusive"),  # excludes 0, reaches beyond the margin: not decided
+        (-0.02, 0.20, 0, math.nan, "inconclusive"),
+        (math.nan, math.nan, 1, 0.01, "inconclusive"),
+        (math.nan, math.nan, 0, math.nan, "inconclusive"),
     ],
 )
-def test_verdict_rule(low, high, sign, expected):
-    assert S.verdict(low, high, sign, 0.05) == expected
+def test_verdict_rule(low, high, sign, p, expected):
+    assert S.verdict(low, high, sign, 0.05, p, 0.05) == expected
 
 
 def test_verdict_bad_arguments():
@@ -168,8 +253,8 @@ def test_verdict_bad_arguments():
         S.verdict(0.1, 0.2, 1, -0.01)
     with pytest.raises(UserError, match="order"):
         S.verdict(0.3, 0.2, 1, 0.05)
-    # margin 0: the directional rule reduces to "interval beyond 0"
-    assert S.verdict(0.001, 0.002, 1, 0.0) == "holds"
+    # margin 0: "beyond the margin" is "beyond 0"
+    assert S.verdict(0.001, 0.002, 1, 0.0, 0.01, 0.05) == "holds"
 
 
 # ---------------------------------------------------------------------------------- horizon statistic
@@ -290,3 +375,69 @@ def test_signed_speedup_errors():
         S.signed_speedup(STEPS, base, STEPS, base, 1.0)
     with pytest.raises(UserError, match="S = 0"):
         S.signed_speedup(STEPS, base, STEPS, base, 11.0)
+
+
+# --------------------------------------------------------------------- speed-up curve and steps saved
+def test_speedup_at_returns_nan_instead_of_raising():
+    base = [10.0, 6.0, 4.0, 3.0, 2.5]
+    assert S.speedup_at(STEPS, base, STEPS, base, 3.5) == pytest.approx((250.0, 250.0, 0.0))
+    big_s, s_star, sp = S.speedup_at(STEPS, base, STEPS, base, 1.0)
+    assert math.isnan(big_s) and math.isnan(sp)
+    assert math.isnan(S.speedup_at(STEPS, base, STEPS, base, 11.0)[2])  # S = 0
+
+
+def test_speedup_curve_with_a_plateau():
+    steps = [0, 100, 200, 300, 400, 500]
+    base = [10.0, 6.0, 5.0, 5.0, 5.0, 3.0]  # on a plateau at 5 from step 200 to 400
+    treat = [10.0, 5.0, 4.0, 3.0, 2.0, 2.0]
+    c = S.speedup_curve(steps, base, steps, treat).set_index("target")
+    # the range both reach: from max(3, 2) = 3 up; 10 is left out (S = 0 there)
+    assert list(c.index) == [6.0, 5.0, 4.0, 3.0]
+    # 5: the baseline reaches it at the plateau's start, 200; the treatment at 100
+    assert c.loc[5.0, "speedup"] == pytest.approx(1 - 100 / 200)
+    # 4: just below the plateau the baseline needs the drop after it: 400 + 100 * (5 - 4) / (5 - 3) = 450
+    assert c.loc[4.0, ["baseline_s", "s_star"]].tolist() == pytest.approx([450.0, 200.0])
+    assert c.loc[3.0, "speedup"] == pytest.approx(1 - 300 / 500)
+    assert c.loc[6.0, "speedup"] == pytest.approx(1 - 100 * 4 / 5 / 100)
+    # an explicit target between breakpoints is interpolated: 4.5 -> S = 425, s* = 150
+    one = S.speedup_curve(steps, base, steps, treat, [4.5]).iloc[0]
+    assert (one["baseline_s"], one["s_star"], one["speedup"]) == pytest.approx((425.0, 150.0, 1 - 150 / 425))
+
+
+def test_speedup_curve_never_reached_target_is_nan_not_an_error():
+    base = [10.0, 6.0, 4.0, 3.0, 2.5]
+    treat = [10.0, 8.0, 6.0, 5.0, 4.0]
+    c = S.speedup_curve(STEPS, base, STEPS, treat, [5.0, 2.0, 12.0]).set_index("target")
+    assert math.isnan(c.loc[2.0, "speedup"]) and math.isnan(c.loc[2.0, "s_star"])  # neither reaches 2
+    assert math.isnan(c.loc[12.0, "speedup"])  # S = 0: at the target from the first evaluation
+    # 5: baseline 100 + 100 * (6 - 5) / (6 - 4) = 150, treatment 300: slower, negative
+    assert c.loc[5.0, "speedup"] == pytest.approx(1 - 300 / 150)
+    # the default range stops at the treatment's lowest loss, 4: the baseline's 3 and 2.5 are out of it
+    assert S.speedup_curve(STEPS, base, STEPS, treat)["target"].min() == pytest.approx(4.0)
+
+
+def test_speedup_curve_non_monotone_uses_first_crossings():
+    base = [10.0, 3.0, 6.0, 2.0, 2.5]  # dips to 3 at 100, back up, then 2
+    treat = [10.0, 5.0, 4.0, 3.0, 2.0]
+    c = S.speedup_curve(STEPS, base, STEPS, treat).set_index("target")
+    # 4: the baseline's first crossing is in the first dip, 100 * (10 - 4) / (10 - 3); the treatment's at 200
+    assert c.loc[4.0, "baseline_s"] == pytest.approx(600 / 7)
+    assert c.loc[4.0, "speedup"] == pytest.approx(1 - 200 / (600 / 7))
+    # 2.5: below the dip: the baseline reaches it between 200 (6) and 300 (2), 200 + 100 * 3.5 / 4 = 287.5
+    assert c.loc[2.5, "baseline_s"] == pytest.approx(287.5) and c.loc[2.5, "s_star"] == pytest.approx(350.0)
+    # every target agrees with signed_speedup at it
+    for t, r in c.iterrows():
+        assert r["speedup"] == pytest.approx(S.signed_speedup(STEPS, base, STEPS, treat, t))
+
+
+def test_steps_saved_share_is_the_papers_table_1_definition():
+    base = [10.0, 6.0, 4.0, 3.0, 2.5]
+    treat = [10.0, 5.0, 3.0, 2.5, 2.0]
+    # the baseline's last step 400 at loss 2.5; the treatment reaches 2.5 at 300: (400 - 300) / 400
+    assert S.steps_saved_share(STEPS, base, STEPS, treat) == pytest.approx((2.5, 300.0, 0.25))
+    # a non-monotone baseline: S_base stays its last step although it was lower before
+    base2 = [10.0, 2.0, 3.0, 3.0, 2.5]
+    assert S.steps_saved_share(STEPS, base2, STEPS, treat)[2] == pytest.approx(0.25)
+    # never reached: the paper's "none"
+    target, s_treat, share = S.steps_saved_share(STEPS, [10, 6, 4, 3, 1.0], STEPS, treat)
+    assert target == 1.0 and math.isnan(s_treat) and math.isnan(share)

@@ -1,11 +1,13 @@
-"""The statistics that decide the claims: intervals, exact p-values, the verdict rule, the per-run horizon
-statistic and the signed speed-up at a common target.
+"""The statistics that decide the claims: intervals, t-test, exact sign-flip and equivalence (TOST) p-values,
+Holm's step-down adjustment, the verdict rule, the per-run horizon statistic and the signed speed-up (at one
+target, as a curve over targets, and the paper's share of steps saved).
 
 Pure functions of arrays and tables (docs/contracts.md columns); nothing here reads files or draws.
 
 Conventions:
 - intervals are two-sided at `level` (e.g. 0.95); a t-interval needs n >= 2, otherwise its bounds are NaN;
-- p-values are two-sided; an exact test on n values cannot go below its floor (p_floor);
+- p-values are two-sided unless named one-sided; an exact test on n values cannot go below its floor (p_floor);
+- alpha is 1 - level, so a t-test p < alpha exactly when the level interval excludes 0;
 - the verdict rule (docs/contracts.md, "Claims"): see `verdict`.
 """
 
@@ -156,19 +158,92 @@ def sign_test_p(diffs: Sequence[float]) -> float:
     return min(1.0, 2.0 * tail)
 
 
-# ---------------------------------------------------------------------------------------- verdict
-def verdict(low: float, high: float, sign: int, margin: float) -> str:
-    """The decision on a claim from the interval [low, high] of its effect.
+def t_test_p(values: Sequence[float], mu: float = 0.0, alternative: str = "two-sided") -> float:
+    """One-sample Student t-test of mean(values) == mu (NaNs dropped): `alternative` "two-sided", "greater"
+    (H1: mean > mu) or "less". NaN when n < 2. Zero spread: 0 when the mean lies on the alternative's side of mu,
+    else 1 (scipy gives NaN there)."""
+    from scipy import stats
 
-    Directional claim (sign +1: effect > 0 predicted; -1: effect < 0):
-      interval entirely within (-margin, +margin)  -> "contradicted" (the effect is negligible);
-      else interval beyond 0 on the predicted side -> "holds";
-      beyond 0 on the other side                   -> "contradicted";
-      else                                         -> "inconclusive".
-    Claim of no effect (sign 0):
-      interval entirely within (-margin, +margin)  -> "holds";
-      interval excludes 0                          -> "contradicted";
-      else                                         -> "inconclusive".
+    if alternative not in ("two-sided", "greater", "less"):
+        raise UserError(f"t-test: alternative must be two-sided, greater or less, got {alternative!r}")
+    x = _finite(values)
+    n = int(x.size)
+    if n < 2:
+        return math.nan
+    mean, sd = float(x.mean()), float(x.std(ddof=1))
+    if np.ptp(x) == 0.0:  # every value equal (the computed sd may be a rounding error above 0)
+        side = {"two-sided": mean != mu, "greater": mean > mu, "less": mean < mu}[alternative]
+        return 0.0 if side else 1.0
+    t = (mean - float(mu)) / (sd / math.sqrt(n))
+    if alternative == "greater":
+        return float(stats.t.sf(t, n - 1))
+    if alternative == "less":
+        return float(stats.t.cdf(t, n - 1))
+    return float(min(1.0, 2.0 * stats.t.sf(abs(t), n - 1)))
+
+
+def holm(p_values: Sequence[float]) -> np.ndarray:
+    """Holm-Bonferroni step-down adjusted p-values, in the input order. With the m finite p-values sorted
+    p_(1) <= ... <= p_(m): adj_(i) = max over j <= i of min(1, (m - j + 1) p_(j)). NaN entries stay NaN and
+    do not count in m (a claim that could not be tested is not in the family)."""
+    p = np.asarray(p_values, dtype=float).ravel()
+    out = np.full(p.shape, math.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    if ok.size == 0:
+        return out
+    if np.any((p[ok] < 0) | (p[ok] > 1)):
+        raise UserError(f"Holm: p-values must lie in [0, 1], got {p[ok].tolist()}")
+    m = ok.size
+    order = ok[np.argsort(p[ok], kind="stable")]
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    out[order] = np.maximum.accumulate(scaled)
+    return out
+
+
+@dataclass(frozen=True)
+class Tost:
+    """Two one-sided t-tests of |mean| < margin: p_lower of H0 mean <= -margin, p_upper of H0 mean >= +margin,
+    p = max of the two; [low, high] the (1 - 2 alpha) t-interval that decides (within +-margin <=> p < alpha)."""
+
+    p: float
+    p_lower: float
+    p_upper: float
+    low: float
+    high: float
+    n: int
+
+
+def tost(values: Sequence[float], margin: float, alpha: float = 0.05) -> Tost:
+    """Equivalence test of the mean of `values` (NaNs dropped) against +-margin at `alpha` (TOST). NaN p and
+    bounds when n < 2."""
+    margin = float(margin)
+    if not (math.isfinite(margin) and margin >= 0):
+        raise UserError(f"TOST: margin must be a finite number >= 0, got {margin!r}")
+    if not 0.0 < float(alpha) < 0.5:
+        raise UserError(f"TOST: alpha must be in (0, 0.5), got {alpha!r}")
+    iv = t_interval(values, 1.0 - 2.0 * float(alpha))
+    lower = t_test_p(values, -margin, "greater")
+    upper = t_test_p(values, margin, "less")
+    return Tost(max(lower, upper), lower, upper, iv.low, iv.high, iv.n)
+
+
+# ---------------------------------------------------------------------------------------- verdict
+def verdict(low: float, high: float, sign: int, margin: float, p: float = math.nan, alpha: float = 0.05) -> str:
+    """The decision on a claim from an interval [low, high] of its effect.
+
+    Directional claim (sign +1: effect > 0 predicted; -1: effect < 0), [low, high] the two-sided (1 - alpha)
+    interval and `p` its test's p-value (Holm-adjusted for a claim of the core family):
+      interval entirely on the side of 0 opposite the prediction -> "contradicted";
+      interval entirely within (-margin, +margin)                  -> "contradicted" (the effect is negligible);
+      p < alpha and the interval's near end beyond the margin on
+      the predicted side (low > +margin, or high < -margin)        -> "holds" (a meaningful effect, not only a
+                                                                      non-zero one);
+      else                                                         -> "inconclusive".
+    Claim of no effect (sign 0), [low, high] the (1 - 2 alpha) interval of the TOST (`tost`; p unused):
+      interval entirely within (-margin, +margin)                  -> "holds" (both one-sided p < alpha);
+      interval entirely beyond the margin (low > +margin or
+      high < -margin)                                              -> "contradicted";
+      else                                                         -> "inconclusive".
     An undefined interval (NaN bounds, e.g. n < 2) is "inconclusive"."""
     if sign not in (-1, 0, 1):
         raise UserError(f"verdict: sign must be -1, 0 or +1, got {sign!r}")
@@ -184,14 +259,11 @@ def verdict(low: float, high: float, sign: int, margin: float) -> str:
     if sign == 0:
         if negligible:
             return "holds"
-        return "contradicted" if (low > 0 or high < 0) else "inconclusive"
-    if negligible:
+        return "contradicted" if (low > margin or high < -margin) else "inconclusive"
+    if (sign > 0 and high < 0) or (sign < 0 and low > 0) or negligible:
         return "contradicted"
-    if (sign > 0 and low > 0) or (sign < 0 and high < 0):
-        return "holds"
-    if (sign > 0 and high < 0) or (sign < 0 and low > 0):
-        return "contradicted"
-    return "inconclusive"
+    meaningful = low > margin if sign > 0 else high < -margin
+    return "holds" if meaningful and float(p) < float(alpha) else "inconclusive"
 
 
 # --------------------------------------------------------------------------------- horizon statistic
@@ -304,3 +376,70 @@ def signed_speedup(
             "evaluation (S = 0); the speed-up is undefined"
         )
     return 1.0 - s_star / big_s
+
+
+def speedup_at(
+    baseline_steps: Sequence[float],
+    baseline_losses: Sequence[float],
+    treatment_steps: Sequence[float],
+    treatment_losses: Sequence[float],
+    target: float,
+) -> tuple[float, float, float]:
+    """(S, s*, 1 - s*/S) at `target` (first crossings, linear interpolation, as signed_speedup), with NaN in
+    place of an error: the speed-up is NaN when either curve never reaches the target or when S = 0."""
+    big_s = first_reaching_step(baseline_steps, baseline_losses, target)
+    s_star = first_reaching_step(treatment_steps, treatment_losses, target)
+    ok = math.isfinite(big_s) and math.isfinite(s_star) and big_s > 0
+    return big_s, s_star, (1.0 - s_star / big_s) if ok else math.nan
+
+
+def speedup_curve(
+    baseline_steps: Sequence[float],
+    baseline_losses: Sequence[float],
+    treatment_steps: Sequence[float],
+    treatment_losses: Sequence[float],
+    targets: Sequence[float] | None = None,
+) -> pd.DataFrame:
+    """The signed speed-up 1 - s*/S as a function of the target loss (S, s* the baseline's and the treatment's
+    first steps at it, speedup_at). `targets` None: every target in the range both runs reach, at the curves'
+    breakpoints (S and s* are piecewise linear in the target between them): the losses of either curve from
+    L_low, the higher of the two curves' lowest losses, upward, leaving out those where the speed-up is
+    undefined (S = 0: the baseline is there from its first evaluation). Explicit targets are all kept, NaN
+    where undefined (never reached, or S = 0). Columns: target, baseline_s, s_star, speedup; highest target
+    first (the order training reaches them)."""
+    yb, yt = _finite(baseline_losses), _finite(treatment_losses)
+    if yb.size == 0 or yt.size == 0:
+        raise UserError("speed-up curve: a loss curve without finite values")
+    default = targets is None
+    if default:
+        low = max(float(yb.min()), float(yt.min()))
+        pool = np.unique(np.concatenate([yb, yt]))
+        targets = pool[pool >= low]
+    rows = []
+    for t in np.unique(np.asarray(targets, dtype=float))[::-1]:
+        big_s, s_star, sp = speedup_at(baseline_steps, baseline_losses, treatment_steps, treatment_losses, t)
+        if default and not math.isfinite(sp):
+            continue
+        rows.append({"target": float(t), "baseline_s": big_s, "s_star": s_star, "speedup": sp})
+    return pd.DataFrame(rows, columns=["target", "baseline_s", "s_star", "speedup"])
+
+
+def steps_saved_share(
+    baseline_steps: Sequence[float],
+    baseline_losses: Sequence[float],
+    treatment_steps: Sequence[float],
+    treatment_losses: Sequence[float],
+) -> tuple[float, float, float]:
+    """The paper's speed-up (its Table 1): the share of steps saved to reach the baseline's final loss,
+    (S_base - s_treat) / S_base, S_base = the baseline's last step, s_treat = the treatment's first step at the
+    baseline's loss there (linear interpolation). Returns (target, s_treat, share); share NaN when the treatment
+    never reaches the target (the paper's "none")."""
+    s = np.asarray(baseline_steps, dtype=float)
+    y = np.asarray(baseline_losses, dtype=float)
+    if s.size == 0 or s.shape != y.shape:
+        raise UserError("steps saved: the baseline curve needs steps and losses of equal non-zero length")
+    big_s, target = float(s[-1]), float(y[-1])
+    if big_s <= 0:
+        raise UserError("steps saved: the baseline's last step must be > 0")
+    s_treat = first_reaching_step(treatment_steps, treatment_losses, target)
+    return target, s_treat, (big_s - s_treat) / big_s if math.isfinite(s_treat) else math.nan

@@ -8,7 +8,9 @@ new ones; nothing here reads files, draws or rescales a score. The notebooks onl
 Conventions used throughout:
 - "over layers" summaries take the layer's summed matrix (`head == "all"` where a head column exists);
 - intervals are two-sided at `level` (e.g. 0.95); a t-interval needs n >= 2, otherwise its bounds are NaN;
-- speed-ups are signed, at a common target that every compared run reaches (contrast_runs).
+- speed-ups are signed and per seed: at the common target L* that every compared run reaches (contrast_runs), at
+  a pre-declared target (declared_speedups), and by the paper's own definition, the share of steps saved to reach
+  the baseline's final loss (paper_speedups).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from attention_geometry.analysis.stats import (
     first_reaching_step,
     paired_interval,
     signed_speedup,
+    speedup_at,
+    steps_saved_share,
     t_interval,
 )
 from attention_geometry.errors import UserError
@@ -161,18 +165,10 @@ def _one_run(g: pd.DataFrame, what: str) -> pd.DataFrame:
     return g
 
 
-def contrast_runs(loss: pd.DataFrame, treatment: str, baseline: str = "standard") -> pd.DataFrame:
-    """Per seed, the `treatment`-init run against the same-seed `baseline`-init run of each (size, dataset,
-    objective) that has both (seeds without both runs are left out). Within a group every pair is compared
-    at one horizon, the last step that every compared run evaluated (the loss there linearly interpolated
-    if a run has no evaluation at it), and all curves are cut at it:
-      loss_gain = baseline loss - treatment loss at the horizon (positive = the treatment is lower);
-      target    = L*, the maximum over the compared runs of their minimum held-out loss (every run reaches it);
-      baseline_s, s_star = the first step at which the baseline / treatment reaches L* (stats.first_reaching_step);
-      speedup   = 1 - s_star / baseline_s, signed (negative = the treatment is slower); every seed has one.
-    Columns: CONTRAST_COLUMNS (`init` = treatment, `compared_to` = baseline)."""
-    ev = eval_curves(loss)
-    rows = []
+def _paired_curves(ev: pd.DataFrame, treatment: str, baseline: str):
+    """Per (size, dataset, objective) that has both inits: (key, horizon, [(seed, treatment curve, baseline
+    curve)]) over the seeds with both runs, every curve cut at the horizon (the last step every compared run
+    of the group evaluated)."""
     for key, g in ev.groupby(GROUP_KEYS, sort=True):
         t, b = g[g["init"] == treatment], g[g["init"] == baseline]
         seeds = sorted(set(t["seed"]) & set(b["seed"]))
@@ -188,7 +184,22 @@ def contrast_runs(loss: pd.DataFrame, treatment: str, baseline: str = "standard"
             for s in seeds
         ]
         horizon = min(int(r["step"].max()) for _, tr, br in pairs for r in (tr, br))
-        cut = [(s, tr[tr["step"] <= horizon], br[br["step"] <= horizon]) for s, tr, br in pairs]
+        yield key, horizon, [(s, tr[tr["step"] <= horizon], br[br["step"] <= horizon]) for s, tr, br in pairs]
+
+
+def contrast_runs(loss: pd.DataFrame, treatment: str, baseline: str = "standard") -> pd.DataFrame:
+    """Per seed, the `treatment`-init run against the same-seed `baseline`-init run of each (size, dataset,
+    objective) that has both (seeds without both runs are left out). Within a group every pair is compared
+    at one horizon, the last step that every compared run evaluated (the loss there linearly interpolated
+    if a run has no evaluation at it), and all curves are cut at it:
+      loss_gain = baseline loss - treatment loss at the horizon (positive = the treatment is lower);
+      target    = L*, the maximum over the compared runs of their minimum held-out loss (every run reaches it);
+      baseline_s, s_star = the first step at which the baseline / treatment reaches L* (stats.first_reaching_step);
+      speedup   = 1 - s_star / baseline_s, signed (negative = the treatment is slower); every seed has one.
+    Columns: CONTRAST_COLUMNS (`init` = treatment, `compared_to` = baseline)."""
+    ev = eval_curves(loss)
+    rows = []
+    for key, horizon, cut in _paired_curves(ev, treatment, baseline):
         target = common_target([c["eval_loss"] for _, tr, br in cut for c in (tr, br)])
         for s, tr, br in cut:
             at_t = float(np.interp(horizon, tr["step"], tr["eval_loss"]))
@@ -214,6 +225,92 @@ def contrast_runs(loss: pd.DataFrame, treatment: str, baseline: str = "standard"
                 )
             )
     return pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
+
+
+# The pre-declared target of the speed-up claims: {"loss": L} (a held-out loss value) or
+# {"baseline_loss_at_step": STEP} (per seed, the same-seed baseline's held-out loss at STEP; "horizon": at the
+# contrast's horizon, the last step every compared run evaluated).
+DEFAULT_SPEEDUP_TARGET = {"baseline_loss_at_step": "horizon"}
+SPEEDUP_COLUMNS = [*CONTRAST_COLUMNS[:9], "target", "baseline_s", "s_star", "speedup"]
+
+
+def check_speedup_target(spec: dict | None) -> tuple[str, float | str]:
+    """(rule, value) of a declared speed-up target (DEFAULT_SPEEDUP_TARGET when None); a UserError otherwise."""
+    spec = DEFAULT_SPEEDUP_TARGET if spec is None else spec
+    if not isinstance(spec, dict) or len(spec) != 1:
+        raise UserError(
+            f"speed-up target: one of {{loss: L}} or {{baseline_loss_at_step: STEP | horizon}}, got {spec!r}"
+        )
+    ((rule, value),) = spec.items()
+    if rule == "loss" and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return rule, float(value)
+    if rule == "baseline_loss_at_step" and (
+        value == "horizon" or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
+    ):
+        return rule, value
+    raise UserError(
+        f"speed-up target: bad {rule!r} value {value!r} (loss: a number; baseline_loss_at_step: a step > 0 or horizon)"
+    )
+
+
+def speedup_target_text(spec: dict | None) -> str:
+    """The declared target in words (the claims' test column and the report)."""
+    rule, value = check_speedup_target(spec)
+    if rule == "loss":
+        return f"the declared held-out loss {value:g}"
+    where = "the contrast's horizon" if value == "horizon" else f"step {value}"
+    return f"the same-seed baseline's held-out loss at {where}"
+
+
+def declared_speedups(
+    loss: pd.DataFrame, treatment: str, baseline: str = "standard", target: dict | None = None
+) -> pd.DataFrame:
+    """Per seed (pairs and horizon as contrast_runs, curves cut at the horizon): the signed speed-up 1 - s*/S at
+    the pre-declared `target` (check_speedup_target), S and s* the baseline's and the treatment's first steps at
+    it; NaN where either never reaches it within the horizon (or S = 0). Columns: SPEEDUP_COLUMNS."""
+    rule, value = check_speedup_target(target)
+    rows = []
+    for key, horizon, cut in _paired_curves(eval_curves(loss), treatment, baseline):
+        if rule == "baseline_loss_at_step" and value != "horizon" and int(value) > horizon:
+            raise UserError(
+                f"speed-up target: step {value} lies beyond the horizon {horizon} of {'/'.join(map(str, key))}"
+            )
+        at = horizon if value == "horizon" else value
+        for s, tr, br in cut:
+            t = value if rule == "loss" else float(np.interp(int(at), br["step"], br["eval_loss"]))
+            big_s, s_star, sp = speedup_at(br["step"], br["eval_loss"], tr["step"], tr["eval_loss"], t)
+            rows.append(_speedup_row(key, (treatment, baseline, s, tr, br), horizon, (t, big_s, s_star, sp)))
+    return pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
+
+
+def paper_speedups(loss: pd.DataFrame, treatment: str, baseline: str = "standard") -> pd.DataFrame:
+    """Per seed (pairs and horizon as contrast_runs): the paper's own speed-up (stats.steps_saved_share), the
+    share of steps saved to reach the baseline's loss at its last step within the horizon: target = that loss,
+    baseline_s = that step, s_star = the treatment's first step at it, speedup = (baseline_s - s_star) /
+    baseline_s; NaN where the treatment never reaches it (the paper's "none"). Columns: SPEEDUP_COLUMNS."""
+    rows = []
+    for key, horizon, cut in _paired_curves(eval_curves(loss), treatment, baseline):
+        for s, tr, br in cut:
+            t, s_star, sp = steps_saved_share(br["step"], br["eval_loss"], tr["step"], tr["eval_loss"])
+            big_s = float(br["step"].iloc[-1])
+            rows.append(_speedup_row(key, (treatment, baseline, s, tr, br), horizon, (t, big_s, s_star, sp)))
+    return pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
+
+
+def _speedup_row(key: tuple, pair: tuple, horizon: int, values: tuple) -> dict:
+    """One SPEEDUP_COLUMNS row: pair = (treatment, baseline, seed, treatment curve, baseline curve), values =
+    (target, baseline_s, s_star, speedup)."""
+    treatment, baseline, seed, tr, br = pair
+    return dict(
+        zip(GROUP_KEYS, key),
+        init=treatment,
+        compared_to=baseline,
+        seed=seed,
+        run=tr["run"].iloc[0],
+        baseline_run=br["run"].iloc[0],
+        horizon=horizon,
+        **dict(zip(["target", "baseline_s", "s_star", "speedup"], values)),
+    )
 
 
 def per_run_speedups(loss: pd.DataFrame, baseline_init: str = "standard") -> pd.DataFrame:
@@ -282,6 +379,10 @@ INIT_TABLE_COLUMNS = [
     "speedup_low",
     "speedup_high",
     "speedup_text",
+    "speedup_paper_mean",
+    "speedup_paper_low",
+    "speedup_paper_high",
+    "speedup_paper_text",
 ]
 
 
@@ -292,8 +393,10 @@ def init_table(
     n_seeds and the final held-out loss (mean and t-interval); against `compared_to` (the same-seed
     `baseline_init` run, and for each init in `controls` also its control, default symmetric-fresh vs
     fresh): n_pairs, the paired loss gain at the horizon (mean and paired t-interval), the common target
-    L* and the signed speed-up at it (mean and t-interval; contrast_runs). The baseline's own row has
-    compared_to "" and no contrast."""
+    L* and the signed speed-up at it (mean and t-interval; contrast_runs), and the paper's own speed-up, the
+    share of steps saved to reach the baseline's loss at the horizon (paper_speedups; a seed whose treatment
+    never reaches it is left out of the mean and counted in the text), the definition of the paper's Table 1.
+    The baseline's own row has compared_to "" and no contrast."""
     controls = {"symmetric-fresh": "fresh"} if controls is None else dict(controls)
     ev = eval_curves(loss)
     if ev.empty:
@@ -350,6 +453,9 @@ def init_table(
             c = contrast_runs(group, init, ref)
             gain = paired_interval(c["baseline_final_eval_loss"], c["final_eval_loss"], level)
             sp = t_interval(c["speedup"], level)
+            pp = paper_speedups(group, init, ref)["speedup"]
+            ppi = t_interval(pp, level)
+            never = int(pp.isna().sum())
             rows.append(
                 {
                     **base,
@@ -364,6 +470,11 @@ def init_table(
                     "speedup_low": sp.low,
                     "speedup_high": sp.high,
                     "speedup_text": speedup_text(sp),
+                    "speedup_paper_mean": ppi.estimate,
+                    "speedup_paper_low": ppi.low,
+                    "speedup_paper_high": ppi.high,
+                    "speedup_paper_text": speedup_text(ppi)
+                    + (f"; {never} of {len(pp)} never reach the baseline's loss" if never else ""),
                 }
             )
     out = pd.DataFrame(rows, columns=INIT_TABLE_COLUMNS)
