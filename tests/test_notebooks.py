@@ -352,7 +352,7 @@ def test_run_notebook_reports_a_failing_cell_in_one_line_and_its_traceback(tmp_p
         nbformat.v4.new_code_cell('raise ValueError(f"failed on purpose with x = {x}")'),
     ]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    src, executed = tmp_path / "nb.ipynb", tmp_path / "executed.ipynb"
+    src, executed = tmp_path / "nb.ipynb", tmp_path / "new" / "executed.ipynb"  # its folder is made
     nbformat.write(nb, src)
     assert cli.main(["run-notebook", str(src), str(executed), "--parameters", '{"x": 7}']) == 1
     err = capsys.readouterr().err

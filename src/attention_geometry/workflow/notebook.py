@@ -46,6 +46,7 @@ def run_run_notebook(args: argparse.Namespace) -> int:
             kwargs.setdefault("ip", os.path.join(tempfile.gettempdir(), f"attention-geometry-kernel-{os.getpid()}"))
             super().__init__(**kwargs)
 
+    os.makedirs(os.path.dirname(os.path.abspath(args.executed)), exist_ok=True)  # not a declared output
     try:
         papermill.execute_notebook(
             args.notebook,
