@@ -5,6 +5,12 @@ huggingface_hub makes to read a model repository, and counting the body bytes it
     /api/models/{repo}/tree/{rev}          list_repo_tree (recursive): files with size and oid
     HEAD|GET /{repo}/resolve/{rev}/{file}  the file; GET with `Range: bytes=a-b` -> 206 (unless ranges=False: 200)
 
+Misbehaviours of real servers (mirrors, proxies, CDNs), switched on per test on the FakeHub (weight files
+only): `whole_after` (ranges honoured that often, then 200 and the whole file), `trickle` (bodies sent 16
+bytes at a time with this many seconds between), `short_body` (206 bodies cut to this many bytes, the
+Content-Range saying so), `refuse_ranges` (416 for spans inside the file), `total_offset` (added to the
+Content-Range total).
+
 Used by tests/test_hub.py and by hand for the README's measurement (python tests/fakehub.py --help).
 """
 
@@ -14,6 +20,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,9 +40,35 @@ class FakeHub:
         self.ranges = ranges
         self.status: int | None = None  # e.g. 401: refuse every weight file (.safetensors), as for a gated repo
         self.drop_after: int | None = None  # the next long enough weight-file body: cut after this many bytes
+        self.whole_after: int | None = None  # answer this many weight-file range requests, then 200 (whole file)
+        self.trickle: float | None = None  # weight-file bodies: 16 bytes, then this many seconds' pause, ...
+        self.short_body: int | None = None  # 206 bodies of at most this many bytes (Content-Range consistent)
+        self.refuse_ranges = False  # 416 (with the true size) for every weight-file span
+        self.total_offset = 0  # added to the total in Content-Range
+        self.ranged = 0  # weight-file range requests seen
         self.sent: Counter[str] = Counter()
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
         self.lock = threading.Lock()
+        self.stopped = False  # set when the server shuts down: a trickling body stops
+
+    def answer(self, size: int, weights: bool, range_header: str | None) -> tuple[int, int, int]:
+        """(status, first byte, last byte) of the answer to a GET of a file of `size` bytes (a weight file or
+        not) with this Range header (None: no range, or a HEAD)."""
+        rng = re.fullmatch(r"bytes=(\d+)-(\d*)", range_header or "")
+        if rng and weights:
+            with self.lock:
+                self.ranged += 1
+                if self.whole_after is not None and self.ranged > self.whole_after:
+                    rng = None
+        if not rng or not self.ranges:
+            return 200, 0, size - 1
+        start = int(rng.group(1))
+        end = min(int(rng.group(2)) if rng.group(2) else size - 1, size - 1)
+        if start >= size or (weights and self.refuse_ranges):
+            return 416, start, end
+        if weights and self.short_body:
+            end = min(end, start + self.short_body - 1)
+        return 206, start, end
 
     @property
     def total_sent(self) -> int:
@@ -127,50 +160,50 @@ def _handler(hub: FakeHub):
                 self.wfile.write(body if not head else b"")
                 return
             size = file.stat().st_size
-            start, end, status = 0, size - 1, 200
-            rng = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", "") or "")
-            if rng and hub.ranges and not head:
-                start = int(rng.group(1))
-                end = min(int(rng.group(2)) if rng.group(2) else size - 1, size - 1)
-                if start >= size:
-                    self.send_response(416)
-                    self.send_header("Content-Range", f"bytes */{size}")
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                status = 206
+            weights = file.suffix == ".safetensors"
+            status, start, end = hub.answer(size, weights, None if head else self.headers.get("Range"))
+            if status == 416:
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self.send_response(status)
             self.send_header("Content-Length", str(end - start + 1))
             self.send_header("ETag", f'"{hashlib.sha1(str(file).encode()).hexdigest()}"')
             self.send_header("X-Repo-Commit", COMMIT)
             self.send_header("Accept-Ranges", "bytes" if hub.ranges else "none")
             if status == 206:
-                self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+                total = size + (hub.total_offset if weights else 0)
+                self.send_header("Content-Range", f"bytes {start}-{end}/{total}")
             self.end_headers()
             if head:
                 return
-            key = f"{found[0]}/{m.group(2)}"
+            self._send_file(file, start, end, f"{found[0]}/{m.group(2)}", weights)
+
+        def _send_file(self, file: Path, start: int, end: int, key: str, weights: bool) -> None:
+            """Bytes start..end of `file` as the body (cut short or trickled as the hub's switches say)."""
             try:
                 with open(file, "rb") as f:
                     f.seek(start)
                     left = end - start + 1
                     with hub.lock:
-                        cut = (
-                            hub.drop_after
-                            if file.suffix == ".safetensors" and (hub.drop_after or left) < left
-                            else None
-                        )
+                        cut = hub.drop_after if weights and (hub.drop_after or left) < left else None
                         if cut is not None:
                             hub.drop_after = None
                     if cut is not None:  # send part of the body, then hang up
                         left = cut
                         self.close_connection = True
-                    while left > 0:
-                        chunk = f.read(min(_CHUNK, left))
+                    pause = hub.trickle if weights else None
+                    while left > 0 and not hub.stopped:
+                        chunk = f.read(min(16 if pause else _CHUNK, left))
                         self.wfile.write(chunk)
                         left -= len(chunk)
                         with hub.lock:
                             hub.sent[key] += len(chunk)
+                        if pause:
+                            self.wfile.flush()
+                            time.sleep(pause)
             except (BrokenPipeError, ConnectionResetError):  # the client stopped reading (a 200 it refused)
                 self.close_connection = True
 
@@ -194,6 +227,7 @@ def serve(repos: dict[str, Path], ranges: bool = True) -> Iterator[tuple[FakeHub
     try:
         yield hub, f"http://127.0.0.1:{server.server_address[1]}"
     finally:
+        hub.stopped = True
         server.shutdown()
         server.server_close()
 
@@ -244,7 +278,6 @@ def tiny_llama(d: Path) -> Path:
 
 if __name__ == "__main__":  # serve folders by hand: python tests/fakehub.py org/name=/path/to/folder ...
     import argparse
-    import time
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("repos", nargs="+", metavar="REPO=FOLDER")

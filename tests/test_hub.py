@@ -1,6 +1,8 @@
 """Hub scoring reads only the safetensors headers and the q/k tensors (HTTP range requests, hub.py), measured
 against a local range-capable server standing in for the hub (tests/fakehub.py); a server without range
-support falls back to the download; `prefetch-qk` writes the q/k subset that scoring then reads offline."""
+support falls back to the download; `prefetch-qk` writes the q/k subset that scoring then reads offline.
+Servers that misbehave (fakehub's switches): a whole file for a tensor read, bytes trickled past the deadline,
+a 416 for a valid span, short partial answers, a wrong Content-Range total."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from attention_geometry.cli import main
 from attention_geometry.scoring.scorer import score_model
 from attention_geometry.weights.base import LoadError
 from attention_geometry.weights.loading import open_source
+from attention_geometry.weights.prefetch import PREFETCH_MARKER
 
 REPO = "org/tiny-llama"
 QK = ("self_attn.q_proj.weight", "self_attn.k_proj.weight")
@@ -117,7 +120,7 @@ def test_prefetch_then_score_offline(checkpoint, online, tmp_path, monkeypatch):
         assert main(["prefetch-qk", REPO, "--out", str(out), "--no-progress"]) == 0
     need, total = expected_bytes(checkpoint)
     assert sum(v for k, v in hub.sent.items() if k.endswith(".safetensors")) == need
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == [PREFETCH_MARKER, "config.json", "model.safetensors"]
     assert (out / "config.json").read_bytes() == (checkpoint / "config.json").read_bytes()
     with safe_open(str(out / "model.safetensors"), framework="pt") as st:  # the library reads what we wrote
         assert sorted(st.keys()) == sorted(f"model.layers.{i}.{t}" for i in range(3) for t in QK)
@@ -167,3 +170,82 @@ def test_gated_repo_without_token_is_one_line(checkpoint, online, monkeypatch):
             open_source(REPO)
     assert "\n" not in str(e.value) and "model-00001-of-00002.safetensors" in str(e.value)
     assert "gated or private" in str(e.value) and "HF_TOKEN" in str(e.value)
+
+
+# ------------------------------------------------------------------------ servers that misbehave (fakehub)
+
+
+def test_a_whole_file_answer_to_a_tensor_read_falls_back_to_the_download(checkpoint, online):
+    # ranges honoured for the headers (2 shards x length + header), then the whole file for the tensor reads
+    ref = score_model(checkpoint, progress=False, name=REPO)
+    with fakehub.serve({REPO: checkpoint}) as (hub, url):
+        online(url)
+        hub.whole_after = 4
+        df = score_model(REPO, progress=False)
+    same_scores(df, ref)
+    downloads = {}
+    for f in checkpoint.glob("*.safetensors"):  # a shard read for tensors is downloaded whole, once
+        path = f"{REPO}/resolve/{fakehub.COMMIT}/{f.name}"
+        downloads[f.name] = sum(1 for m, p, r in hub.requests if p == path and r is None and m == "GET")
+        if downloads[f.name]:  # (beside its header's range reads and the part of the refused whole-file answer
+            # the server wrote before the client hung up)
+            assert f.stat().st_size <= hub.sent[f"{REPO}/{f.name}"] <= 2 * f.stat().st_size + 4096
+    assert sorted(downloads.values()) == [0, 1]  # the q/k tensors all lie in the first shard
+
+
+def test_a_trickling_server_meets_the_deadline_of_the_file(checkpoint, online, monkeypatch):
+    import time
+
+    monkeypatch.setenv("ATTENTION_GEOMETRY_HUB_DEADLINE", "1")
+    with fakehub.serve({REPO: checkpoint}) as (hub, url):
+        online(url)
+        hub.trickle = 0.05  # 16 bytes every 50 ms: every read returns in time, the file never arrives
+        t0 = time.monotonic()
+        with pytest.raises(LoadError) as e:
+            open_source(REPO)
+        elapsed = time.monotonic() - t0
+    msg = str(e.value)
+    assert "\n" not in msg and ".safetensors" in msg, msg
+    assert "ATTENTION_GEOMETRY_HUB_DEADLINE=1" in msg and "deadline" in msg, msg
+    assert elapsed < 5, elapsed
+
+
+def test_a_bad_deadline_setting_is_one_line(checkpoint, online, monkeypatch):
+    monkeypatch.setenv("ATTENTION_GEOMETRY_HUB_DEADLINE", "soon")
+    with fakehub.serve({REPO: checkpoint}) as (hub, url):
+        online(url)
+        with pytest.raises(LoadError, match=r"ATTENTION_GEOMETRY_HUB_DEADLINE='soon'.*seconds"):
+            open_source(REPO)
+
+
+def test_a_416_for_a_valid_span_names_the_answer(checkpoint, online):
+    with fakehub.serve({REPO: checkpoint}) as (hub, url):
+        online(url)
+        hub.refuse_ranges = True  # 416 with the file's true size for every weight-file span
+        with pytest.raises(LoadError) as e:
+            open_source(REPO)
+    msg = str(e.value)
+    assert "\n" not in msg and "416" in msg and "bytes */" in msg and "not a safetensors file" not in msg, msg
+
+
+def test_a_short_but_consistent_partial_answer_is_completed(checkpoint, online):
+    # a server (a CDN) that caps each 206 body, stating the shorter span in Content-Range: ask again for the rest
+    ref = score_model(checkpoint, progress=False, name=REPO)
+    with fakehub.serve({REPO: checkpoint}) as (hub, url):
+        online(url)
+        hub.short_body = 1000  # the headers too are longer
+        df = score_model(REPO, progress=False)
+    same_scores(df, ref)
+    need, _ = expected_bytes(checkpoint)
+    assert sum(v for k, v in hub.sent.items() if k.endswith(".safetensors")) == need
+
+
+@pytest.mark.parametrize("offset", [5, -5])
+def test_a_wrong_content_range_total_names_the_servers_answer(checkpoint, online, offset):
+    with fakehub.serve({REPO: checkpoint}) as (hub, url):
+        online(url)
+        hub.total_offset = offset
+        with pytest.raises(LoadError) as e:
+            open_source(REPO)
+    msg = str(e.value)
+    assert "\n" not in msg and "Content-Range" in msg and "server" in msg, msg

@@ -203,7 +203,7 @@ def test_hub_model_is_prefetched_then_scored_offline(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert job_counts(proc.stdout + proc.stderr) == {"prefetch_qk": 1, "score_pretrained": 1}
     fetched = sorted(p.name for p in (tmp_path / "r" / "hub-qk" / "tiny").iterdir() if p.name != ".snakemake_timestamp")
-    assert fetched == ["config.json", "model.safetensors"]
+    assert fetched == [".prefetch-qk.json", "config.json", "model.safetensors"]  # the marker of a prefetch
     assert [p for m, p, r in hub.requests if "/revision/" in p] == ["api/models/org/tiny-llama/revision/main"]  # once
     assert (
         sum(v for k, v in hub.sent.items() if k.endswith(".safetensors"))

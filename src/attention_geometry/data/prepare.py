@@ -24,7 +24,7 @@ import numpy as np
 
 from attention_geometry.data import blocks, wordpiece
 from attention_geometry.data.corpus_config import CorpusConfig, load_corpus_config
-from attention_geometry.data.sources import READERS, local_inputs
+from attention_geometry.data.sources import READERS, local_inputs, wiki_offline_path
 from attention_geometry.formats.corpus import (
     FORMAT_VERSION,
     CorpusError,
@@ -33,7 +33,7 @@ from attention_geometry.formats.corpus import (
     read_manifest,
     write_manifest,
 )
-from attention_geometry.formats.files import file_sha256, replace_dir
+from attention_geometry.formats.files import check_out_location, file_sha256, replace_dir
 
 __all__ = ["corpus_status", "prepare_corpus", "add_arguments_prepare_corpus", "run_prepare_corpus"]
 
@@ -97,6 +97,18 @@ def input_changes(cfg: CorpusConfig, manifest: dict[str, Any]) -> str | None:
     return None
 
 
+def _input_paths(cfg: CorpusConfig) -> list[Path]:
+    """The local files and folders corpus `cfg` reads (as configured: folders stay folders), for the --out check."""
+    if cfg.dataset in ("text_files", "jigsaw"):
+        return [Path(p).expanduser() for p in cfg.paths]
+    if cfg.dataset == "wiki_offline":
+        try:
+            return [wiki_offline_path()]
+        except CorpusError:
+            return []
+    return []
+
+
 def corpus_status(cfg: CorpusConfig, out: str | os.PathLike) -> str:
     """ "missing" (no OUT), "current" (OUT's manifest has this config and its inputs are unchanged:
     input_changes), "changed" (this config, but input text that changed since), "different" (another
@@ -116,8 +128,10 @@ def corpus_status(cfg: CorpusConfig, out: str | os.PathLike) -> str:
 def prepare_corpus(cfg: CorpusConfig, out: str | os.PathLike, force: bool = False) -> Path:
     """Read, clean, split (by document), tokenize and write the corpus to OUT (see docs/data.md). Nothing is
     done when OUT already holds this config prepared from the same input text; another corpus at OUT, or
-    input text changed since (corpus_status), is an error unless force."""
+    input text changed since (corpus_status), is an error unless force. OUT is never one of the inputs, a
+    folder holding one or a path inside one, nor the current folder (files.check_out_location), force or not."""
     out = Path(out)
+    check_out_location(out, _input_paths(cfg))
     status = corpus_status(cfg, out)
     if status == "current":
         log.info("%s already holds this corpus config: nothing to do", out)
@@ -289,6 +303,7 @@ def run_prepare_corpus(args: argparse.Namespace) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = load_corpus_config(args.config)
+    check_out_location(args.out, [args.config, *_input_paths(cfg)])
     if corpus_status(cfg, args.out) == "current":
         print(f"{args.out} already holds this corpus config: nothing to do")
         return 0

@@ -7,6 +7,11 @@ sees either the old complete file or the new complete one, never a partial one. 
 the rename and the folder after it, so a rename that survived a crash points at complete data. A folder
 written whole can carry `checksums.json` (`write_checksums`): the sha256 and size of each of its files,
 checked by `verify_checksums` before the folder is read, so damage after the write is found.
+
+Before a command reads anything it checks where it will write: `check_writable` (a file), `check_out_location`
+(never the current folder, the inputs, a folder holding them or a path inside them) and `check_folder_out` (a
+folder replaced whole: only an empty folder or the command's own earlier output, unless --force). A write that
+fails all the same is one UserError line (atomic_path).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,6 +42,9 @@ __all__ = [
     "atomic_write_table",
     "check_table_path",
     "check_writable",
+    "check_out_location",
+    "check_folder_out",
+    "WriteError",
     "replace_dir",
     "rotate_dir",
     "fsync_path",
@@ -63,8 +71,12 @@ def file_sha256(path: str | os.PathLike) -> str:
 def join_files(parts: list[str | os.PathLike], dest: str | os.PathLike, sha256: str) -> Path:
     """Concatenate `parts` in order into `dest` (atomically, see atomic_path), checking that the whole has the
     hex SHA-256 `sha256`; a missing part or another hash raises UserError and leaves no file. A `dest` that
-    already has that hash is kept as it is."""
-    dest = Path(dest)
+    already has that hash is kept as it is; a `dest` that is one of the parts, or a folder, is a UserError
+    before anything is read."""
+    dest = check_writable(dest)
+    for part in parts:
+        if _same_path(part, dest):
+            raise UserError(f"{dest}: is one of the parts to join; write the joined file elsewhere")
     if dest.is_file() and file_sha256(dest) == sha256:
         return dest
     h = hashlib.sha256()
@@ -119,22 +131,69 @@ def fsync_path(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+class WriteError(UserError, OSError):
+    """A file or folder that cannot be written (atomic_path): one line naming it, for the CLI's `error:` line,
+    and an OSError still for callers that catch those."""
+
+
+def _why(exc: OSError) -> str:
+    """An OSError in a few words: its strerror (No such file or directory), else its first line."""
+    text = exc.strerror or str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def _same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths name the same file or folder (symbolic links and `..` resolved)."""
+    return Path(os.path.abspath(a)).resolve() == Path(os.path.abspath(b)).resolve()
+
+
+_NAME_MAX = 255  # bytes in one file name (Linux, macOS)
+
+
+def _tmp_name(name: str) -> str:
+    """`.NAME.tmp-PID-RANDOM`, NAME shortened where the whole would exceed a file name's length limit."""
+    suffix = f".tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    stem = "." + name
+    while len(os.fsencode(stem + suffix)) > _NAME_MAX and len(stem) > 1:
+        stem = stem[:-1]
+    return stem + suffix
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path beside `path` (same folder, a dot name) for the block to write; when the block ends
     without an error it is fsync'd and renamed to `path` (replacing an older file), else it is removed. The
-    parent folders are created. The file gets the permissions of a plain `open` (umask applies)."""
+    parent folders are created. The file gets the permissions of a plain `open` (umask applies).
+
+    Every OSError of the write (a folder at `path`, a parent that cannot be created, a temporary file that
+    cannot be created or written, a rename refused) is a WriteError (a UserError, and an OSError) of one line
+    naming `path`; nothing is left."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    if path.is_dir():
+        raise WriteError(f"{path}: is a directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WriteError(f"{path}: cannot write there (cannot create the folder {path.parent}: {_why(exc)})") from None
+    tmp = path.with_name(_tmp_name(path.name))
     try:
         yield tmp
         fsync_path(tmp)
         os.replace(tmp, path)
+    except OSError as exc:  # creating, writing or renaming the temporary file (pandas and pyarrow raise these)
+        _unlink_quietly(tmp)
+        raise WriteError(f"{path}: cannot write ({type(exc).__name__}: {_why(exc)})") from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _unlink_quietly(tmp)
         raise
     fsync_path(path.parent)
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -158,18 +217,86 @@ def check_writable(path: str | os.PathLike) -> Path:
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path}: is a directory")
+    _check_parent(path)
+    return path
+
+
+def _check_parent(path: Path) -> None:
+    """UserError naming `path` unless the nearest existing entry above it (a dangling symbolic link counts:
+    it cannot become a folder) is a folder this process may write in."""
     parent = path.parent
     try:
-        while not parent.exists() and parent != parent.parent:
+        while not os.path.lexists(parent) and parent != parent.parent:
             parent = parent.parent
         ok = parent.is_dir()
     except OSError as exc:
-        raise UserError(f"{path}: cannot write there ({exc.strerror or exc})") from None
+        raise UserError(f"{path}: cannot write there ({_why(exc)})") from None
     if not ok:
         raise UserError(f"{path}: cannot write there ({parent} is not a directory)")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UserError(f"{path}: cannot write there ({parent} is not writable)")
-    return path
+
+
+def check_out_location(out: str | os.PathLike, inputs: Iterable[str | os.PathLike] = ()) -> Path:
+    """`out` as an absolute path (`.` and `..` resolved, a symbolic link at `out` itself kept) if a command may
+    put a folder or file it writes there: not the file system's root, not the current folder nor a folder
+    holding it, not one of `inputs` (what the command reads), not a folder holding one, not a path inside
+    one, and with a writable folder above it (check_writable); else a UserError naming `out`. Nothing is
+    written."""
+    out = Path(os.path.abspath(out))
+    if out.parent == out:
+        raise UserError(f"{out}: is the root folder; write the output into a folder of its own")
+    real = out.resolve()
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:  # the current folder was removed: nothing to protect there
+        cwd = None
+    if cwd is not None and (real == cwd or real in cwd.parents):
+        raise UserError(f"{out}: is the current folder or holds it; write the output into a folder beside it")
+    for src in inputs:
+        s = Path(os.path.abspath(src)).resolve()
+        if real == s:
+            raise UserError(f"{out}: is the source {src} (what the command reads); write the output elsewhere")
+        if real in s.parents:
+            raise UserError(f"{out}: holds the source {src} (what the command reads); write the output elsewhere")
+        if s in real.parents:
+            raise UserError(f"{out}: lies inside the source {s} (what the command reads); write the output elsewhere")
+    _check_parent(out)
+    return out
+
+
+def check_folder_out(
+    out: str | os.PathLike,
+    *,
+    inputs: Iterable[str | os.PathLike] = (),
+    force: bool = False,
+    previous: Callable[[Path], bool] | None = None,
+    what: str = "this command's",
+) -> Path:
+    """`out` (absolute, see check_out_location) if a command may replace it whole with the folder it writes
+    (replace_dir): check_out_location, and unless `force`, nothing there, an empty folder, or a folder
+    for which previous(folder) is true (the command's own earlier output); a folder of other files, a
+    file or a symbolic link is a UserError that names them and --force. Never the inputs, even with force."""
+    out = check_out_location(out, inputs)
+    if force or not os.path.lexists(out):
+        return out
+    if out.is_symlink():
+        raise UserError(
+            f"{out}: is a symbolic link, not a folder: use --force to replace the link (its target is kept)"
+        )
+    if not out.is_dir():
+        raise UserError(f"{out}: is a file, not a folder: use --force to replace it, or another --out")
+    try:
+        names = sorted(p.name for p in out.iterdir())
+    except OSError as exc:
+        raise UserError(f"{out}: cannot read the folder ({_why(exc)})") from None
+    if names and not (previous is not None and previous(out)):
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        raise UserError(
+            f"{out}: is a folder that is not a previous {what} output (it holds {shown}): "
+            "use --force to replace it, or another --out"
+        )
+    return out
 
 
 def check_table_path(path: str | os.PathLike) -> Path:
@@ -205,18 +332,26 @@ def replace_dir(tmp_dir: str | os.PathLike, final_dir: str | os.PathLike) -> Pat
         for name in files:
             fsync_path(os.path.join(root, name))
         fsync_path(root)
-    if final_dir.exists():
+    if os.path.lexists(final_dir):  # a folder, a file, or a symbolic link (renamed itself; its target is kept)
         old = final_dir.parent / f".old-{final_dir.name}-{os.getpid()}"
-        if old.exists():
-            shutil.rmtree(old) if old.is_dir() else old.unlink()
+        if os.path.lexists(old):
+            _remove(old)
         final_dir.rename(old)
         tmp_dir.rename(final_dir)
         fsync_path(final_dir.parent)
-        shutil.rmtree(old) if old.is_dir() else old.unlink()
+        _remove(old)
     else:
         tmp_dir.rename(final_dir)
         fsync_path(final_dir.parent)
     return final_dir
+
+
+def _remove(path: Path) -> None:
+    """Remove a folder tree, a file or a symbolic link (never what a link points to)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 def rotate_dir(tmp_dir: str | os.PathLike, final_dir: str | os.PathLike, previous_dir: str | os.PathLike) -> Path:

@@ -268,6 +268,11 @@ def iter_layer_qk(
                     f"{n}: dtype {str(t.dtype).removeprefix('torch.')} is not a floating-point "
                     f"type; query and key weights must be"
                 )
+            if t.element_size() == 1:  # float8 as stored: its scales are the source's to apply (weights.base)
+                raise ExtractionError(
+                    f"{n}: dtype {str(t.dtype).removeprefix('torch.')} reached scoring without being dequantized "
+                    "(fp8 weights are read with their block scales NAME_scale_inv only)"
+                )
         wq, wk = LAYOUTS[stack.layout](tensors, info)
         if wq.shape[1:] != wk.shape[1:]:
             raise ExtractionError(

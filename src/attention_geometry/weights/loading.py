@@ -246,19 +246,16 @@ def _open_hub(repo_id: str, revision: str, trust_remote_code: bool, name: str | 
     import httpx2
     from huggingface_hub import snapshot_download
 
-    from attention_geometry.weights.hub import RangesUnsupported, hub_safetensors
+    from attention_geometry.weights.hub import hub_safetensors
 
     failed = f"{repo_id}@{revision}: not a local path, and the hub download failed"
     try:
         remote = hub_safetensors(repo_id, revision, trust_remote_code)
     except (OSError, ValueError, httpx2.HTTPError) as exc:
         raise LoadError(f"{failed} ({type(exc).__name__}: {first_line(exc)})") from None
-    if remote is not None:
+    if remote is not None:  # a server without range requests: each HubFile downloads its file (hub.py)
         local, revision, open_file = remote  # the commit, from here on
-        try:
-            return SafetensorsSource(local, _load_config(local, trust_remote_code), name or repo_id, open_file)
-        except RangesUnsupported:
-            pass  # a server without range requests (a mirror, a proxy): download the files instead
+        return SafetensorsSource(local, _load_config(local, trust_remote_code), name or repo_id, open_file)
     extra = ["*.py"] if trust_remote_code else []
     try:
         local = snapshot_download(

@@ -9,12 +9,20 @@ rows' n_params is the model's, not the subset's), and `attention_geometry.origin
 commit read). The tensors come through loading.open_source, so from the hub by HTTP range requests where
 it answers them (hub.py), else from the download; they are written one at a time
 (safetensors_io.write_safetensors), so memory stays near the largest tensor. Scoring the folder gives the
-rows of scoring the hub id (tests/test_hub.py).
+rows of scoring the hub id (tests/test_hub.py). fp8 tensors are copied as stored, with their block scales
+(`NAME_scale_inv`, base.SCALE_SUFFIX), and config.json keeps the block size, so the folder dequantizes as the
+checkpoint does.
+
+The folder also holds PREFETCH_MARKER (what was fetched, as JSON). --out is checked before anything is read
+(files.check_folder_out): never the source, a folder inside it or holding it, nor the current folder; an
+existing folder is replaced only when it is empty or a previous prefetch-qk output (is_prefetch_output),
+anything else (a folder of other files, a file, a link) only with --force.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -23,19 +31,42 @@ from pathlib import Path
 from typing import Any
 
 from attention_geometry.errors import UserError
-from attention_geometry.formats.files import check_writable, replace_dir
+from attention_geometry.formats.files import check_folder_out, replace_dir
 from attention_geometry.scoring.extract import get_family, qk_keys
+from attention_geometry.weights.base import SCALE_SUFFIX, LoadError
 from attention_geometry.weights.loading import open_source
 from attention_geometry.weights.safetensors_io import (
     N_PARAMS_KEY,
     SafetensorsSource,
     read_safetensors_header,
+    read_safetensors_metadata,
     write_safetensors,
 )
 
-__all__ = ["prefetch_qk", "ORIGIN_KEY"]
+__all__ = ["prefetch_qk", "is_prefetch_output", "ORIGIN_KEY", "PREFETCH_MARKER"]
 
 ORIGIN_KEY = "attention_geometry.origin"
+PREFETCH_MARKER = ".prefetch-qk.json"  # in every output folder: {"origin", "tensors", "bytes", "n_params"}
+_OWN_FILES = {"config.json", "model.safetensors", PREFETCH_MARKER, ".snakemake_timestamp"}
+
+
+def is_prefetch_output(folder: str | os.PathLike) -> bool:
+    """Whether `folder` is a previous prefetch-qk output, which a new one may replace: only the files it
+    writes (config.json, model.safetensors, *.py, PREFETCH_MARKER; Snakemake's .snakemake_timestamp), with
+    the marker, or, written before the marker was, a model.safetensors whose metadata names its origin."""
+    folder = Path(folder)
+    try:
+        names = {p.name for p in folder.iterdir()}
+    except OSError:
+        return False
+    if any(n not in _OWN_FILES and not n.endswith(".py") for n in names) or "config.json" not in names:
+        return False
+    if PREFETCH_MARKER in names:
+        return True
+    try:
+        return ORIGIN_KEY in read_safetensors_metadata(folder / "model.safetensors")
+    except LoadError:
+        return False
 
 
 def prefetch_qk(
@@ -44,14 +75,19 @@ def prefetch_qk(
     revision: str | None = None,
     trust_remote_code: bool = False,
     progress: bool = True,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Write the q/k subset folder of `source` (a hub id, or a local model folder) to `out` (replaced whole,
-    atomically). Returns what was written: tensors, bytes (of model.safetensors), n_params, origin and
+    atomically; what may be replaced: the module docstring, `force` for a folder of other files, a file or
+    a link). Returns what was written: tensors, bytes (of model.safetensors), n_params, origin and
     bytes_read (the weight bytes fetched by range requests; None when the weights were read from files)."""
     from tqdm.auto import tqdm
 
-    out = Path(out)
-    tmp = check_writable(out.parent / f".tmp-{out.name}-{os.getpid()}")  # written there, then swapped in
+    def check(inputs):
+        return check_folder_out(out, inputs=inputs, force=force, previous=is_prefetch_output, what="prefetch-qk")
+
+    local = Path(os.fspath(source)).expanduser()
+    out = check([local] if os.path.lexists(local) else [])  # before anything is read
     src = open_source(source, revision=revision, trust_remote_code=trust_remote_code)
     folder = getattr(src, "directory", None)
     if folder is None or not (Path(folder) / "config.json").is_file():
@@ -59,9 +95,15 @@ def prefetch_qk(
             f"{source}: prefetch-qk reads safetensors or .bin models (a folder with config.json); "
             "a GGUF file is read whole by `score`"
         )
+    check([folder])  # a hub model's folder in the hub cache
     names = list(dict.fromkeys(n for *_, ns in qk_keys(get_family(src.model_type), src.config, src.keys()) for n in ns))
+    get = getattr(src, "get_stored", src.get)  # fp8 tensors as stored, with their scales beside them
+    if hasattr(src, "get_stored"):
+        keys = set(src.keys())
+        names = [x for n in names for x in (n, n + SCALE_SUFFIX) if x == n or x in keys]
     commit = Path(folder).name if re.fullmatch(r"[0-9a-f]{40}", Path(folder).name) else (revision or "")
     origin = f"{source}@{commit}" if commit else str(source)
+    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"  # written there, then swapped in
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
@@ -71,18 +113,20 @@ def prefetch_qk(
         bar = tqdm(total=len(names), desc=f"fetching q/k of {src.name}", unit="tensor", disable=not progress)
 
         def fetch(name):
-            t = src.get(name)
+            t = get(name)
             bar.update()
             return t
 
         size = write_safetensors(
             tmp / "model.safetensors",
-            [(n, *src.spec(n)) for n in names],
+            [(n, *src.spec(n)) for n in names],  # the stored dtype and shape
             fetch,
             {N_PARAMS_KEY: str(src.n_params), ORIGIN_KEY: origin},
         )
         bar.close()
         read_safetensors_header(tmp / "model.safetensors")  # what was written reads back (the one reader's checks)
+        marker = {"origin": origin, "tensors": len(names), "bytes": size, "n_params": src.n_params}
+        (tmp / PREFETCH_MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
         replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -103,7 +147,15 @@ def prefetch_qk(
 
 def add_arguments_prefetch_qk(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", metavar="SOURCE", help="hub id (or a local model folder)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="folder to write (replaced whole)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="folder to write (replaced whole: a new, empty or earlier prefetch-qk folder; never the source)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace DIR even if it holds other files (or is a file or a link)"
+    )
     parser.add_argument("--revision", metavar="R", help="hub revision: branch, tag or commit (default main)")
     parser.add_argument(
         "--trust-remote-code",
@@ -115,7 +167,12 @@ def add_arguments_prefetch_qk(parser: argparse.ArgumentParser) -> None:
 
 def run_prefetch_qk(args: argparse.Namespace) -> int:
     done = prefetch_qk(
-        args.source, args.out, revision=args.revision, trust_remote_code=args.trust_remote_code, progress=not args.quiet
+        args.source,
+        args.out,
+        revision=args.revision,
+        trust_remote_code=args.trust_remote_code,
+        progress=not args.quiet,
+        force=args.force,
     )
     read = "" if done["bytes_read"] is None else f"; {done['bytes_read']} weight bytes read by range requests"
     print(

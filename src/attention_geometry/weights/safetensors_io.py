@@ -1,7 +1,8 @@
 """The safetensors format, its one home: the header reader (validated as the safetensors library validates),
 `SafetensorsSource` (the streaming reader: each requested tensor's bytes read on request, from a local file or,
 through hub.HubFile, by HTTP range requests), and `write_safetensors` (a streaming writer, one tensor in
-memory at a time, for the q/k subsets of prefetch.py). loading.open_source picks the reader."""
+memory at a time, for the q/k subsets of prefetch.py). loading.open_source picks the reader. `get` hands out an
+fp8 tensor dequantized with its block scales (base.dequantized), `get_stored` the bytes as stored."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 
 import torch
 
-from attention_geometry.weights.base import LoadError, TensorSource, first_line
+from attention_geometry.weights.base import LoadError, TensorSource, dequantized, first_line
 
 __all__ = [
     "SAFETENSORS_DTYPES",
@@ -24,6 +25,7 @@ __all__ = [
     "LocalFile",
     "SafetensorsSource",
     "read_safetensors_header",
+    "read_safetensors_metadata",
     "write_safetensors",
 ]
 
@@ -110,16 +112,25 @@ def read_safetensors_header(path: str | os.PathLike | LocalFile) -> tuple[dict[s
     return header, start
 
 
+def read_safetensors_metadata(path: str | os.PathLike | LocalFile) -> dict[str, str]:
+    """The __metadata__ of one safetensors file ({} when it has none), read and validated as
+    read_safetensors_header reads the header."""
+    return _read_header(path if hasattr(path, "read_into") else LocalFile(path))[2]
+
+
 def _read_header(f: Any) -> tuple[dict[str, dict], int, dict[str, str]]:
     """read_safetensors_header, plus the header's __metadata__ ({} when absent)."""
     path = f.where
     raw = bytearray(8)
-    if f.read_into(0, memoryview(raw), "its header") < 8:
-        raise LoadError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
+    got = f.read_into(0, memoryview(raw), "its header")
+    note = getattr(f, "size_note", "")  # a hub file: the size is the server's answer, which may be wrong
+    note = f", as the server states ({note}): a wrong size from the server, or a damaged file" if note else ""
+    if got < 8:
+        raise LoadError(f"{path}: not a safetensors file (shorter than its 8-byte header length){note}")
     size = f.size
     (n,) = struct.unpack("<Q", raw)
     if n > _MAX_HEADER or 8 + n > size:
-        raise LoadError(f"{path}: malformed or truncated safetensors file (header of {n} bytes, file of {size})")
+        raise LoadError(f"{path}: malformed or truncated safetensors file (header of {n} bytes, file of {size}){note}")
     header_bytes = bytearray(n)
     if f.read_into(8, memoryview(header_bytes), "its header") < n:
         raise LoadError(f"{path}: truncated safetensors header")
@@ -155,10 +166,15 @@ def _read_header(f: Any) -> tuple[dict[str, dict], int, dict[str, str]]:
                 f"not {expected} (overlapping or non-contiguous offsets)"
             )
         if end > size - start:
-            raise LoadError(f"{path}: truncated: tensor {key!r} ends at byte {start + end}, file has {size} bytes")
+            raise LoadError(
+                f"{path}: truncated: tensor {key!r} ends at byte {start + end}, file has {size} bytes{note}"
+            )
         expected = end
     if start + expected != size:
-        raise LoadError(f"{path}: malformed safetensors file: {size - start - expected} bytes after the last tensor")
+        raise LoadError(
+            f"{path}: malformed safetensors file: {size - start - expected} bytes after the last tensor, which "
+            f"ends at byte {start + expected} of {size}{note}"
+        )
     return header, start, meta or {}
 
 
@@ -239,6 +255,13 @@ class SafetensorsSource(TensorSource):
             raise LoadError(f"{self.directory}: no tensor named {key!r}") from None
 
     def get(self, key: str) -> torch.Tensor:
+        """The tensor `key`; an fp8 tensor dequantized with its block scales (base.dequantized)."""
+        return dequantized(
+            str(self.directory), self.config, key, self.get_stored(key), self._entries.__contains__, self.get_stored
+        )
+
+    def get_stored(self, key: str) -> torch.Tensor:
+        """The tensor `key` as stored (dtype and bytes of the file; what prefetch-qk copies)."""
         f, start, entry = self._entry(key)
         begin, end = entry["data_offsets"]
         buf = torch.empty(end - begin, dtype=torch.uint8)

@@ -4,6 +4,9 @@ The workflow writes one CSV per model (`score`), per run (`score-checkpoints`, `
 trainer's `loss.csv`) and concatenates them into the tables of the data contracts (docs/contracts.md).
 Values are copied as text, unchanged (an empty `eval_loss` stays empty, a float keeps its digits); the
 columns of every input must be the same set, and `--kind` checks that the contract's columns are there.
+An input given twice (the same file under two names included), an --out that is one of the inputs, and two
+rows with the same key (TABLE_KEYS of the kind, given or told by the columns) are refused: the table would
+count those rows twice.
 """
 
 from __future__ import annotations
@@ -11,17 +14,42 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import os
 from pathlib import Path
 
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import TABLE_COLUMNS
 from attention_geometry.formats.files import atomic_write_text, check_writable
 
-# the required columns of each contract table (docs/contracts.md)
+__all__ = ["TABLE_KEYS", "read_csv_text", "concat_tables", "table_kind"]
+
+# the columns that identify a row of each contract table (docs/contracts.md): no two rows share them
+TABLE_KEYS: dict[str, list[str]] = {
+    "pretrained_scores": ["model", "component", "layer", "head"],
+    "training_scores": ["run", "step", "component", "layer", "head"],
+    "training_loss": ["run", "step"],
+    "update_scores": ["run", "step", "layer", "kind"],
+}
+assert set(TABLE_KEYS) == set(TABLE_COLUMNS) and all(
+    set(keys) <= set(TABLE_COLUMNS[kind]) for kind, keys in TABLE_KEYS.items()
+), "every table kind has its key columns among its columns"
+
+
+def table_kind(header: list[str]) -> str | None:
+    """The contract table kind whose columns `header` holds (the one with most columns where several do:
+    training scores hold the pretrained score columns too); None when it holds none's."""
+    kinds = [k for k, cols in TABLE_COLUMNS.items() if set(cols) <= set(header)]
+    return max(kinds, key=lambda k: len(TABLE_COLUMNS[k]), default=None)
 
 
 def read_csv_text(path: str | Path) -> tuple[list[str], list[list[str]]]:
     """Header and rows of a CSV file, every value as its text."""
+    header, rows, _ = _read_csv_lines(path)
+    return header, rows
+
+
+def _read_csv_lines(path: str | Path) -> tuple[list[str], list[list[str]], list[int]]:
+    """read_csv_text, plus the line number where each row ends."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such file")
@@ -32,40 +60,60 @@ def read_csv_text(path: str | Path) -> tuple[list[str], list[list[str]]]:
                 header = next(reader)
             except StopIteration:
                 raise UserError(f"{path}: empty file (no header line)") from None
-            rows = []
-            for lineno, row in enumerate(reader, start=2):
+            rows, lines = [], []
+            for row in reader:
                 if not row:
                     continue
                 if len(row) != len(header):
-                    raise UserError(f"{path}:{lineno}: {len(row)} fields, the header has {len(header)}")
+                    raise UserError(f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(header)}")
                 rows.append(row)
+                lines.append(reader.line_num)
     except (UnicodeDecodeError, csv.Error) as exc:  # a binary file: bytes that are not UTF-8, or NUL bytes
         raise UserError(f"{path}: not a UTF-8 CSV table ({str(exc).splitlines()[0]})") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if len(set(header)) != len(header):
         raise UserError(f"{path}: duplicated column names in the header {header}")
-    return header, rows
+    return header, rows, lines
+
+
+def _check_paths(paths: list[str | Path], out: str | Path) -> None:
+    """No input given twice (compared as resolved paths), and `out` none of them."""
+    seen: dict[Path, str | Path] = {}
+    for path in paths:
+        real = Path(os.path.abspath(path)).resolve()
+        if real in seen:
+            raise UserError(f"{path}: given twice (as {seen[real]} and {path}); its rows would be counted twice")
+        seen[real] = path
+    if Path(os.path.abspath(out)).resolve() in seen:
+        raise UserError(f"{out}: is one of the input tables; write the concatenation elsewhere")
 
 
 def concat_tables(paths: list[str | Path], out: str | Path, kind: str | None = None) -> int:
     """Concatenate CSV tables (same column set, any order) into `out` in the first file's column order;
-    returns the number of rows written (atomically: files.atomic_write_text)."""
+    returns the number of rows written (atomically: files.atomic_write_text). A duplicated input, an `out`
+    among the inputs and two rows with the same key (TABLE_KEYS of `kind`, else of table_kind(columns)) are
+    refused."""
     if not paths:
         raise UserError("concat-tables: no input tables given")
     if kind is not None and kind not in TABLE_COLUMNS:
         raise UserError(f"concat-tables --kind {kind!r}: unknown (one of {', '.join(TABLE_COLUMNS)})")
     check_writable(out)
+    _check_paths(paths, out)
     columns: list[str] | None = None
     all_rows: list[list[str]] = []
+    keys: dict[tuple[str, ...], str] = {}  # a row's key -> where it was first seen
+    key_kind, key_at = None, []
     for path in paths:
-        header, rows = read_csv_text(path)
+        header, rows, lines = _read_csv_lines(path)
         if columns is None:
             columns = header
             if kind is not None:
                 missing = [c for c in TABLE_COLUMNS[kind] if c not in header]
                 if missing:
                     raise UserError(f"{path}: missing column(s) {', '.join(missing)} of a {kind} table")
+            key_kind = kind or table_kind(header)
+            key_at = [columns.index(c) for c in TABLE_KEYS[key_kind]] if key_kind else []
         elif set(header) != set(columns):
             extra = sorted(set(header) - set(columns))
             lacking = sorted(set(columns) - set(header))
@@ -73,7 +121,15 @@ def concat_tables(paths: list[str | Path], out: str | Path, kind: str | None = N
                 f"{path}: columns differ from {paths[0]} (extra: {extra or 'none'}, missing: {lacking or 'none'})"
             )
         order = [header.index(c) for c in columns]
-        all_rows.extend([row[i] for i in order] for row in rows)
+        for row, line in zip(rows, lines):
+            row = [row[i] for i in order]
+            if key_at:
+                key = tuple(row[i] for i in key_at)
+                if key in keys:
+                    shown = ", ".join(f"{columns[i]}={v}" for i, v in zip(key_at, key))
+                    raise UserError(f"{path}:{line}: a second {key_kind} row for {shown} (the first is at {keys[key]})")
+                keys[key] = f"{path}:{line}"
+            all_rows.append(row)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(columns)
