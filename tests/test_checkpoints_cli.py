@@ -1,6 +1,7 @@
 """score_model / layer_matrices against an independent per-head computation, and the `score` and
 `score-checkpoints` commands: output tables, atomic writes, one-line errors."""
 
+import io
 import json
 
 import numpy as np
@@ -409,3 +410,19 @@ def test_score_checkpoints_reads_a_hugging_face_trainer_output_folder(tmp_path, 
     assert code == 2 and "global_step 30, but the folder is checkpoint-20" in err
     code, _, err = run_cli(["score-checkpoints", out_dir, "--out", out, "--label", "lr=1"], capsys)
     assert code == 2 and "--label 'lr=1': expected KEY=VALUE" in err
+
+
+def test_score_to_stdout_with_a_summary(tmp_path, capsys):
+    """`--out -` writes the CSV table on stdout; a per-component summary (median s and d over layers) goes to
+    stderr, computed here from the table's own rows."""
+    m = tiny_bert(seed=3)
+    m.save_pretrained(tmp_path / "m")
+    code, out, err = run_cli(["score", tmp_path / "m", "--out", "-", "--quiet"], capsys)
+    assert code == 0, err
+    df = pd.read_csv(io.StringIO(out))
+    assert list(df.columns) == SCORE_COLUMNS and len(df) == N_LAYERS
+    s, d = df["symmetry"].median(), df["directionality"].median()
+    assert err.strip() == (
+        f"m encoder: {N_LAYERS} layers, median symmetry {s:+.3f}, median directionality {d:+.3f} "
+        f"({N_HEADS} heads, {N_HEADS} key/value heads)"
+    )

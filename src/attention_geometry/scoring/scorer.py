@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -348,6 +349,7 @@ def add_arguments_score(parser: argparse.ArgumentParser) -> None:
         help="model directory (config.json + safetensors or pytorch_model.bin), .gguf file, or hub id",
     )
     _common_arguments(parser)
+    parser._option_string_actions["--out"].help = "output table, .csv or .parquet, or - for CSV on stdout"
     parser.add_argument("--gguf-file", metavar="F", help="GGUF file inside SOURCE (a directory or hub id)")
     parser.add_argument("--revision", metavar="R", help="hub revision: branch, tag or commit (default main)")
     parser.add_argument(
@@ -370,8 +372,24 @@ def add_arguments_score(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def summary_lines(df) -> list[str]:
+    """One line per component of a score table: layers, median symmetry and directionality over layers (the
+    "all" rows), and the model's head counts."""
+    rows = df[df["head"] == "all"]
+    out = []
+    for comp, g in rows.groupby("component", sort=False):
+        out.append(
+            f"{g['model'].iloc[0]} {comp}: {len(g)} layers, median symmetry {g['symmetry'].median():+.3f}, "
+            f"median directionality {g['directionality'].median():+.3f} "
+            f"({int(g['n_heads'].iloc[0])} heads, {int(g['n_kv_heads'].iloc[0])} key/value heads)"
+        )
+    return out
+
+
 def run_score(args: argparse.Namespace) -> int:
-    check_table_path(args.out)
+    to_stdout = args.out == "-"
+    if not to_stdout:
+        check_table_path(args.out)
     df = score_model(
         args.source,
         per_head=args.per_head,
@@ -384,7 +402,12 @@ def run_score(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code,
         gqa_method=args.gqa_method,
     )
-    atomic_write_table(df, args.out)
+    if to_stdout:
+        df.to_csv(sys.stdout, index=False)
+    else:
+        atomic_write_table(df, args.out)
+    for line in summary_lines(df):  # stderr: stdout may be the table itself
+        print(line, file=sys.stderr)
     return 0
 
 
