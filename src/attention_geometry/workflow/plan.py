@@ -65,7 +65,7 @@ __all__ = [
 CONFIG_KEY: dict[str, str] = {k: ("corpus" if k == "dataset" else k) for k in RUN_KEYS}
 
 # params of notebooks/catalog.yaml that are config keys of `figures` but never handed to a notebook
-_NOT_NOTEBOOK_PARAMS = ("skip", "fig1_models", "emergence_group", "ablation_group", "null_samples")
+_NOT_NOTEBOOK_PARAMS = ("skip", "fig1_models", "emergence_group", "ablation_group", "null_samples", "gqa_models")
 
 
 def _as_list(value):
@@ -316,6 +316,18 @@ class Plan:
         """The run whose shape (size, overrides, corpus) the random-init null table copies: the lowest-seed
         baseline-init encoder run of the emergence group."""
         return self.emergence_runs()["encoder"][0]
+
+    def gqa_models(self) -> list[str]:
+        """The pretrained keys scored also by the paper's grouped-query expansion (config figures.gqa_models)."""
+        keys = list(self.config["figures"].get("gqa_models", []))
+        for key in keys:
+            if key not in self.pretrained:
+                raise ConfigError(f"config figures.gqa_models: {key!r} is not a key of config pretrained")
+        return keys
+
+    def gqa_table(self) -> str:
+        """{results}/tables/gqa_paper_method.csv: per grouped-query layer, the scores both ways (rule concat_gqa)."""
+        return self.res("tables", "gqa_paper_method.csv")
 
     def fig1_model(self, role: str) -> str:
         """The pretrained model key drawn as Figure 1's `role` (encoder | decoder)."""

@@ -12,6 +12,7 @@ those (`records`), so that editing a notebook's constant does not touch the trai
     symmetry_speedup                       the ablation runs, figures.baseline_init / ci_level / bootstrap_*
     corpus_CORPUS                          the corpus config of the corpus the report cites
     wqk_run_RUN, wqk_pretrained_MODEL      Figure 1's run settings and corpus / pretrained entry
+    gqa_paper_method                       the pretrained entries of figures.gqa_models
     make_NOTEBOOK                          the notebook's papermill parameters (not the code version nor the
                                            whole-config hash, which are provenance)
 
@@ -75,6 +76,8 @@ def records(plan: Plan) -> dict[str, tuple[list[str], dict]]:
             },
         ),
     }
+    if gqa := plan.gqa_models():
+        out["gqa_paper_method"] = ([plan.gqa_table()], {"pretrained": {k: cfg["pretrained"][k] for k in gqa}})
     corpus = plan.runs[plan.emergence_runs()["encoder"][0]].dataset
     out[f"corpus_{corpus}"] = ([plan.corpus_record(corpus)], {"corpus": plan.corpora[corpus]})
     for role in ("encoder", "decoder"):
