@@ -71,3 +71,19 @@ def test_no_progress_silences_the_bars(tmp_path):
     assert all(r.returncode == 0 for r in runs.values()), [r.stderr[-500:] for r in runs.values()]
     assert "scoring" in runs[""].stderr
     assert "scoring" not in runs["--no-progress"].stderr and "scoring" not in runs["--quiet"].stderr
+
+
+def test_no_subcommands_help_imports_torch():
+    """`--help` (and an argument error) of every subcommand is answered without importing torch: the arguments
+    of the torch-bound subcommands live in the torch-free commands.py (cli.ARGUMENTS)."""
+    code = (
+        "import contextlib, io, sys\n"
+        "from attention_geometry.cli import COMMANDS, main\n"
+        "for name in COMMANDS:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "        main([name, '--help'])\n"
+        "    assert 'torch' not in sys.modules, name\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

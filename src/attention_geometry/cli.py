@@ -52,6 +52,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# subcommand -> the module that defines its arguments, where that is not the working module: these work with
+# torch, and their arguments live in the torch-free commands.py so that `--help` answers at once
+ARGUMENTS: dict[str, str] = {
+    name: "attention_geometry.commands"
+    for name in ("score", "score-checkpoints", "compare-gqa", "prefetch-qk", "score-updates")
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="attention-geometry",
@@ -94,15 +102,16 @@ def main(argv: list[str] | None = None) -> int:
         _parser().parse_args(argv or ["--help"])
         return 2
     name = argv[0]
-    module = importlib.import_module(COMMANDS[name][0])
+    arguments = importlib.import_module(ARGUMENTS.get(name, COMMANDS[name][0]))
     parser = _OneLineParser(prog=f"attention-geometry {name}", description=COMMANDS[name][1])
-    getattr(module, "add_arguments_" + name.replace("-", "_"))(parser)
+    getattr(arguments, "add_arguments_" + name.replace("-", "_"))(parser)
     if "--no-progress" not in parser._option_string_actions:  # one switch for every subcommand
         parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv[1:])
     if getattr(args, "no_progress", False) or getattr(args, "quiet", False):
         _no_progress_bars()
     try:
+        module = importlib.import_module(COMMANDS[name][0])
         return int(getattr(module, "run_" + name.replace("-", "_"))(args) or 0)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -17,14 +17,13 @@ cannot hold, do not turn the scores into NaN or zero. A score that still comes o
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import torch
 
 from attention_geometry.errors import UserError
 
-__all__ = ["symmetry", "directionality", "scores", "ScoreError", "check_num_std", "num_std_arg"]
+__all__ = ["symmetry", "directionality", "scores", "ScoreError", "check_num_std"]
 
 
 class ScoreError(UserError, ValueError):
@@ -64,14 +63,6 @@ def check_num_std(num_std: float, what: str = "num_std") -> float:
     if not (math.isfinite(value) and value >= 0):
         raise ScoreError(f"{what} must be a finite number >= 0, got {num_std!r}")
     return value
-
-
-def num_std_arg(text: str) -> float:
-    """argparse type of --num-std: a finite number >= 0."""
-    try:
-        return check_num_std(float(text))
-    except (ValueError, ScoreError):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}") from None
 
 
 def _finite(values: torch.Tensor, what: str) -> torch.Tensor:

@@ -29,12 +29,12 @@ from typing import Any
 
 import torch
 
+from attention_geometry.commands import GQA_METHODS
 from attention_geometry.errors import UserError
 from attention_geometry.scoring.extract import LayerQK, wqk
 
-__all__ = ["GQA_METHODS", "GQA_COLUMNS", "hf_rows", "paper_wqk", "layer_wqk"]
+__all__ = ["GQA_COLUMNS", "hf_rows", "paper_wqk", "layer_wqk"]
 
-GQA_METHODS = ("correct", "paper")
 GQA_COLUMNS = [
     "model",
     "component",

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from attention_geometry.commands import GQA_METHODS
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import RUN_KEYS, SCORE_COLUMNS, TRAINING_COLUMNS
 from attention_geometry.formats.files import atomic_write_table, check_table_path
@@ -35,8 +36,8 @@ from attention_geometry.formats.rundir import (
     verify_snapshot,
 )
 from attention_geometry.scoring.extract import LayerQK, architecture_of, get_family, iter_layer_qk, qk_keys, wqk
-from attention_geometry.scoring.measures import ScoreError, num_std_arg, scores
-from attention_geometry.scoring.paper_gqa import GQA_COLUMNS, GQA_METHODS, layer_wqk
+from attention_geometry.scoring.measures import ScoreError, scores
+from attention_geometry.scoring.paper_gqa import GQA_COLUMNS, layer_wqk
 from attention_geometry.weights.base import TensorSource
 from attention_geometry.weights.loading import open_source
 
@@ -274,20 +275,6 @@ def _score_snapshots(run, meta, snapshots, per_head, num_std, device, progress):
 # --------------------------------------------------------------------------------------------------- CLI
 
 
-def _common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, metavar="FILE", help="output table, .csv or .parquet")
-    parser.add_argument("--per-head", action="store_true", help="also one row per head (in addition to head 'all')")
-    parser.add_argument(
-        "--num-std",
-        type=num_std_arg,
-        default=2.0,
-        metavar="K",
-        help="directionality threshold: mean + K * std of the row/column norms (default 2)",
-    )
-    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
-
-
 def compare_gqa(source: Any, num_std: float = 2.0, name: str | None = None, **open_kwargs: Any):
     """Per grouped-query layer of `source`: s and d of the attention's M and of the paper's expansion
     (scoring/paper_gqa.py), and their relative Frobenius distance ||M_paper - M|| / ||M|| (columns GQA_COLUMNS).
@@ -324,18 +311,6 @@ def compare_gqa(source: Any, num_std: float = 2.0, name: str | None = None, **op
     return pd.DataFrame(rows, columns=GQA_COLUMNS)
 
 
-def add_arguments_compare_gqa(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", metavar="SOURCE", help="model directory, .gguf file or hub id (as for `score`)")
-    parser.add_argument("--out", required=True, metavar="FILE", help="output table, .csv or .parquet")
-    parser.add_argument("--num-std", type=num_std_arg, default=2.0, help="directionality threshold (default 2)")
-    parser.add_argument("--gguf-file", metavar="F", help="GGUF file inside SOURCE (a directory or hub id)")
-    parser.add_argument("--revision", metavar="R", help="hub revision: branch, tag or commit (default main)")
-    parser.add_argument("--name", metavar="LABEL", help="value of the model column")
-    parser.add_argument(
-        "--trust-remote-code", action="store_true", help="let transformers run the repository's code (as for score)"
-    )
-
-
 def run_compare_gqa(args: argparse.Namespace) -> int:
     check_table_path(args.out)
     df = compare_gqa(
@@ -348,36 +323,6 @@ def run_compare_gqa(args: argparse.Namespace) -> int:
     )
     atomic_write_table(df, args.out)
     return 0
-
-
-def add_arguments_score(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "source",
-        metavar="SOURCE",
-        help="model directory (config.json + safetensors or pytorch_model.bin), .gguf file, or hub id",
-    )
-    _common_arguments(parser)
-    parser._option_string_actions["--out"].help = "output table, .csv or .parquet, or - for CSV on stdout"
-    parser.add_argument("--gguf-file", metavar="F", help="GGUF file inside SOURCE (a directory or hub id)")
-    parser.add_argument("--revision", metavar="R", help="hub revision: branch, tag or commit (default main)")
-    parser.add_argument(
-        "--name",
-        metavar="LABEL",
-        help="value of the model column (default: the repo id the "
-        "files record, else the hub id, folder or file name: docs/cli.md)",
-    )
-    parser.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="let transformers run the model repository's own code (off by default)",
-    )
-    parser.add_argument(
-        "--gqa-method",
-        choices=GQA_METHODS,
-        default="correct",
-        help="grouped-query layers: the attention's matrix (correct, default) or the paper's expansion (paper: "
-        "reproduces its published numbers, a known error: docs/cli.md)",
-    )
 
 
 def summary_lines(df) -> list[str]:
@@ -417,23 +362,6 @@ def run_score(args: argparse.Namespace) -> int:
     for line in summary_lines(df):  # stderr: stdout may be the table itself
         print(line, file=sys.stderr)
     return 0
-
-
-def add_arguments_score_checkpoints(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "run_dir",
-        metavar="RUN_DIR",
-        help="training run folder with run.yaml and checkpoints/step-XXXXXXX/, or a Hugging Face Trainer output "
-        "folder with checkpoint-N/ (docs/paper-code.md)",
-    )
-    _common_arguments(parser)
-    parser.add_argument(
-        "--label",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help=f"for a Trainer output folder, a run key of the rows ({', '.join(RUN_KEYS)}); repeatable",
-    )
 
 
 def run_score_checkpoints(args: argparse.Namespace) -> int:

@@ -53,7 +53,7 @@ from attention_geometry.formats.columns import RUN_KEYS, UPDATE_COLUMNS
 from attention_geometry.formats.corpus import Corpus, load_corpus
 from attention_geometry.formats.files import atomic_write_table, check_table_path
 from attention_geometry.formats.rundir import list_snapshots, read_run_yaml, verify_snapshots
-from attention_geometry.scoring.measures import ScoreError, check_num_std, num_std_arg, scores
+from attention_geometry.scoring.measures import ScoreError, check_num_std, scores
 from attention_geometry.training.batches import IGNORE_INDEX, corrupt, make_batch, maskable
 from attention_geometry.training.hyper import OBJECTIVES, Hyper, resolve_hyper
 from attention_geometry.training.models import self_attentions
@@ -73,7 +73,6 @@ __all__ = [
     "load_snapshot_model",
     "snapshot_matrices",
     "score_updates",
-    "add_arguments_score_updates",
     "run_score_updates",
 ]
 
@@ -442,26 +441,6 @@ def score_updates(
 # ------------------------------------------------------------------------------------------------- CLI
 
 
-def add_arguments_score_updates(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="training run dir (run.yaml, checkpoints/step-XXXXXXX/)")
-    parser.add_argument(
-        "--corpus", required=True, metavar="DIR", help="prepared corpus dir (heldout.npy, manifest.json)"
-    )
-    parser.add_argument("--out", required=True, metavar="FILE.csv", help="update rows (docs/contracts.md) as CSV")
-    parser.add_argument("--steps", type=int, nargs="+", metavar="STEP", help="snapshot steps to score (default: all)")
-    parser.add_argument("--batches", type=int, default=UpdateConfig.batches, help="held-out batches per snapshot")
-    parser.add_argument("--batch-size", type=int, default=UpdateConfig.batch_size, help="blocks per batch")
-    parser.add_argument("--seed", type=int, default=UpdateConfig.seed, help="seed of the block choice and the MLM mask")
-    parser.add_argument(
-        "--num-std", type=num_std_arg, default=UpdateConfig.num_std, help="directionality threshold (mean + k std)"
-    )
-    parser.add_argument(
-        "--mlm-probability", type=float, default=None, help="masked-LM rate (default: run.yaml's, else 0.15)"
-    )
-    parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, ...)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-
-
 def run_score_updates(args: argparse.Namespace) -> int:
     if args.threads is not None:
         if args.threads < 1:
@@ -472,9 +451,8 @@ def run_score_updates(args: argparse.Namespace) -> int:
         raise UserError(f"--out {out}: expected a .csv file name")
     check_table_path(out)
     run = read_run(args.run_dir)
-    config = UpdateConfig(
-        args.batches, args.batch_size, args.seed, args.num_std, run_masking(run, args.mlm_probability)
-    )
+    given = {k: getattr(args, k) for k in ("batches", "batch_size", "seed", "num_std") if getattr(args, k) is not None}
+    config = UpdateConfig(**given, masking=run_masking(run, args.mlm_probability))  # UpdateConfig has the defaults
     try:
         device = torch.device(args.device)
     except RuntimeError as exc:

@@ -145,26 +145,6 @@ def prefetch_qk(
 # --------------------------------------------------------------------------------------------------- CLI
 
 
-def add_arguments_prefetch_qk(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", metavar="SOURCE", help="hub id (or a local model folder)")
-    parser.add_argument(
-        "--out",
-        required=True,
-        metavar="DIR",
-        help="folder to write (replaced whole: a new, empty or earlier prefetch-qk folder; never the source)",
-    )
-    parser.add_argument(
-        "--force", action="store_true", help="replace DIR even if it holds other files (or is a file or a link)"
-    )
-    parser.add_argument("--revision", metavar="R", help="hub revision: branch, tag or commit (default main)")
-    parser.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="the model needs its repository's own code (copied with the config; pinned commit only)",
-    )
-    parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
-
-
 def run_prefetch_qk(args: argparse.Namespace) -> int:
     done = prefetch_qk(
         args.source,
