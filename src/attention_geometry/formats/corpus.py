@@ -11,6 +11,14 @@ Each block is [CLS] + block_len - 2 ids of the split's document stream (document
 [SEP]. Arrays are memory-mapped and never unpickled. The trainer, the update scores and the tests read a
 corpus only through `load_corpus`. A corpus is identified by its content, not its path (`corpus_sha256`):
 a run resumes on a byte-identical corpus moved elsewhere.
+
+A prepared image set (the writer: `attention_geometry.data.images`, `attention-geometry prepare-images`) is
+the same contract for images: a folder with a manifest (`kind: images`, the sources with their hashes, the
+normalization, files_sha256) and arrays, read only through `load_images`, identified by `images_sha256`:
+
+    DIR/manifest.json                          kind "images", image_size, num_channels, num_classes, ...
+    DIR/train_images.npy, heldout_images.npy   uint8 [n, num_channels, image_size, image_size], 0..255
+    DIR/train_labels.npy, heldout_labels.npy   uint16 [n], class ids 0..num_classes-1
 """
 
 from __future__ import annotations
@@ -42,6 +50,13 @@ __all__ = [
     "CONTENT_FILES",
     "content_sha256",
     "corpus_sha256",
+    "IMAGES_KIND",
+    "IMAGE_FILES",
+    "IMAGE_SPLIT_FILES",
+    "ImageSet",
+    "is_image_set",
+    "load_images",
+    "images_sha256",
 ]
 
 FORMAT_VERSION = 1
@@ -140,6 +155,11 @@ def write_manifest(path: str | os.PathLike, manifest: dict[str, Any]) -> Path:
 
 
 def _check_manifest(manifest: dict[str, Any], mf: Path, key: str) -> None:
+    if manifest.get("kind") == IMAGES_KIND:
+        raise CorpusError(
+            f"{key}: {mf.parent} is a prepared image set (prepare-images), not a text corpus: "
+            "it trains with objective classifier"
+        )
     version = manifest.get("format_version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
         raise CorpusError(
@@ -194,10 +214,11 @@ def load_corpus(path: str | os.PathLike, key: str = "corpus") -> Corpus:
     return Corpus(p, manifest, train, heldout)
 
 
-def content_sha256(path: str | os.PathLike) -> dict[str, str]:
-    """file name -> sha256 of each CONTENT_FILES file present in corpus DIR (the manifest's files_sha256)."""
+def content_sha256(path: str | os.PathLike, names: tuple[str, ...] = CONTENT_FILES) -> dict[str, str]:
+    """file name -> sha256 of each of `names` present in DIR (the manifest's files_sha256; CONTENT_FILES for a
+    corpus, IMAGE_FILES for an image set)."""
     p = Path(path)
-    return {name: file_sha256(p / name) for name in CONTENT_FILES if (p / name).is_file()}
+    return {name: file_sha256(p / name) for name in names if (p / name).is_file()}
 
 
 def corpus_sha256(corpus: Corpus) -> str:
@@ -233,3 +254,163 @@ def write_corpus_record(corpus_dir: str, corpus: str, out: str) -> None:
         **{k: manifest.get(k, "") for k in CORPUS_RECORD_COLUMNS[2:]},
     }
     atomic_write_text(out, csv_text([row], CORPUS_RECORD_COLUMNS))
+
+
+# ------------------------------------------------------------------------------------------- image sets
+
+IMAGES_KIND = "images"  # the manifest's `kind` of a prepared image set (a text corpus has no `kind`)
+# split -> (images file, labels file); their sha256 identify the image set
+IMAGE_SPLIT_FILES = {split: (f"{split}_images.npy", f"{split}_labels.npy") for split in SPLITS}
+IMAGE_FILES = tuple(name for split in SPLITS for name in IMAGE_SPLIT_FILES[split])
+# the manifest fields every reader of an image set needs (prepare-images writes all of them)
+IMAGE_REQUIRED_FIELDS = ("dataset", "image_size", "num_channels", "num_classes", "class_names", "normalization")
+
+
+@dataclass
+class ImageSet:
+    """A prepared image set: the manifest, the images (`train`, `heldout`: uint8 [n, C, H, W] memory maps,
+    0..255) and their class ids (`train_labels`, `heldout_labels`: [n])."""
+
+    path: Path
+    manifest: dict[str, Any]
+    train: np.ndarray
+    train_labels: np.ndarray
+    heldout: np.ndarray
+    heldout_labels: np.ndarray
+
+    @property
+    def dataset(self) -> str:
+        """The image set's name (the `{dataset}` part of run names): the manifest's name, else its dataset."""
+        return str(self.manifest.get("name") or self.manifest["dataset"])
+
+    @property
+    def image_size(self) -> int:
+        return int(self.manifest["image_size"])
+
+    @property
+    def num_channels(self) -> int:
+        return int(self.manifest["num_channels"])
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.manifest["num_classes"])
+
+    @property
+    def class_names(self) -> list[str]:
+        return [str(c) for c in self.manifest["class_names"]]
+
+    @property
+    def mean(self) -> list[float]:
+        """Per-channel mean of the train images scaled to [0, 1] (what training subtracts)."""
+        return [float(x) for x in self.manifest["normalization"]["mean"]]
+
+    @property
+    def std(self) -> list[float]:
+        """Per-channel standard deviation of the train images scaled to [0, 1] (what training divides by)."""
+        return [float(x) for x in self.manifest["normalization"]["std"]]
+
+
+def is_image_set(path: str | os.PathLike) -> bool:
+    """True when DIR's manifest says it is a prepared image set (False for a text corpus or no manifest)."""
+    try:
+        return read_manifest(path).get("kind") == IMAGES_KIND
+    except CorpusError:
+        return False
+
+
+def _positive_int(manifest: dict[str, Any], k: str, mf: Path, key: str) -> int:
+    v = manifest[k]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise CorpusError(f"{key}: {mf}: {k} must be a positive integer, got {v!r}")
+    return v
+
+
+def _check_image_manifest(manifest: dict[str, Any], mf: Path, key: str) -> None:
+    if manifest.get("kind") != IMAGES_KIND:
+        raise CorpusError(
+            f"{key}: {mf.parent} is not a prepared image set (its manifest has no `kind: {IMAGES_KIND}`): "
+            "run `attention-geometry prepare-images` first"
+        )
+    version = manifest.get("format_version", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise CorpusError(
+            f"{key}: {mf}: format_version {version!r}, this package reads {FORMAT_VERSION}: "
+            "prepare the image set again (`attention-geometry prepare-images --force`)"
+        )
+    for k in IMAGE_REQUIRED_FIELDS:
+        if k not in manifest:
+            raise CorpusError(f"{key}: {mf}: field {k!r} is missing")
+    for k in ("image_size", "num_channels", "num_classes"):
+        _positive_int(manifest, k, mf, key)
+    names = manifest["class_names"]
+    if not isinstance(names, list) or len(names) != manifest["num_classes"]:
+        raise CorpusError(f"{key}: {mf}: class_names must be a list of num_classes names, got {names!r}")
+    norm = manifest["normalization"]
+    for k in ("mean", "std"):
+        v = norm.get(k) if isinstance(norm, dict) else None
+        ok = isinstance(v, list) and len(v) == manifest["num_channels"]
+        if not ok or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+            raise CorpusError(f"{key}: {mf}: normalization.{k} must be one number per channel, got {v!r}")
+        if k == "std" and not all(x > 0 for x in v):
+            raise CorpusError(f"{key}: {mf}: normalization.std must be positive, got {v!r}")
+
+
+def _load_array(f: Path, key: str) -> np.ndarray:
+    if not f.is_file():
+        raise CorpusError(f"{key}: {f} is missing")
+    try:
+        return np.load(f, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise CorpusError(f"{key}: {f}: not a plain numpy array ({exc})") from None
+
+
+def _load_image_split(p: Path, split: str, manifest: dict[str, Any], key: str) -> tuple[np.ndarray, np.ndarray]:
+    fi, fl = (p / name for name in IMAGE_SPLIT_FILES[split])
+    images, labels = _load_array(fi, key), _load_array(fl, key)
+    shape = (manifest["num_channels"], manifest["image_size"], manifest["image_size"])
+    if images.ndim != 4 or images.shape[1:] != shape or images.dtype != np.uint8:
+        raise CorpusError(
+            f"{key}: {fi}: expected uint8 images [n, {', '.join(map(str, shape))}], got {images.dtype} {images.shape}"
+        )
+    if labels.ndim != 1 or labels.shape[0] != images.shape[0] or labels.dtype.kind not in "iu":
+        raise CorpusError(
+            f"{key}: {fl}: expected {images.shape[0]} integer labels (one per image), got {labels.dtype} {labels.shape}"
+        )
+    n_key = f"n_{split}"
+    if n_key in manifest and images.shape[0] != manifest[n_key]:
+        raise CorpusError(f"{key}: {fi}: {images.shape[0]} images, the manifest says {manifest[n_key]}")
+    if labels.shape[0] and (int(labels.min()) < 0 or int(labels.max()) >= manifest["num_classes"]):
+        raise CorpusError(f"{key}: {fl}: class ids outside 0..{manifest['num_classes'] - 1}")
+    return images, labels
+
+
+def load_images(path: str | os.PathLike, key: str = "corpus") -> ImageSet:
+    """Open an image set written by prepare-images. Anything missing or inconsistent (no folder, no or a bad
+    manifest, a text corpus, a missing array, images of another shape or count than the manifest says,
+    labels that are not class ids, an empty train split) raises one CorpusError line naming `key` and the
+    file."""
+    p = Path(path)
+    if not p.is_dir():
+        raise CorpusError(f"{key}: image set directory not found: {p}")
+    manifest = read_manifest(p, key)
+    _check_image_manifest(manifest, p / MANIFEST, key)
+    train, train_labels = _load_image_split(p, "train", manifest, key)
+    heldout, heldout_labels = _load_image_split(p, "heldout", manifest, key)
+    if train.shape[0] == 0:
+        raise CorpusError(f"{key}: {p / IMAGE_SPLIT_FILES['train'][0]} has no images")
+    return ImageSet(p, manifest, train, train_labels, heldout, heldout_labels)
+
+
+def images_sha256(images: ImageSet) -> str:
+    """The image set's identity by content (as corpus_sha256 for a corpus): the sha256 of its arrays' sha256
+    with the image shape, the classes and the normalization. What an image run's run.yaml records."""
+    files = images.manifest.get("files_sha256")
+    if not isinstance(files, dict) or not files:
+        files = content_sha256(images.path, IMAGE_FILES)
+    ident = {
+        "files_sha256": files,
+        **{
+            k: images.manifest[k] for k in ("image_size", "num_channels", "num_classes", "class_names", "normalization")
+        },
+    }
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode("utf-8")).hexdigest()

@@ -1,9 +1,11 @@
 """Training BERT encoders (masked LM) and decoders (causal LM) from scratch under four self-attention
-initializations, with weight snapshots, a loss log and bitwise resume. See docs/training.md.
+initializations, with weight snapshots, a loss log and bitwise resume; the same for ViT image classifiers
+(objective `classifier`). See docs/training.md.
 
     hyper.py       Hyper, the named sizes, their bounds and enums (torch-free: the workflow checks them at parse time)
     run_config.py  RUN.yaml, its validation, the resolved run (run.yaml)
     models.py      the model, the four initializations, the training forward and loss
+    vit.py         the ViT image classifier: model, the same inits on its q/k/v, image batches, loss, accuracy
     batches.py     learning-rate schedule, example order, masked-LM batches
     snapshots.py   what a run writes: run.yaml, loss.csv, weight snapshots, the resumable state
     runtime.py     device, precision, threads, the heap setting for large temporaries

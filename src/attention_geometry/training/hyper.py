@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from attention_geometry.errors import UserError
 from attention_geometry.formats.value_kinds import expected
 
-OBJECTIVES = ("encoder", "decoder")
+OBJECTIVES = ("encoder", "decoder")  # the language-model objectives of BERT runs on a text corpus
+IMAGE_OBJECTIVES = ("classifier",)  # a ViT image classifier on a prepared image set (training/vit.py)
+RUN_OBJECTIVES = OBJECTIVES + IMAGE_OBJECTIVES  # what RUN.yaml `objective` takes
 INITS = ("standard", "symmetric", "symmetric-fresh", "fresh")
 SCHEDULES = ("linear", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -36,6 +38,7 @@ HYPER_BOUNDS: dict[str, dict[str, float]] = {
             "max_steps",
         )
     },
+    "patch_size": _POSITIVE_INT,  # or null (text models)
     "warmup_steps": {"minimum": 0},
     "lr": {"exclusiveMinimum": 0},
     "eps": {"exclusiveMinimum": 0},
@@ -88,6 +91,7 @@ class Hyper:
     intermediate_size: int = 512
     vocab_size: int | None = None
     seq_len: int | None = None
+    patch_size: int | None = None  # ViT (objective classifier): the side of its square patches; None for text
     max_position_embeddings: int = 512
     hidden_act: str = "gelu"
     layer_norm_eps: float = 1e-12
@@ -114,12 +118,25 @@ class Hyper:
     fused_optimizer: str = "auto"  # auto (= fused) | fused | foreach | none
 
 
+# the fields only one kind of model reads: a run of the other kind may not override them, and its run.yaml leaves
+# them out (a text run's run.yaml is what it was before ViTs existed)
+TEXT_ONLY_FIELDS = (
+    "vocab_size",
+    "seq_len",
+    "max_position_embeddings",
+    "mlm_probability",
+    "mask_token_fraction",
+    "random_token_fraction",
+)
+IMAGE_ONLY_FIELDS = ("patch_size",)
+
+
 def _kind(name: str, default) -> str:
     """The value kind (attention_geometry.formats.value_kinds) of a Hyper field, from its default."""
     if name == "betas":
         return "number_pair"
     if default is None:
-        return "opt_int"  # vocab_size, seq_len: None = the corpus's
+        return "opt_int"  # vocab_size, seq_len: None = the corpus's; patch_size: None for text models
     return {bool: "bool", float: "number", int: "int", str: "str"}[type(default)]
 
 
@@ -147,12 +164,31 @@ SIZES: dict[str, dict] = {
 }
 
 
+# the ViT image classifiers' sizes (objective classifier; docs/training.md "Vision"): a ViT of this shape on
+# 2x2 patches of the 8x8 digits, AdamW at a constant learning rate after warmup, no dropout, no augmentation;
+# chosen by the pilots in docs/training.md ("Vision pilots")
+IMAGE_SIZES: dict[str, dict] = {
+    "vit-tiny": dict(
+        num_layers=2,
+        hidden_size=64,
+        num_heads=2,
+        intermediate_size=256,
+        patch_size=2,
+        batch_size=64,
+        lr=1e-3,
+        warmup_steps=100,
+        schedule="constant",
+        max_steps=1500,
+    ),
+}
+
+
 def resolve_hyper(size: str, overrides: dict | None = None, where: str = "overrides") -> Hyper:
-    """The size's defaults with `overrides` applied field by field (UserError naming an unknown field or a
-    value of the wrong type)."""
-    if size not in SIZES:
-        raise UserError(f"size: unknown size {size!r} (known: {', '.join(SIZES)})")
-    h = Hyper(**SIZES[size])
+    """The size's defaults (SIZES, IMAGE_SIZES) with `overrides` applied field by field (UserError naming an
+    unknown field or a value of the wrong type)."""
+    if size not in SIZES and size not in IMAGE_SIZES:
+        raise UserError(f"size: unknown size {size!r} (known: {', '.join([*SIZES, *IMAGE_SIZES])})")
+    h = Hyper(**(SIZES.get(size) or IMAGE_SIZES[size]))
     fields = {f.name: f for f in dataclasses.fields(Hyper)}
     for key, value in (overrides or {}).items():
         if key not in fields:
@@ -174,6 +210,8 @@ def _check_hyper(h: Hyper, where: str) -> None:
         raise UserError(f"{where}.{key}: {msg}")
 
     for key, bounds in HYPER_BOUNDS.items():
+        if getattr(h, key) is None:  # patch_size of a text model
+            continue
         msg = _out_of_bounds(getattr(h, key), bounds)
         if msg:
             bad(key, f"{msg}, got {getattr(h, key)}")

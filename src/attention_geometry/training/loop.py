@@ -4,6 +4,10 @@ Each process takes its contiguous slice of the global batch (training/batches.py
 masks an update sees), then splits it into `grad_accum` micro-batches. The loss of an update is the token
 mean over the whole global batch (each process divides its token-summed loss by the global token count,
 which every process knows without communication). What is written where: training/snapshots.py.
+
+An image classifier (objective `classifier`, training/vit.py) goes through the same loop: example g of update t
+is train image perm_e[g mod n] (the same Order), the loss of an update is the mean cross-entropy over the
+global batch's images, and the held-out rows also carry the accuracy (loss.csv's `eval_accuracy` column).
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import torch
 from torch import nn
 
 from attention_geometry.errors import UserError
-from attention_geometry.formats.corpus import Corpus, load_corpus
+from attention_geometry.formats.columns import IMAGE_LOSS_COLUMNS, LOSS_COLUMNS
+from attention_geometry.formats.corpus import Corpus, ImageSet
 from attention_geometry.formats.files import pid_lock
 from attention_geometry.formats.rundir import TRAIN_LOG, find_state, lock_path, state_step, warn_stderr
 from attention_geometry.training.batches import (
@@ -38,7 +43,14 @@ from attention_geometry.training.batches import (
 )
 from attention_geometry.training.hyper import Hyper
 from attention_geometry.training.models import build_model, hidden_states, lm_loss, symmetry_penalty
-from attention_geometry.training.run_config import ResolvedRun, RunConfig, RunRuntime, resolve_run
+from attention_geometry.training.run_config import (
+    ResolvedRun,
+    RunConfig,
+    RunRuntime,
+    is_image_run,
+    read_run_data,
+    resolve_run,
+)
 from attention_geometry.training.runtime import (
     _autocast,
     _dist_env,
@@ -58,6 +70,7 @@ from attention_geometry.training.snapshots import (
     write_loss_rows,
     write_run_yaml,
 )
+from attention_geometry.training.vit import build_vit, classification_loss, evaluate_images, pixel_batch, qk_layers
 
 __all__ = [
     "train",
@@ -79,6 +92,17 @@ class _LossModule(nn.Module):
 
     def forward(self, inputs, labels, pad_id: int | None):
         return lm_loss(self.model, inputs, labels, self.objective, pad_id=pad_id, hidden_fn=self.hidden_fn)
+
+
+class _ClassifierLoss(nn.Module):
+    """An image classifier's summed cross-entropy as a module (what DDP wraps for objective classifier)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, inputs, labels, pad_id: int | None = None):
+        return classification_loss(self.model, inputs, labels)
 
 
 def _optimizer(model, h: Hyper, device: torch.device):
@@ -142,7 +166,7 @@ class _Run:
     """Everything the loop of one process works with."""
 
     cfg: RunConfig
-    corpus: Corpus
+    corpus: Corpus | ImageSet  # an ImageSet for an image classifier (`image`)
     resolved: ResolvedRun
     out: Path
     dev: torch.device
@@ -154,6 +178,11 @@ class _Run:
     scaler: Any = None
     autocast: Callable[[], Any] = contextlib.nullcontext
     fwd: Any = None
+    qk_pairs: Any = None  # the ViT's (query, key) layers for the regularizer; None: the BERT model's
+
+    @property
+    def image(self) -> bool:
+        return is_image_run(self.cfg.objective)
 
     @property
     def h(self) -> Hyper:
@@ -176,7 +205,19 @@ def _build(run: _Run, state_dir: Path | None) -> str:
     """Build model, optimizer and grad scaler (from the run's seed), restored from `state_dir` when
     resuming; returns the precision."""
     cfg, h, dev = run.cfg, run.h, run.dev
-    run.model = build_model(cfg.size, cfg.objective, cfg.init, cfg.seed, special_tokens=run.special, _hyper=h)
+    if run.image:
+        d = run.corpus
+        run.model = build_vit(
+            cfg.size,
+            cfg.init,
+            cfg.seed,
+            image_size=d.image_size,
+            num_channels=d.num_channels,
+            class_names=d.class_names,
+            _hyper=h,
+        )
+    else:
+        run.model = build_model(cfg.size, cfg.objective, cfg.init, cfg.seed, special_tokens=run.special, _hyper=h)
     run.model.to(dev)
     run.model.train()
     run.opt = _optimizer(run.model, h, dev)
@@ -186,7 +227,11 @@ def _build(run: _Run, state_dir: Path | None) -> str:
     run.autocast = functools.partial(_autocast, dev, amp_dtype)
     if state_dir is not None:
         load_state(state_dir, run.model, run.opt, run.scaler, dev)
-    run.fwd = _LossModule(run.model, cfg.objective, h.compile)
+    if run.image:
+        run.fwd = _ClassifierLoss(run.model)
+        run.qk_pairs = qk_layers(run.model)
+    else:
+        run.fwd = _LossModule(run.model, cfg.objective, h.compile)
     if run.world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -198,6 +243,11 @@ def _fmt(x) -> str:
     return "" if x is None else repr(float(x))
 
 
+def _fmt_eval(ev: dict[str, float]) -> dict[str, str]:
+    """The held-out columns of a loss.csv row (eval_loss; an image classifier's eval_accuracy too)."""
+    return {k: _fmt(v) for k, v in ev.items()}
+
+
 class _LossLog:
     """loss.csv: the per-update losses of this process pending until a flush, turned into one row at every
     row step (the mean train loss of the updates since the previous row), one all-reduce per flush."""
@@ -205,20 +255,20 @@ class _LossLog:
     def __init__(self, run: _Run, rows: list[dict], row_steps: set[int]):
         self.run, self.rows, self.row_steps = run, rows, row_steps
         self.ident = run.resolved.labels()
+        self.columns = IMAGE_LOSS_COLUMNS if run.image else LOSS_COLUMNS
+        self.blank = {c: "" for c in self.columns if c.startswith("eval_")}  # a row without evaluation
         self.pending: list[tuple] = []  # (step, token-summed loss of this process, lr, global token count)
         self.window: list[float] = []  # per-update mean losses since the last row
 
     def write(self) -> None:
         if self.run.rank == 0:
-            write_loss_rows(self.run.out, self.rows)
+            write_loss_rows(self.run.out, self.rows, self.columns)
 
-    def add_eval0(self, eval_loss: float) -> None:
-        self.rows.append(
-            {**self.ident, "step": 0, "train_loss": "", "eval_loss": _fmt(eval_loss), "learning_rate": _fmt(0.0)}
-        )
+    def add_eval0(self, ev: dict[str, float]) -> None:
+        self.rows.append({**self.ident, "step": 0, "train_loss": "", **_fmt_eval(ev), "learning_rate": _fmt(0.0)})
         self.write()
 
-    def flush(self, eval_step: int, eval_loss: float | None) -> None:
+    def flush(self, eval_step: int, ev: dict[str, float] | None) -> None:
         if not self.pending:
             return
         sums = torch.stack([p[1] for p in self.pending]).double()
@@ -233,7 +283,7 @@ class _LossLog:
                             **self.ident,
                             "step": s,
                             "train_loss": _fmt(sum(self.window) / len(self.window)),
-                            "eval_loss": _fmt(eval_loss) if s == eval_step else "",
+                            **(_fmt_eval(ev) if s == eval_step and ev is not None else self.blank),
                             "learning_rate": _fmt(lr),
                         }
                     )
@@ -242,11 +292,19 @@ class _LossLog:
         self.write()
 
 
-def _eval_at(run: _Run, step: int) -> float | None:
-    """The held-out loss at `step` on process 0 when `step` is an eval step, else None."""
+def _eval_at(run: _Run, step: int) -> dict[str, float] | None:
+    """The held-out columns at `step` on process 0 when `step` is an eval step ({"eval_loss"}, for an image
+    classifier also "eval_accuracy"), else None."""
     n_eval = run.resolved.eval_blocks
     if run.rank != 0 or n_eval == 0 or step not in run.resolved.eval_steps:
         return None
+    if run.image:
+        d = run.corpus
+        loss, acc = evaluate_images(
+            run.model, d.heldout, d.heldout_labels, n_eval, d.mean, d.std, run.dev, run.autocast, max(run.micro, 1)
+        )
+        log.info("step %d eval_loss %.6f eval_accuracy %.4f", step, loss, acc)
+        return {"eval_loss": loss, "eval_accuracy": acc}
     e = evaluate(
         run.model,
         run.corpus.heldout,
@@ -260,17 +318,25 @@ def _eval_at(run: _Run, step: int) -> float | None:
         max(run.micro, 1),
     )
     log.info("step %d eval_loss %.6f", step, e)
-    return e
+    return {"eval_loss": e}
 
 
 def _update(run: _Run, order: Order, step: int, lam: float) -> tuple[torch.Tensor, float, int]:
     """One optimizer update: (token-summed loss of this process, learning rate, global loss-token count)."""
-    cfg, h, special, dev, world = run.cfg, run.h, run.special, run.dev, run.world
+    cfg, h, dev, world = run.cfg, run.h, run.dev, run.world
     g = global_indices(step, h.batch_size)
-    inp, lab = make_batch(
-        run.corpus.train[order(g)], cfg.objective, mask_keys(cfg.seed, step, g), h, special, h.vocab_size
-    )
-    n_tokens = n_loss_tokens(lab, cfg.objective)
+    if run.image:  # the global batch's images, normalized, and their classes; the loss is a mean over images
+        special = None
+        idx = order(g)
+        inp = pixel_batch(run.corpus.train[idx], run.corpus.mean, run.corpus.std).numpy()
+        lab = np.asarray(run.corpus.train_labels[idx], dtype=np.int64)
+        n_tokens = len(g)
+    else:
+        special = run.special
+        inp, lab = make_batch(
+            run.corpus.train[order(g)], cfg.objective, mask_keys(cfg.seed, step, g), h, special, h.vocab_size
+        )
+        n_tokens = n_loss_tokens(lab, cfg.objective)
     lr = lr_at(h, step)
     for group in run.opt.param_groups:
         group["lr"] = lr
@@ -280,7 +346,7 @@ def _update(run: _Run, order: Order, step: int, lam: float) -> tuple[torch.Tenso
     for a in range(A):
         s0 = lo + a * micro
         xb = inp[s0 : s0 + micro]
-        pad = special["pad"] if bool((xb == special["pad"]).any()) else None  # decided on the host
+        pad = special["pad"] if special and bool((xb == special["pad"]).any()) else None  # decided on the host
         x = torch.from_numpy(xb).to(dev, non_blocking=True)
         y = torch.from_numpy(lab[s0 : s0 + micro]).to(dev, non_blocking=True)
         sync = run.fwd.no_sync() if world > 1 and a < A - 1 else contextlib.nullcontext()
@@ -289,7 +355,7 @@ def _update(run: _Run, order: Order, step: int, lam: float) -> tuple[torch.Tenso
                 s = run.fwd(x, y, pad)
                 loss = s * (world / max(n_tokens, 1))
                 if lam > 0 and a == A - 1:
-                    loss = loss + lam * symmetry_penalty(run.model)
+                    loss = loss + lam * symmetry_penalty(run.model, run.qk_pairs)
             if run.scaler is not None:
                 run.scaler.scale(loss).backward()
             else:
@@ -332,7 +398,7 @@ def train(
     """Train (or resume, or do nothing for a finished) run `cfg` into run dir `out`. Returns a summary
     {run, step, status: trained|resumed|finished, seconds, s_per_step}. Every input is validated before
     anything is written."""
-    corpus = load_corpus(cfg.corpus)
+    corpus = read_run_data(cfg.corpus, cfg.objective)
     resolved = resolve_run(cfg, corpus)
     h = resolved.hyper
     threads = threads if threads is not None else cfg.threads

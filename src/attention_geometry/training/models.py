@@ -20,6 +20,7 @@ from attention_geometry.errors import UserError
 __all__ = [
     "build_model",
     "apply_init",
+    "init_attention",
     "self_attentions",
     "lm_loss",
     "symmetry_penalty",
@@ -75,15 +76,22 @@ def apply_init(model, init: str) -> None:
     if init not in INITS:
         raise UserError(f"init: unknown init {init!r} (known: {', '.join(INITS)})")
     for att in self_attentions(model):
-        if init in ("fresh", "symmetric-fresh"):
-            d_in, d_out = att.query.in_features, att.query.out_features
-            dev, dt = att.query.weight.device, att.query.weight.dtype
-            att.query = nn.Linear(d_in, d_out, device=dev, dtype=dt)
-            att.key = nn.Linear(d_in, d_out, device=dev, dtype=dt)
-            att.value = nn.Linear(d_in, d_out, device=dev, dtype=dt)
-        if init in ("symmetric", "symmetric-fresh"):
-            with torch.no_grad():
-                att.query.weight.copy_(att.key.weight)
+        init_attention(att, init)
+
+
+def init_attention(att, init: str, names: tuple[str, str, str] = ("query", "key", "value")) -> None:
+    """`init` (apply_init's definition) on one self-attention module whose query, key and value nn.Linear
+    layers are the attributes `names` (BERT's query/key/value; the ViT's q_proj/k_proj/v_proj)."""
+    q, k, v = names
+    if init in ("fresh", "symmetric-fresh"):
+        ref = getattr(att, q)
+        d_in, d_out = ref.in_features, ref.out_features
+        dev, dt = ref.weight.device, ref.weight.dtype
+        for name in (q, k, v):  # drawn in this order
+            setattr(att, name, nn.Linear(d_in, d_out, bias=ref.bias is not None, device=dev, dtype=dt))
+    if init in ("symmetric", "symmetric-fresh"):
+        with torch.no_grad():
+            getattr(att, q).weight.copy_(getattr(att, k).weight)
 
 
 def build_model(
@@ -256,12 +264,13 @@ class _SumCrossEntropy(torch.autograd.Function):
         return g, None
 
 
-def symmetry_penalty(model) -> torch.Tensor:
+def symmetry_penalty(model, pairs=None) -> torch.Tensor:
     """sum over layers of ||W_qk|| / ||sym(W_qk)|| (Frobenius), W_qk = W_q^T W_k = sum_h W_q,h^T W_k,h:
-    1 per layer for a symmetric W_qk, larger otherwise (the rebuttal's symmetry regularizer)."""
+    1 per layer for a symmetric W_qk, larger otherwise (the rebuttal's symmetry regularizer). `pairs`: the
+    (query, key) nn.Linear layers of each layer (default: the BERT model's; a ViT's: vit.qk_layers)."""
     total = None
-    for sa in self_attentions(model):
-        M = sa.query.weight.float().t() @ sa.key.weight.float()
+    for q, k in pairs if pairs is not None else ((sa.query, sa.key) for sa in self_attentions(model)):
+        M = q.weight.float().t() @ k.weight.float()
         r = torch.linalg.matrix_norm(M) / torch.linalg.matrix_norm(0.5 * (M + M.t()))
         total = r if total is None else total + r
     return total

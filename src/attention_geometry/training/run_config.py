@@ -1,6 +1,7 @@
 """RUN.yaml: the run config and its validation (one UserError naming the key, before any training), and
-the run it resolves to on a prepared corpus (what run.yaml holds). The corpus is read by
-attention_geometry.formats.corpus, snapshot steps and the run name come from attention_geometry.formats.rundir."""
+the run it resolves to on a prepared corpus, or for objective `classifier` on a prepared image set (what
+run.yaml holds). Both are read by attention_geometry.formats.corpus, snapshot steps and the run name come from
+attention_geometry.formats.rundir."""
 
 from __future__ import annotations
 
@@ -11,17 +12,29 @@ from typing import Any
 
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import RUN_KEYS
-from attention_geometry.formats.corpus import Corpus, corpus_sha256, load_corpus
+from attention_geometry.formats.corpus import Corpus, ImageSet, corpus_sha256, images_sha256, load_corpus, load_images
 from attention_geometry.formats.files import read_yaml
 from attention_geometry.formats.rundir import run_name, snapshot_steps
 from attention_geometry.formats.value_kinds import expected
-from attention_geometry.training.hyper import INITS, OBJECTIVES, SIZES, Hyper, resolve_hyper
+from attention_geometry.training.hyper import (
+    IMAGE_OBJECTIVES,
+    IMAGE_ONLY_FIELDS,
+    IMAGE_SIZES,
+    INITS,
+    RUN_OBJECTIVES,
+    SIZES,
+    TEXT_ONLY_FIELDS,
+    Hyper,
+    resolve_hyper,
+)
 
 __all__ = [
     "RunConfig",
     "ResolvedRun",
     "RunRuntime",
     "read_corpus",
+    "read_run_data",
+    "is_image_run",
     "load_run_config",
     "run_config_from_dict",
     "resolve_run",
@@ -32,6 +45,18 @@ __all__ = [
 ]
 
 read_corpus = load_corpus  # the trainer's name for the one prepared-corpus reader (attention_geometry.formats.corpus)
+
+
+def is_image_run(objective: str) -> bool:
+    """True for the objectives that train a ViT image classifier on an image set (IMAGE_OBJECTIVES)."""
+    return objective in IMAGE_OBJECTIVES
+
+
+def read_run_data(path: str | Path, objective: str) -> Corpus | ImageSet:
+    """The prepared data of a run: its image set (formats.corpus.load_images) for an image objective, else
+    its corpus (load_corpus); either refuses the other kind with one line."""
+    return load_images(path) if is_image_run(objective) else load_corpus(path)
+
 
 RUNTIME_KEYS = ("threads", "device")  # how a run is executed, not what it computes
 DEVICES = ("auto", "cpu", "cuda")
@@ -57,7 +82,7 @@ class RunConfig:
     max_steps (all three). `regularizer`: {"lambda": float} adds lambda * sum_l ||W_qk,l|| / ||sym(W_qk,l)||
     to the loss (off when absent or 0)."""
 
-    corpus: str
+    corpus: str  # a prepared corpus, or for objective classifier a prepared image set
     size: str = "tiny"
     objective: str = "encoder"
     init: str = "standard"
@@ -119,10 +144,21 @@ def run_config_from_dict(raw: Any, where: str = "run config") -> RunConfig:
     if kw.get("overrides") is None:
         kw.pop("overrides", None)
     cfg = RunConfig(**kw)
-    if cfg.size not in SIZES:
-        raise UserError(f"{where}: size: unknown size {cfg.size!r} (known: {', '.join(SIZES)})")
-    if cfg.objective not in OBJECTIVES:
-        raise UserError(f"{where}: objective: unknown objective {cfg.objective!r} (known: {', '.join(OBJECTIVES)})")
+    if cfg.objective not in RUN_OBJECTIVES:
+        raise UserError(f"{where}: objective: unknown objective {cfg.objective!r} (known: {', '.join(RUN_OBJECTIVES)})")
+    image = is_image_run(cfg.objective)
+    sizes = IMAGE_SIZES if image else SIZES
+    if cfg.size not in sizes:
+        other = SIZES if image else IMAGE_SIZES
+        hint = f" ({cfg.size!r} is a size of the other kind of model)" if cfg.size in other else ""
+        raise UserError(
+            f"{where}: size: unknown size {cfg.size!r} for objective {cfg.objective}{hint} (known: {', '.join(sizes)})"
+        )
+    foreign = IMAGE_ONLY_FIELDS if not image else TEXT_ONLY_FIELDS
+    for key in cfg.overrides or {}:
+        if key in foreign:
+            kind = "an image classifier" if not image else "a text model"
+            raise UserError(f"{where}: overrides.{key}: only {kind} has it (objective is {cfg.objective})")
     if cfg.init not in INITS:
         raise UserError(f"{where}: init: unknown init {cfg.init!r} (known: {', '.join(INITS)})")
     if cfg.device not in DEVICES:
@@ -149,6 +185,10 @@ def run_config_from_dict(raw: Any, where: str = "run config") -> RunConfig:
                 raise UserError(f"{where}: regularizer.{key}: expected a number >= {minimum}, got {v!r}")
     # unknown override fields / bad values fail here already, before the corpus is opened
     h = resolve_hyper(cfg.size, cfg.overrides, where=f"{where}: overrides")
+    if image and h.compile:
+        raise UserError(
+            f"{where}: overrides.compile: not supported for objective {cfg.objective} (the ViT runs eagerly)"
+        )
     _resolve_steps(cfg, cfg.max_steps or h.max_steps, where)
     return cfg
 
@@ -205,10 +245,13 @@ class ResolvedRun:
     objective: str
     init: str
     seed: int
-    corpus: str  # the prepared corpus, an absolute path
-    corpus_sha256: str  # the corpus's identity on resume (its path may change): formats.corpus.corpus_sha256
-    corpus_manifest: dict[str, Any]  # the manifest's dataset, name, block_len, vocab_size, special_tokens
-    n_train_blocks: int
+    corpus: str  # the prepared corpus (or image set), an absolute path
+    # the data's identity on resume (its path may change): formats.corpus.corpus_sha256 / images_sha256
+    corpus_sha256: str
+    # a corpus manifest's dataset, name, block_len, vocab_size, special_tokens; an image set's dataset, name,
+    # image_size, num_channels, num_classes, class_names, normalization
+    corpus_manifest: dict[str, Any]
+    n_train_blocks: int  # train blocks, or train images (run.yaml: n_train_images)
     max_steps: int
     snapshot_steps: tuple[int, ...]  # sorted, with 0 and max_steps
     eval_steps: tuple[int, ...]  # sorted, with 0 and max_steps
@@ -225,7 +268,16 @@ class ResolvedRun:
 
     def as_run_yaml(self) -> dict[str, Any]:
         """The mapping run.yaml holds (its keys in this order; the trainer compares it with an existing run
-        dir's run.yaml key by key: snapshots.compare_run_yaml)."""
+        dir's run.yaml key by key: snapshots.compare_run_yaml). The hyperparameters only the other kind of
+        model has are left out (a text run's run.yaml has no patch_size; an image run's no vocabulary,
+        sequence or masking fields), and an image run counts `n_train_images`."""
+        image = is_image_run(self.objective)
+        skip = TEXT_ONLY_FIELDS if image else IMAGE_ONLY_FIELDS
+        hyper = {
+            k: (list(v) if isinstance(v, tuple) else v)
+            for k, v in dataclasses.asdict(self.hyper).items()
+            if k not in skip
+        }
         return {
             "run": self.run,
             "size": self.size,
@@ -236,7 +288,7 @@ class ResolvedRun:
             "corpus": self.corpus,
             "corpus_sha256": self.corpus_sha256,
             "corpus_manifest": self.corpus_manifest,
-            "n_train_blocks": self.n_train_blocks,
+            ("n_train_images" if image else "n_train_blocks"): self.n_train_blocks,
             "max_steps": self.max_steps,
             "snapshot_steps": list(self.snapshot_steps),
             "eval_steps": list(self.eval_steps),
@@ -244,17 +296,22 @@ class ResolvedRun:
             "state_every": self.state_every,
             "log_every": self.log_every,
             "regularizer": {"lambda": self.regularizer_lambda},
-            "hyper": {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self.hyper).items()},
+            "hyper": hyper,
             "runtime": dataclasses.asdict(self.runtime),
         }
 
 
-def resolve_run(cfg: RunConfig, corpus: Corpus) -> ResolvedRun:
+def resolve_run(cfg: RunConfig, corpus: Corpus | ImageSet) -> ResolvedRun:
     """The full resolved run (what run.yaml holds; its Hyper is `.hyper`); UserError on a corpus that does
-    not fit the model (block_len > positions, token ids >= vocab size, no held-out blocks)."""
+    not fit the model (block_len > positions, token ids >= vocab size, no held-out blocks), or an image set
+    whose size is not a multiple of the patch size."""
     h = resolve_hyper(cfg.size, cfg.overrides, where="overrides")
     if cfg.max_steps is not None:
         h.max_steps = cfg.max_steps
+    if isinstance(corpus, ImageSet) != is_image_run(cfg.objective):  # read_run_data picks by the objective
+        raise UserError(f"corpus: {corpus.path} does not hold the data of objective {cfg.objective}")
+    if isinstance(corpus, ImageSet):
+        return _resolve_image_run(cfg, corpus, h)
     if h.vocab_size is None:
         h.vocab_size = corpus.vocab_size
     elif h.vocab_size < corpus.vocab_size:
@@ -303,6 +360,43 @@ def resolve_run(cfg: RunConfig, corpus: Corpus) -> ResolvedRun:
         state_every=cfg.state_every,
         log_every=cfg.log_every,
         regularizer_lambda=lam,
+        hyper=h,
+        runtime=RunRuntime(threads=cfg.threads, device=cfg.device),
+    )
+
+
+def _resolve_image_run(cfg: RunConfig, images: ImageSet, h: Hyper) -> ResolvedRun:
+    """resolve_run for an image classifier: the model's image size, channels and classes come from the set."""
+    if h.patch_size is None or images.image_size % h.patch_size:
+        raise UserError(
+            f"overrides.patch_size: {h.patch_size} does not divide the images' size {images.image_size} ({images.path})"
+        )
+    if cfg.eval_blocks > 0 and images.heldout.shape[0] == 0:
+        raise UserError(f"eval_blocks: {cfg.eval_blocks} but the image set {images.path} has no held-out images")
+    snaps, evals = _resolve_steps(cfg, h.max_steps, "run config")
+    dataset = images.dataset
+    return ResolvedRun(
+        run=cfg.run or run_name(cfg.size, dataset, cfg.objective, cfg.init, cfg.seed),
+        size=cfg.size,
+        dataset=dataset,
+        objective=cfg.objective,
+        init=cfg.init,
+        seed=cfg.seed,
+        corpus=str(Path(cfg.corpus).resolve()),
+        corpus_sha256=images_sha256(images),
+        corpus_manifest={
+            k: images.manifest[k]
+            for k in ("dataset", "name", "image_size", "num_channels", "num_classes", "class_names", "normalization")
+            if k in images.manifest
+        },
+        n_train_blocks=int(images.train.shape[0]),
+        max_steps=h.max_steps,
+        snapshot_steps=tuple(snaps),
+        eval_steps=tuple(evals),
+        eval_blocks=min(cfg.eval_blocks, int(images.heldout.shape[0])),
+        state_every=cfg.state_every,
+        log_every=cfg.log_every,
+        regularizer_lambda=float((cfg.regularizer or {}).get("lambda", 0.0)),
         hyper=h,
         runtime=RunRuntime(threads=cfg.threads, device=cfg.device),
     )

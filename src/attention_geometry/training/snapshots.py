@@ -34,7 +34,7 @@ from attention_geometry.formats.rundir import (
     STATE_PREV,
     snapshot_dir,
 )
-from attention_geometry.training.run_config import RUNTIME_KEYS, ResolvedRun
+from attention_geometry.training.run_config import RUNTIME_KEYS, ResolvedRun, is_image_run
 
 __all__ = [
     "write_run_yaml",
@@ -188,10 +188,11 @@ def check_loss_rows(out: Path, rows: list[dict], expected: set[int]) -> None:
         )
 
 
-def write_loss_rows(out: Path, rows: list[dict]) -> None:
-    """OUT/loss.csv with the columns columns.LOSS_COLUMNS (csv's default \\r\\n line ends)."""
+def write_loss_rows(out: Path, rows: list[dict], columns: list[str] = LOSS_COLUMNS) -> None:
+    """OUT/loss.csv with the columns columns.LOSS_COLUMNS (an image classifier's: IMAGE_LOSS_COLUMNS; csv's
+    default \\r\\n line ends)."""
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=LOSS_COLUMNS)
+    w = csv.DictWriter(buf, fieldnames=columns)
     w.writeheader()
     w.writerows(rows)
     atomic_write_text(out / LOSS_CSV, buf.getvalue())
@@ -202,7 +203,8 @@ def write_loss_rows(out: Path, rows: list[dict]) -> None:
 
 def save_snapshot(model, out: Path, step: int, resolved: ResolvedRun) -> Path:
     """OUT/checkpoints/step-XXXXXXX/: the model's save_pretrained (model.safetensors, config.json),
-    run.yaml, the corpus's tokenizer, a model card, and checksums.json over all of them."""
+    run.yaml, the corpus's tokenizer (an image classifier: its image processor), a model card, and
+    checksums.json over all of them."""
     final = snapshot_dir(out, step)
     final.parent.mkdir(parents=True, exist_ok=True)
 
@@ -217,7 +219,10 @@ def save_snapshot(model, out: Path, step: int, resolved: ResolvedRun) -> Path:
             if bars:
                 hf_logging.enable_progress_bar()
         (tmp / RUN_YAML).write_text(_yaml_dump(resolved.as_run_yaml()), encoding="utf-8")
-        _save_tokenizer(resolved.corpus, tmp)
+        if is_image_run(resolved.objective):
+            _save_image_processor(resolved, tmp)
+        else:
+            _save_tokenizer(resolved.corpus, tmp)
         (tmp / "README.md").write_text(model_card(resolved, step), encoding="utf-8")
 
     _write_dir(final, write)
@@ -242,12 +247,38 @@ def _save_tokenizer(corpus_dir: str | None, folder: Path) -> None:
     tok.save_pretrained(folder)
 
 
+def _save_image_processor(resolved: ResolvedRun, folder: Path) -> None:
+    """The run's ViTImageProcessor (no resizing, rescale 1/255, the image set's normalization), so
+    AutoImageProcessor / pipeline("image-classification") load a snapshot alone."""
+    from attention_geometry.training.vit import image_processor
+
+    m = resolved.corpus_manifest
+    norm = m["normalization"]
+    image_processor(int(m["image_size"]), norm["mean"], norm["std"]).save_pretrained(folder)
+
+
 def model_card(resolved: ResolvedRun, step: int) -> str:
     """A snapshot's README.md: what was trained, on what, to which step (its scores live in the workflow's
     tables, not here)."""
     objective = resolved.objective
-    task = {"encoder": "fill-mask", "decoder": "text-generation"}.get(objective, "")
+    task = {"encoder": "fill-mask", "decoder": "text-generation", "classifier": "image-classification"}.get(
+        objective, ""
+    )
     h = resolved.hyper
+    if is_image_run(objective):
+        m = resolved.corpus_manifest
+        return (
+            f"---\nlibrary_name: transformers\npipeline_tag: {task}\ntags: [attention-geometry]\n---\n\n"
+            f"# {resolved.run} at step {step}\n\n"
+            f"A weight snapshot of an attention-geometry training run (the workflow that reproduces Saponati et al., "
+            f"ICML 2025): a {resolved.size} ViT image classifier ({h.num_layers} layers x {h.hidden_size}, "
+            f"{h.num_heads} heads, {h.patch_size}x{h.patch_size} patches of {m['image_size']}x{m['image_size']} "
+            f"images with {m['num_channels']} channel(s), {m['num_classes']} classes), init `{resolved.init}`, seed "
+            f"{resolved.seed}, trained on the `{resolved.dataset}` image set; step {step} of {resolved.max_steps}. "
+            "The full run config is `run.yaml` beside this file; the image processor (preprocessor_config.json) "
+            "normalizes as in training; the symmetry and directionality scores of this snapshot are in the "
+            "workflow's tables (results/tables/).\n"
+        )
     return (
         f"---\nlibrary_name: transformers\npipeline_tag: {task}\ntags: [attention-geometry]\n---\n\n"
         f"# {resolved.run} at step {step}\n\n"

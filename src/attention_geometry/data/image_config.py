@@ -1,0 +1,192 @@
+"""The image-set config (IMAGES.yaml, docs/data.md "Image sets"): its dataclasses, constants and the one
+validator. The writer is attention_geometry.data.images (`attention-geometry prepare-images`); the format
+attention_geometry.formats.corpus (`load_images`).
+
+config/schema.yaml (`images`) states the same enums and bounds; tests/test_vision_data.py checks that it
+agrees with the constants here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attention_geometry.formats.corpus import CorpusError
+from attention_geometry.formats.files import read_yaml
+from attention_geometry.formats.value_kinds import expected
+
+__all__ = [
+    "IMAGE_DATASETS",
+    "HUB_IMAGE_DATASETS",
+    "CHANNELS",
+    "IMAGE_MINIMUMS",
+    "IMAGE_EXCLUSIVE_MAXIMUMS",
+    "IMAGE_HUB_DEFAULTS",
+    "IMAGE_TYPES",
+    "IMAGE_HUB_TYPES",
+    "ImageHubConfig",
+    "ImageConfig",
+    "image_config_from_dict",
+    "load_image_config",
+]
+
+# digits: scikit-learn's 8x8 handwritten digits (offline); the others: datasets.load_dataset from the hub
+IMAGE_DATASETS = ("digits", "cifar10", "imagenet1k")
+HUB_IMAGE_DATASETS = ("cifar10", "imagenet1k")
+CHANNELS = (1, 3)  # grayscale (PIL mode L) or RGB
+# inclusive minimum of each numeric key (dotted: in `hub`); heldout_fraction also has an exclusive maximum
+IMAGE_MINIMUMS: dict[str, int | float] = {
+    "heldout_fraction": 0,
+    "seed": 0,
+    "image_size": 1,
+    "hub.n_images": 1,
+}
+IMAGE_EXCLUSIVE_MAXIMUMS: dict[str, int | float] = {"heldout_fraction": 1}
+IMAGE_OPTIONAL = ("image_size", "hub.n_images")  # may be null
+
+# defaults of the hub datasets (a config may override each field)
+IMAGE_HUB_DEFAULTS: dict[str, dict[str, Any]] = {
+    "cifar10": {
+        "path": "uoft-cs/cifar10",
+        "name": "plain_text",
+        "heldout_split": "test",
+        "image_field": "img",
+        "label_field": "label",
+    },
+    "imagenet1k": {
+        "path": "ILSVRC/imagenet-1k",
+        "heldout_split": "validation",
+        "image_field": "image",
+        "label_field": "label",
+    },
+}
+
+
+@dataclass(frozen=True)
+class ImageHubConfig:
+    """`datasets.load_dataset(path, name, revision=, split=, data_files=)` for the train split (`split`) and
+    the held-out split (`heldout_split`; null: a stratified `heldout_fraction` of `split`); `image_field`
+    is the image column ({bytes, path}, decoded with PIL), `label_field` the class id column; at most
+    `n_images` rows of each split are read (null: all). `path` may be a local folder of the dataset's files."""
+
+    path: str | None = None
+    name: str | None = None
+    revision: str | None = None
+    split: str = "train"
+    heldout_split: str | None = None
+    image_field: str | None = None
+    label_field: str = "label"
+    data_files: Any = None
+    n_images: int | None = None
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """One image set. `heldout_fraction`: the stratified held-out share of each class (rounded half up),
+    drawn with `seed`, where the source has no held-out split of its own (digits; a hub dataset without
+    `hub.heldout_split`). `image_size`: null keeps the source's size (all images square and of one size);
+    else each image is resized so its shorter side is image_size (PIL bicubic) and center-cropped.
+    `channels`: 1 (grayscale) or 3 (RGB); null: the source's (digits 1, hub datasets 3)."""
+
+    dataset: str = "digits"
+    name: str | None = None
+    hub: ImageHubConfig = field(default_factory=ImageHubConfig)
+    heldout_fraction: float = 0.2
+    seed: int = 0
+    image_size: int | None = None
+    channels: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# the value kind of each key (attention_geometry.formats.value_kinds)
+IMAGE_TYPES = {
+    "dataset": "str",
+    "name": "opt_str",
+    "heldout_fraction": "number",
+    "seed": "int",
+    "image_size": "opt_int",
+    "channels": "opt_int",
+}
+IMAGE_HUB_TYPES = {
+    "path": "opt_str",
+    "name": "opt_str",
+    "revision": "opt_str",
+    "split": "str",
+    "heldout_split": "opt_str",
+    "image_field": "opt_str",
+    "label_field": "str",
+    "data_files": "any",
+    "n_images": "opt_int",
+}
+
+
+def _typed(raw: Any, cls: type, types: Mapping[str, str], prefix: str, where: str) -> dict[str, Any]:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise CorpusError(f"{where}: `{prefix.rstrip('.') or 'image config'}` must be a mapping, got {raw!r}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    out = {}
+    for key, value in raw.items():
+        if key not in known:
+            raise CorpusError(f"{where}: unknown key `{prefix}{key}` (known: {', '.join(sorted(known))})")
+        if key not in types:  # a sub-mapping (hub), checked by its own call
+            continue
+        what = expected(value, types[key])
+        if what is not None:
+            raise CorpusError(f"{where}: `{prefix}{key}` must be {what}, got {value!r}")
+        out[key] = value
+    return out
+
+
+def image_config_from_dict(raw: Any, where: str = "image config") -> ImageConfig:
+    """Validate a mapping (a parsed IMAGES.yaml or a workflow's params) into a resolved ImageConfig; any
+    unknown key or value raises CorpusError naming it."""
+    top = _typed(raw, ImageConfig, IMAGE_TYPES, "", where)
+    raw = dict(raw or {})
+    dataset = top.get("dataset", ImageConfig.dataset)
+    if dataset not in IMAGE_DATASETS:
+        raise CorpusError(f"{where}: unknown `dataset` {dataset!r} (one of {', '.join(IMAGE_DATASETS)})")
+    hub_raw = _typed(raw.get("hub"), ImageHubConfig, IMAGE_HUB_TYPES, "hub.", where)
+    if dataset == "digits" and hub_raw:
+        raise CorpusError(f"{where}: `hub` is for the hub datasets ({', '.join(HUB_IMAGE_DATASETS)}), not digits")
+    hub = {**IMAGE_HUB_DEFAULTS.get(dataset, {}), **hub_raw}
+    channels = top.get("channels")
+    if channels is not None and channels not in CHANNELS:
+        raise CorpusError(f"{where}: `channels` must be 1, 3 or null, got {channels}")
+    if dataset == "digits" and channels not in (None, 1):
+        raise CorpusError(f"{where}: `channels`: digits are grayscale (1 channel), got {channels}")
+    top["heldout_fraction"] = float(top.get("heldout_fraction", ImageConfig.heldout_fraction))
+    values = {**top, **{f"hub.{k}": v for k, v in hub.items()}}
+    for key, minimum in IMAGE_MINIMUMS.items():
+        v = values.get(key)
+        if v is None:
+            continue
+        high = IMAGE_EXCLUSIVE_MAXIMUMS.get(key)
+        if high is not None and not minimum <= v < high:
+            raise CorpusError(f"{where}: `{key}` must be in [{minimum}, {high:g}), got {v}")
+        if v < minimum:
+            null = " or null" if key in IMAGE_OPTIONAL else ""
+            raise CorpusError(f"{where}: `{key}` must be >= {minimum}{null}, got {v}")
+    if dataset in HUB_IMAGE_DATASETS and not hub.get("path"):
+        raise CorpusError(f"{where}: `hub.path` is required for dataset {dataset!r}")
+    if top.get("name") is None:
+        top["name"] = dataset
+    return ImageConfig(**top, hub=ImageHubConfig(**hub))
+
+
+def load_image_config(path: str | os.PathLike) -> ImageConfig:
+    """Read IMAGES.yaml (keys: see ImageConfig); an empty file, a file that is not a mapping, unknown keys or
+    values raise CorpusError naming them."""
+    p = Path(path)
+    raw = read_yaml(p, "image config", CorpusError)
+    if not isinstance(raw, Mapping):
+        got = "an empty file" if raw is None else f"a {type(raw).__name__}"
+        raise CorpusError(f"{p}: an image config is a mapping of keys (e.g. `dataset: digits`), got {got}")
+    return image_config_from_dict(raw, where=str(p))

@@ -1,0 +1,462 @@
+"""`prepare_images`: read an image dataset, split it (a fixed stratified held-out split where the source has
+none of its own), and write it in the prepared image-set format (attention_geometry.formats.corpus,
+`load_images`; docs/data.md "Image sets"), and the `prepare-images` CLI.
+
+Sources: `digits` (scikit-learn's 8x8 handwritten digits, read offline from the file scikit-learn ships,
+sklearn/datasets/data/digits.csv.gz, exactly as `sklearn.datasets.load_digits` reads it) and the hub datasets
+`cifar10` / `imagenet1k` (`datasets.load_dataset` at a pinned revision, from their parquet files; the image
+column's encoded bytes are decoded with PIL). Pixels are stored as uint8 0..255 [n, C, H, W]: the digits'
+0..16 counts as round(v * 255 / 16) (an exact, invertible map). As for corpora, the prepare runs in
+OUT.tmp-<pid> and is swapped in whole; the same config and inputs give byte-identical files; a local input
+that changed since OUT was prepared stops it with one line (`--force` prepares it again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import importlib.util
+import io
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attention_geometry.data.image_config import HUB_IMAGE_DATASETS, ImageConfig, load_image_config
+from attention_geometry.data.prepare import _remove_stale_tmp, _versions
+from attention_geometry.formats.corpus import (
+    FORMAT_VERSION,
+    IMAGE_FILES,
+    IMAGE_SPLIT_FILES,
+    IMAGES_KIND,
+    CorpusError,
+    content_sha256,
+    read_manifest,
+    write_manifest,
+)
+from attention_geometry.formats.files import file_sha256, replace_dir
+
+__all__ = [
+    "DIGITS_FILE",
+    "digits_path",
+    "read_digits",
+    "stratified_split",
+    "image_inputs",
+    "image_input_changes",
+    "images_status",
+    "prepare_images",
+    "add_arguments_prepare_images",
+    "run_prepare_images",
+]
+
+log = logging.getLogger("attention_geometry.data")
+
+DIGITS_FILE = ("datasets", "data", "digits.csv.gz")  # inside the sklearn package
+LABEL_DTYPE = np.dtype("<u2")  # class ids (ImageNet's 1000 fit)
+
+
+# ---------------------------------------------------------------------------------------------- digits
+
+
+def digits_path() -> Path:
+    """sklearn/datasets/data/digits.csv.gz of the installed scikit-learn, found without importing it."""
+    spec = importlib.util.find_spec("sklearn")
+    for loc in list(spec.submodule_search_locations or []) if spec is not None else []:
+        p = Path(loc).joinpath(*DIGITS_FILE)
+        if p.is_file():
+            return p
+    raise CorpusError(
+        "dataset 'digits' needs scikit-learn (pip install scikit-learn): sklearn/datasets/data/digits.csv.gz not found"
+    )
+
+
+def read_digits(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """(images uint8 [n, 1, 8, 8] 0..255, labels [n]) of a digits.csv.gz: one row per image, 64 pixel counts
+    0..16 then the class, as `sklearn.datasets.load_digits` reads it (np.loadtxt, comma-separated)."""
+    try:
+        with gzip.open(path, "rt", encoding="ascii") as fh:
+            data = np.loadtxt(fh, delimiter=",")
+    except (OSError, EOFError, ValueError, UnicodeDecodeError) as exc:
+        raise CorpusError(f"{path}: cannot read the digits ({exc})") from None
+    if data.ndim != 2 or data.shape[1] != 65 or not np.array_equal(data, np.round(data)):
+        raise CorpusError(f"{path}: expected rows of 64 pixel counts and a class, got shape {data.shape}")
+    counts = data[:, :64].astype(np.int64)
+    if counts.min() < 0 or counts.max() > 16:
+        raise CorpusError(f"{path}: pixel counts outside 0..16")
+    pixels = ((counts * 255 + 8) // 16).astype(np.uint8)  # round(v * 255 / 16), half up
+    return pixels.reshape(-1, 1, 8, 8), data[:, 64].astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------- split
+
+
+def stratified_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train indices, held-out indices), each sorted: of every class c (in increasing order), the first
+    round_half_up(fraction * n_c) of its indices in the order of `default_rng([seed, c]).permutation(n_c)` are
+    held out, at least one where fraction > 0 and at most n_c - 1. A function of the labels and the seed
+    only: the same split on every machine."""
+    labels = np.asarray(labels)
+    held = []
+    for c in np.unique(labels):
+        idx = np.flatnonzero(labels == c)
+        k = int(np.floor(fraction * len(idx) + 0.5))
+        if fraction > 0:
+            k = max(k, 1)
+        k = min(k, len(idx) - 1)
+        held.append(idx[np.random.default_rng([seed, int(c)]).permutation(len(idx))[:k]])
+    heldout = np.sort(np.concatenate(held)) if held else np.zeros(0, np.int64)
+    mask = np.ones(len(labels), dtype=bool)
+    mask[heldout] = False
+    return np.flatnonzero(mask), heldout
+
+
+# ------------------------------------------------------------------------------------------------- hub
+
+
+def _hub_local_dir(cfg: ImageConfig) -> Path | None:
+    p = Path(cfg.hub.path or "").expanduser()
+    return p if cfg.hub.path and p.is_dir() else None
+
+
+def _to_array(data: bytes, cfg: ImageConfig, mode: str, where: str) -> np.ndarray:
+    from PIL import Image
+
+    try:
+        img = Image.open(io.BytesIO(data))
+        img = img.convert(mode)
+    except Exception as exc:  # PIL raises many kinds on a damaged image
+        raise CorpusError(f"{where}: an image cannot be decoded ({type(exc).__name__}: {exc})") from None
+    if cfg.image_size is not None and img.size != (cfg.image_size, cfg.image_size):
+        w, h = img.size
+        scale = cfg.image_size / min(w, h)
+        img = img.resize((max(cfg.image_size, round(w * scale)), max(cfg.image_size, round(h * scale))), Image.BICUBIC)
+        w, h = img.size
+        left, top = (w - cfg.image_size) // 2, (h - cfg.image_size) // 2
+        img = img.crop((left, top, left + cfg.image_size, top + cfg.image_size))
+    a = np.asarray(img, dtype=np.uint8)
+    return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
+
+
+def _read_hub_split(cfg: ImageConfig, split: str, tmp: Path, out_images: Path) -> dict[str, Any]:
+    """Read one split of a hub dataset into OUT_IMAGES (.npy, uint8 [n, C, H, W]); returns its labels,
+    class names and source record."""
+    from datasets import ClassLabel, load_dataset
+    from datasets import Image as ImageFeature
+
+    hub = cfg.hub
+    where = f"{hub.path} (split {split})"
+    if not hub.revision:
+        log.warning("%s: no revision pinned; the dataset may change under the same config", hub.path)
+    kw: dict[str, Any] = {"revision": hub.revision, "split": split}
+    if hub.name:
+        kw["name"] = hub.name
+    if hub.data_files is not None:
+        kw["data_files"] = hub.data_files
+    if _hub_local_dir(cfg) is not None:  # a local copy: its cache lives and dies with the temporary folder
+        kw["cache_dir"] = str(tmp / "hf-cache")
+    try:
+        ds = load_dataset(hub.path, **kw)
+    except Exception as exc:  # datasets raises many kinds (missing split, no network, gated dataset)
+        raise CorpusError(f"{where}: cannot load the dataset ({type(exc).__name__}: {exc})") from None
+    for col in (hub.image_field, hub.label_field):
+        if col not in ds.column_names:
+            raise CorpusError(f"{where}: no column {col!r} (columns: {', '.join(ds.column_names)})")
+    if hub.n_images is not None and len(ds) > hub.n_images:
+        ds = ds.select(range(hub.n_images))
+    feature = ds.features[hub.label_field]
+    names = list(feature.names) if isinstance(feature, ClassLabel) else None
+    labels = np.asarray(ds[hub.label_field], dtype=np.int64)
+    ds = ds.select_columns([hub.image_field]).cast_column(hub.image_field, ImageFeature(decode=False))
+    mode = "L" if (cfg.channels or 3) == 1 else "RGB"
+    h = hashlib.sha256()
+    images = None
+    n = len(ds)
+    from tqdm.auto import tqdm
+
+    with tqdm(total=n, desc=f"decoding {split}", unit="img") as bar:
+        i = 0
+        for batch in ds.iter(batch_size=1000):
+            for cell in batch[hub.image_field]:
+                data = cell.get("bytes") if isinstance(cell, dict) else None
+                if data is None and isinstance(cell, dict) and cell.get("path"):
+                    data = Path(cell["path"]).read_bytes()
+                if data is None:
+                    raise CorpusError(f"{where}: row {i} has no image bytes")
+                h.update(len(data).to_bytes(8, "little") + data)
+                a = _to_array(data, cfg, mode, where)
+                if images is None:
+                    if a.shape[1] != a.shape[2]:
+                        raise CorpusError(
+                            f"{where}: images of {a.shape[2]}x{a.shape[1]} are not square: set image_size"
+                        )
+                    images = np.lib.format.open_memmap(out_images, mode="w+", dtype=np.uint8, shape=(n, *a.shape))
+                elif a.shape != images.shape[1:]:
+                    raise CorpusError(
+                        f"{where}: row {i} is {a.shape[2]}x{a.shape[1]}, earlier rows {images.shape[3]}x"
+                        f"{images.shape[2]}: set image_size"
+                    )
+                images[i] = a
+                i += 1
+            bar.update(len(batch[hub.image_field]))
+    if images is None:
+        raise CorpusError(f"{where}: no images")
+    images.flush()
+    del images
+    h.update(labels.astype("<i8").tobytes())
+    source = {
+        "hub_id": hub.path,
+        "name": hub.name,
+        "revision": hub.revision,
+        "split": split,
+        "data_files": hub.data_files,
+        "n_images_read": n,
+        "sha256": h.hexdigest(),
+    }
+    return {"labels": labels, "names": names, "source": source}
+
+
+# --------------------------------------------------------------------------------------------- inputs
+
+
+def image_inputs(cfg: ImageConfig) -> list[Path]:
+    """The local files an image set is read from (hashed into the manifest's `sources` and compared when it
+    is prepared again): digits' file; a hub dataset's files when `hub.path` is a local folder (every file
+    under it but hidden ones, sorted); nothing for a hub id (its revision pins it)."""
+    if cfg.dataset == "digits":
+        return [digits_path()]
+    local = _hub_local_dir(cfg)
+    if local is None:
+        return []
+    return sorted(
+        p
+        for p in local.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(local).parts)
+    )
+
+
+def _file_source(path: Path) -> dict[str, Any]:
+    return {"path": str(path), "sha256": file_sha256(path), "bytes": path.stat().st_size}
+
+
+def image_input_changes(cfg: ImageConfig, manifest: dict[str, Any]) -> str | None:
+    """None when the local files image set `cfg` reads are those its manifest's `sources` record, with the
+    same sha256; else what changed, in words. The digits file is compared by content only (its path moves
+    with the environment)."""
+    recorded = [s for s in manifest.get("sources") or [] if isinstance(s, dict) and s.get("path")]
+    try:
+        current = image_inputs(cfg)
+    except CorpusError as exc:
+        return str(exc)
+    for i, src in enumerate(recorded):
+        if i >= len(current):
+            return f"{src['path']} is no longer an input"
+        path = current[i]
+        if cfg.dataset != "digits" and str(path) != src["path"]:
+            return f"input {path} where it read {src['path']}"
+        if file_sha256(path) != src.get("sha256"):
+            return f"the content of {path} changed (sha256)"
+    if len(current) > len(recorded):
+        return f"{current[len(recorded)]} is a new input"
+    return None
+
+
+def images_status(cfg: ImageConfig, out: str | os.PathLike) -> str:
+    """ "missing" (no OUT), "current" (OUT holds this config prepared from the same inputs), "changed" (this
+    config, but inputs that changed since: image_input_changes), "different" (another config or not an
+    image set)."""
+    p = Path(out)
+    if not p.exists():
+        return "missing"
+    try:
+        manifest = read_manifest(p)
+    except CorpusError:
+        return "different"
+    if manifest.get("kind") != IMAGES_KIND or manifest.get("config") != json.loads(json.dumps(cfg.to_dict())):
+        return "different"
+    return "changed" if image_input_changes(cfg, manifest) else "current"
+
+
+# -------------------------------------------------------------------------------------------- prepare
+
+
+def prepare_images(cfg: ImageConfig, out: str | os.PathLike, force: bool = False) -> Path:
+    """Read, split and write image set `cfg` to OUT (docs/data.md "Image sets"). Nothing is done when OUT
+    already holds this config prepared from the same inputs; another image set at OUT, or inputs changed
+    since (images_status), is an error unless force."""
+    out = Path(out)
+    status = images_status(cfg, out)
+    if status == "current":
+        log.info("%s already holds this image set: nothing to do", out)
+        return out
+    if status == "different" and not force:
+        raise CorpusError(
+            f"{out} exists and holds another image set config (or no image manifest): "
+            "use --force to replace it, or another --out"
+        )
+    if status == "changed" and not force:
+        why = image_input_changes(cfg, read_manifest(out))
+        raise CorpusError(
+            f"{out} was prepared from input data that changed since ({why}): use --force to prepare it again "
+            "from the current data"
+        )
+    t0 = time.perf_counter()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(out)
+    tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        manifest = _prepare_into(cfg, tmp)
+        write_manifest(tmp, manifest)
+        replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info(
+        "image set %s (%s) -> %s: %d train + %d held-out images of %dx%dx%d, %d classes (%.1f s)",
+        cfg.name,
+        cfg.dataset,
+        out,
+        manifest["n_train"],
+        manifest["n_heldout"],
+        manifest["num_channels"],
+        manifest["image_size"],
+        manifest["image_size"],
+        manifest["num_classes"],
+        time.perf_counter() - t0,
+    )
+    return out
+
+
+def _save(path: Path, a: np.ndarray) -> None:
+    np.save(path, np.ascontiguousarray(a), allow_pickle=False)
+
+
+def _split_in_place(tmp: Path, images_file: Path, labels: np.ndarray, cfg: ImageConfig) -> None:
+    """Write the stratified train / held-out split of one source split (images in IMAGES_FILE, removed)."""
+    train_idx, held_idx = stratified_split(labels, cfg.heldout_fraction, cfg.seed)
+    images = np.load(images_file, mmap_mode="r", allow_pickle=False)
+    for split, idx in (("train", train_idx), ("heldout", held_idx)):
+        fi, fl = IMAGE_SPLIT_FILES[split]
+        _save(tmp / fi, images[idx])
+        _save(tmp / fl, labels[idx].astype(LABEL_DTYPE))
+    del images
+    images_file.unlink()
+
+
+def _prepare_into(cfg: ImageConfig, tmp: Path) -> dict[str, Any]:
+    where = f"image set {cfg.name!r} (dataset {cfg.dataset})"
+    sources: list[dict[str, Any]] = []
+    names: list[str] | None
+    if cfg.dataset == "digits":
+        path = digits_path()
+        sources.append({**_file_source(path), "reader": "sklearn.datasets.load_digits's digits.csv.gz"})
+        images, labels = read_digits(path)
+        names = [str(c) for c in range(10)]
+        _save(tmp / "source_images.npy", images)
+        _split_in_place(tmp, tmp / "source_images.npy", labels, cfg)
+        split = {"kind": "stratified", "heldout_fraction": cfg.heldout_fraction, "seed": cfg.seed}
+    elif cfg.dataset in HUB_IMAGE_DATASETS:
+        sources.extend(_file_source(p) for p in image_inputs(cfg))
+        train = _read_hub_split(cfg, cfg.hub.split, tmp, tmp / "source_images.npy")
+        names = train["names"]
+        sources.append(train["source"])
+        if cfg.hub.heldout_split is None:
+            labels = train["labels"]
+            _split_in_place(tmp, tmp / "source_images.npy", labels, cfg)
+            split = {"kind": "stratified", "heldout_fraction": cfg.heldout_fraction, "seed": cfg.seed}
+        else:
+            fi, fl = IMAGE_SPLIT_FILES["train"]
+            os.replace(tmp / "source_images.npy", tmp / fi)
+            _save(tmp / fl, train["labels"].astype(LABEL_DTYPE))
+            held = _read_hub_split(cfg, cfg.hub.heldout_split, tmp, tmp / IMAGE_SPLIT_FILES["heldout"][0])
+            if held["names"] != names:
+                raise CorpusError(f"{where}: splits {cfg.hub.split} and {cfg.hub.heldout_split} name other classes")
+            _save(tmp / IMAGE_SPLIT_FILES["heldout"][1], held["labels"].astype(LABEL_DTYPE))
+            sources.append(held["source"])
+            split = {"kind": "source", "train": cfg.hub.split, "heldout": cfg.hub.heldout_split}
+    else:  # pragma: no cover - the config validator admits only the datasets above
+        raise CorpusError(f"{where}: unknown dataset")
+    shutil.rmtree(tmp / "hf-cache", ignore_errors=True)
+    return _manifest(cfg, tmp, names, sources, split, where)
+
+
+def _manifest(cfg: ImageConfig, tmp: Path, names, sources, split, where: str) -> dict[str, Any]:
+    arrays = {name: np.load(tmp / name, mmap_mode="r", allow_pickle=False) for name in IMAGE_FILES}
+    train, train_labels = (arrays[n] for n in IMAGE_SPLIT_FILES["train"])
+    heldout_labels = arrays[IMAGE_SPLIT_FILES["heldout"][1]]
+    all_labels = np.concatenate([np.asarray(train_labels), np.asarray(heldout_labels)])
+    if train.shape[0] == 0:
+        raise CorpusError(f"{where}: the train split has no images")
+    num_classes = len(names) if names is not None else int(all_labels.max()) + 1
+    if names is None:
+        names = [str(c) for c in range(num_classes)]
+    if int(all_labels.min()) < 0 or int(all_labels.max()) >= num_classes:
+        raise CorpusError(f"{where}: class ids outside 0..{num_classes - 1}")
+    # per-channel mean and std of the train images scaled to [0, 1], in float64, channel by channel
+    mean, std = [], []
+    for c in range(train.shape[1]):
+        x = np.asarray(train[:, c], dtype=np.float64) / 255.0
+        mean.append(round(float(x.mean()), 6))
+        std.append(round(float(x.std()), 6))
+    if not all(s > 0 for s in std):
+        raise CorpusError(f"{where}: a channel has the same value in every train image (std 0)")
+
+    def counts(labels):
+        return np.bincount(np.asarray(labels, dtype=np.int64), minlength=num_classes).tolist()
+
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "kind": IMAGES_KIND,
+        "dataset": cfg.dataset,
+        "name": cfg.name,
+        "image_size": int(train.shape[2]),
+        "num_channels": int(train.shape[1]),
+        "num_classes": num_classes,
+        "class_names": names,
+        "dtype": "uint8",
+        "normalization": {"mean": mean, "std": std, "pixel_scale": "1/255"},
+        "n_train": int(train.shape[0]),
+        "n_heldout": int(heldout_labels.shape[0]),
+        "train_class_counts": counts(train_labels),
+        "heldout_class_counts": counts(heldout_labels),
+        "split": split,
+        "files_sha256": content_sha256(tmp, IMAGE_FILES),
+        "sources": sources,
+        "config": cfg.to_dict(),
+        "versions": _versions(["datasets", "pillow"] if cfg.dataset in HUB_IMAGE_DATASETS else []),
+    }
+    del arrays, train, train_labels, heldout_labels
+    return manifest
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+
+
+def add_arguments_prepare_images(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, metavar="IMAGES.yaml", help="image set config (docs/data.md)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (written atomically)")
+    parser.add_argument("--force", action="store_true", help="replace DIR if it holds another config or changed inputs")
+
+
+def run_prepare_images(args: argparse.Namespace) -> int:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = load_image_config(args.config)
+    if images_status(cfg, args.out) == "current":
+        print(f"{args.out} already holds this image set: nothing to do")
+        return 0
+    out = prepare_images(cfg, args.out, force=args.force)
+    m = read_manifest(out)
+    print(
+        f"{out}: {m['n_train']} train + {m['n_heldout']} held-out images of {m['num_channels']}x{m['image_size']}x"
+        f"{m['image_size']}, {m['num_classes']} classes"
+    )
+    return 0
