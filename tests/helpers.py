@@ -294,3 +294,19 @@ def write_snapshot_run(path: Path, objective: str, models: dict, corpus: Path) -
     for step, model in models.items():
         model.save_pretrained(path / "checkpoints" / f"step-{step:07d}")
     return path
+
+
+def cli_in_process(argv) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of the console script run in this process; argparse's exit included."""
+    import contextlib
+    import io
+
+    from attention_geometry.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as exc:
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()

@@ -5,10 +5,8 @@ against a hash of the whole temporary tree taken before the command ran."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
-import io
 import json
 import os
 import re
@@ -16,26 +14,15 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from helpers import cli_in_process as cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attention_geometry.cli import main
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import TABLE_COLUMNS
 from attention_geometry.weights.prefetch import PREFETCH_MARKER
 
 # ------------------------------------------------------------------------------------------------ helpers
-
-
-def cli(argv) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of the console script run in this process."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main([str(a) for a in argv])
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
 
 
 def assert_one_line(result, pattern: str) -> str:

@@ -6,8 +6,6 @@ mutate small valid files at random and ask the same of every outcome."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -20,11 +18,11 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from helpers import cli_in_process
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
 
-from attention_geometry.cli import main
 from attention_geometry.scoring import scorer as checkpoints
 from attention_geometry.scoring.measures import ScoreError, directionality, scores
 
@@ -113,13 +111,8 @@ def cli(argv) -> tuple[int, str, str]:
     tqdm reads TQDM_DISABLE when it is imported, which in this process (pytest) precedes `--no-progress`, so
     the bars of transformers' GGUF loader are dropped from stderr here (test_gguf_refusals_are_one_line_in_a_
     real_process checks the console script's whole stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main([str(a) for a in argv])
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue(), BAR.sub("", err.getvalue())
+    code, out, err = cli_in_process(argv)
+    return code, out, BAR.sub("", err)
 
 
 def assert_one_line(result, pattern: str) -> str:

@@ -5,8 +5,6 @@ Qwen fp8 format) is dequantized before scoring; one without a scale format this 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import re
@@ -15,24 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import cli_in_process as cli
 from safetensors.torch import save_file
 
-from attention_geometry.cli import main
 from attention_geometry.scoring.scorer import score_model
 
 FP8 = {"F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
 BLOCK = [24, 40]  # neither divides the 64 x 64 / 32 x 64 weights: partial blocks at the edges
 QK = ("self_attn.q_proj.weight", "self_attn.k_proj.weight")
-
-
-def cli(argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main([str(a) for a in argv])
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
 
 
 def assert_one_line(result, pattern: str) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from attention_geometry.data.image_config import HUB_IMAGE_DATASETS, ImageConfig, load_image_config
-from attention_geometry.data.prepare import _remove_stale_tmp, _versions
+from attention_geometry.data.prepare import _versions, write_prepared
 from attention_geometry.formats.corpus import (
     FORMAT_VERSION,
     IMAGE_FILES,
@@ -38,9 +38,8 @@ from attention_geometry.formats.corpus import (
     CorpusError,
     content_sha256,
     read_manifest,
-    write_manifest,
 )
-from attention_geometry.formats.files import file_sha256, replace_dir
+from attention_geometry.formats.files import check_out_location, file_sha256
 
 __all__ = [
     "DIGITS_FILE",
@@ -290,6 +289,7 @@ def prepare_images(cfg: ImageConfig, out: str | os.PathLike, force: bool = False
     already holds this config prepared from the same inputs; another image set at OUT, or inputs changed
     since (images_status), is an error unless force."""
     out = Path(out)
+    check_out_location(out, [])  # never the current folder or one holding it (the sources are read-only files)
     status = images_status(cfg, out)
     if status == "current":
         log.info("%s already holds this image set: nothing to do", out)
@@ -306,19 +306,7 @@ def prepare_images(cfg: ImageConfig, out: str | os.PathLike, force: bool = False
             "from the current data"
         )
     t0 = time.perf_counter()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp(out)
-    tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
-        manifest = _prepare_into(cfg, tmp)
-        write_manifest(tmp, manifest)
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    manifest = write_prepared(out, lambda tmp: _prepare_into(cfg, tmp))
     log.info(
         "image set %s (%s) -> %s: %d train + %d held-out images of %dx%dx%d, %d classes (%.1f s)",
         cfg.name,

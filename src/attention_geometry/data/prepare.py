@@ -16,7 +16,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,27 @@ def corpus_status(cfg: CorpusConfig, out: str | os.PathLike) -> str:
     return "changed" if input_changes(cfg, manifest) else "current"
 
 
+def write_prepared(out: Path, build: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """Make a prepared folder (a corpus or an image set) whole or not at all: `build(tmp)` writes its files into
+    a temporary sibling of OUT and returns the manifest, which is written last; the folder then replaces OUT in
+    one swap (files.replace_dir). Temporary folders of dead processes are removed first; on any error, this
+    one is. Returns the manifest."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(out)
+    tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        manifest = build(tmp)
+        write_manifest(tmp, manifest)
+        replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
 def prepare_corpus(cfg: CorpusConfig, out: str | os.PathLike, force: bool = False) -> Path:
     """Read, clean, split (by document), tokenize and write the corpus to OUT (see docs/data.md). Nothing is
     done when OUT already holds this config prepared from the same input text; another corpus at OUT, or
@@ -148,19 +169,7 @@ def prepare_corpus(cfg: CorpusConfig, out: str | os.PathLike, force: bool = Fals
             "prepare it again from the current text"
         )
     t0 = time.perf_counter()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp(out)
-    tmp = out.parent / f"{out.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
-        manifest = _prepare_into(cfg, tmp)
-        write_manifest(tmp, manifest)
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    manifest = write_prepared(out, lambda tmp: _prepare_into(cfg, tmp))
     log.info(
         "corpus %s (%s) -> %s: %d documents, %d tokens, %d train + %d held-out blocks of %d, vocab %d (%.1f s)",
         cfg.name,
