@@ -23,6 +23,7 @@ from helpers import run_cli as _cli
 from helpers import write_random_corpus as write_corpus
 from helpers import write_run_config_file as write_run
 
+from attention_geometry.cli import main as cli_main
 from attention_geometry.data.corpus_config import corpus_config_from_dict
 from attention_geometry.data.prepare import corpus_status, prepare_corpus
 from attention_geometry.errors import UserError
@@ -440,3 +441,47 @@ def test_a_schema_error_is_one_line_with_the_key_path():
     bad["training"]["groups"]["main"]["runs"][0]["size"] = 7
     msg = schema_error(bad, schema)
     assert msg.startswith("config training.groups.main.runs[0].size: ") and "\n" not in msg and len(msg) < 400
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(28, "No space left on device"),
+        "safetensors",  # the writer's own error type, with the OS error in its text
+    ],
+)
+def test_a_full_disk_is_one_line_and_loses_nothing(tmp_path, corpus, monkeypatch, capsys, error):
+    """Training into a full file system: one `error:` line naming the folder, the free space and the size of
+    one snapshot; no temporary folder is left; the same command later resumes to the same final weights."""
+    from safetensors import SafetensorError
+
+    from attention_geometry.training import snapshots
+
+    if error == "safetensors":
+        error = SafetensorError(
+            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+        )
+    cfg = _run_cfg(tmp_path, corpus, 9)
+    out = tmp_path / "out"
+    real = snapshots.write_checksums
+    calls = {"n": 0}
+
+    def full_after_two(folder):
+        calls["n"] += 1
+        if calls["n"] > 2:  # the disk fills up after the first snapshot and state
+            raise error
+        return real(folder)
+
+    monkeypatch.setattr(snapshots, "write_checksums", full_after_two)
+    code = cli_main(["train", "--config", str(cfg), "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith(("error", "Traceback"))]
+    assert code == 2 and len(lines) == 1 and "no space left on the device for" in lines[0], err
+    assert "MiB free; one takes about" in lines[0] and "run the same command again" in lines[0]
+    assert not [p for p in out.rglob(".tmp-*")]
+    monkeypatch.setattr(snapshots, "write_checksums", real)
+    assert cli_main(["train", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    fresh = tmp_path / "fresh"
+    train(load_run_config(cfg), fresh, progress=False)
+    final = "checkpoints/step-0000009/model.safetensors"
+    assert (out / final).read_bytes() == (fresh / final).read_bytes()

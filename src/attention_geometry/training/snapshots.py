@@ -6,6 +6,7 @@ before it, state.prev/). Every file and folder is written under a temporary name
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import os
@@ -63,12 +64,46 @@ def _write_dir(final: Path, write: Callable[[Path], None], previous: Path | None
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    write(tmp)
-    write_checksums(tmp)
+    try:
+        write(tmp)
+        write_checksums(tmp)
+    except Exception as exc:
+        if not _no_space(exc):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(_no_space_message(final, previous)) from None
     if previous is None:
         replace_dir(tmp, final)
     else:
         rotate_dir(tmp, final, previous)
+
+
+def _no_space(exc: BaseException) -> bool:
+    """A full file system, as an OSError (ENOSPC) or as the safetensors writer reports it (its own error type,
+    with the OS error in the text)."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return True
+    return "No space left on device" in str(exc) or "StorageFull" in str(exc)
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
+
+
+def _no_space_message(final: Path, previous: Path | None) -> str:
+    """One line: where the disk is full, how much is free, about how much one more folder of this kind takes
+    (the previous one of its kind), and that nothing is lost."""
+    siblings = [p for p in final.parent.glob("step-*") if p.is_dir()] if previous is None else [final, previous]
+    need = max((_folder_bytes(p) for p in siblings), default=0)
+    if not need and previous is not None:  # a first state: its weights and AdamW's two moments, ~3 snapshots
+        snaps = sorted((final.parent / CHECKPOINTS).glob("step-*/model.safetensors"))
+        need = 3 * snaps[-1].stat().st_size if snaps else 0
+    free = shutil.disk_usage(final.parent).free
+    size = f"; one takes about {need / 2**20:.1f} MiB" if need else ""
+    return (
+        f"{final.parent}: no space left on the device for {final.name} ({free / 2**20:.1f} MiB free{size}): free "
+        "some space and run the same command again (the run resumes from its newest intact state)"
+    )
 
 
 def remove_leftovers(out: Path) -> list[Path]:
