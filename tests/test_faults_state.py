@@ -485,3 +485,23 @@ def test_a_full_disk_is_one_line_and_loses_nothing(tmp_path, corpus, monkeypatch
     train(load_run_config(cfg), fresh, progress=False)
     final = "checkpoints/step-0000009/model.safetensors"
     assert (out / final).read_bytes() == (fresh / final).read_bytes()
+
+
+def test_a_deleted_final_snapshot_is_rewritten_from_the_training_state(tmp_path, corpus):
+    """A finished run whose final snapshot was moved away: the same command writes it again from the training
+    state (the same bytes), instead of answering "nothing to do"; a missing earlier snapshot cannot be rebuilt
+    and is one line naming it."""
+    cfg = _run_cfg(tmp_path, corpus, 9)
+    out = tmp_path / "out"
+    train(load_run_config(cfg), out, progress=False)
+    final = out / "checkpoints" / "step-0000009"
+    kept = tmp_path / "kept"
+    shutil.move(final, kept)
+    summary = train(load_run_config(cfg), out, progress=False)
+    assert summary["status"] == "finished"
+    for f in ("model.safetensors", "config.json", "run.yaml", "checksums.json"):
+        assert (final / f).read_bytes() == (kept / f).read_bytes(), f
+    assert "rewritten from the training state" in (out / "train.log").read_text()
+    shutil.rmtree(out / "checkpoints" / "step-0000003")
+    with pytest.raises(UserError, match=r"no snapshot of step\(s\) 3; only the final step's can be rewritten"):
+        train(load_run_config(cfg), out, progress=False)

@@ -31,7 +31,16 @@ from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import IMAGE_LOSS_COLUMNS, LOSS_COLUMNS
 from attention_geometry.formats.corpus import Corpus, ImageSet
 from attention_geometry.formats.files import pid_lock
-from attention_geometry.formats.rundir import TRAIN_LOG, find_state, lock_path, state_step, warn_stderr
+from attention_geometry.formats.rundir import (
+    CHECKPOINTS,
+    TRAIN_LOG,
+    find_state,
+    is_complete_snapshot,
+    lock_path,
+    snapshot_dir,
+    state_step,
+    warn_stderr,
+)
 from attention_geometry.training.batches import (
     Order,
     eval_keys,
@@ -454,6 +463,24 @@ def _resume_state(run: _Run) -> Path | None:
     return state if run.rank == 0 else find_state(run.out, warn=lambda _m: None)
 
 
+def _rebuild_final_snapshot(run: _Run, state_dir: Path, step: int) -> bool:
+    """A finished run whose final snapshot is gone: the training state holds the same weights, so the snapshot
+    is written again from it (True). A missing earlier snapshot cannot be rebuilt: one UserError saying so."""
+    missing = [
+        s for s in run.resolved.snapshot_steps if s <= step and not is_complete_snapshot(snapshot_dir(run.out, s))
+    ]
+    if not missing:
+        return False
+    if missing != [step]:
+        raise UserError(
+            f"{run.out / CHECKPOINTS}: no snapshot of step(s) {', '.join(map(str, missing))}; only the final step's "
+            f"can be rewritten (from the training state at step {step}): move the run aside and train it again"
+        )
+    _build(run, state_dir)
+    save_snapshot(run.model, run.out, step, run.resolved)
+    return True
+
+
 def _train(run: _Run, progress: bool) -> dict:
     t_start = time.perf_counter()
     resolved, out = run.resolved, run.out
@@ -479,7 +506,11 @@ def _train(run: _Run, progress: bool) -> dict:
         state_dir = _resume_state(run)
         start = state_step(state_dir) if state_dir is not None else 0
         if start >= max_steps:
-            if run.rank == 0:
+            if run.rank == 0 and _rebuild_final_snapshot(run, state_dir, start):
+                log.warning(
+                    "run %s: the snapshot of step %d was missing: rewritten from the training state", name, start
+                )
+            elif run.rank == 0:
                 log.info("run %s already finished at step %d: nothing to do", name, start)
             return {"run": name, "step": start, "status": "finished", "seconds": 0.0, "s_per_step": None}
 
