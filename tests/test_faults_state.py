@@ -455,15 +455,14 @@ def test_a_full_disk_is_one_line_and_loses_nothing(tmp_path, corpus, monkeypatch
     one snapshot; no temporary folder is left; the same command later resumes to the same final weights."""
     from safetensors import SafetensorError
 
-    from attention_geometry.training import snapshots
-
     if error == "safetensors":
         error = SafetensorError(
             'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
         )
     cfg = _run_cfg(tmp_path, corpus, 9)
     out = tmp_path / "out"
-    real = snapshots.write_checksums
+    real = files.write_checksums
+    target = "attention_geometry.training.snapshots.write_checksums"  # the name the snapshot writer calls
     calls = {"n": 0}
 
     def full_after_two(folder):
@@ -472,14 +471,14 @@ def test_a_full_disk_is_one_line_and_loses_nothing(tmp_path, corpus, monkeypatch
             raise error
         return real(folder)
 
-    monkeypatch.setattr(snapshots, "write_checksums", full_after_two)
+    monkeypatch.setattr(target, full_after_two)
     code = cli_main(["train", "--config", str(cfg), "--out", str(out), "--no-progress"])
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith(("error", "Traceback"))]
     assert code == 2 and len(lines) == 1 and "no space left on the device for" in lines[0], err
     assert "MiB free; one takes about" in lines[0] and "run the same command again" in lines[0]
     assert not [p for p in out.rglob(".tmp-*")]
-    monkeypatch.setattr(snapshots, "write_checksums", real)
+    monkeypatch.setattr(target, real)
     assert cli_main(["train", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
     fresh = tmp_path / "fresh"
     train(load_run_config(cfg), fresh, progress=False)
