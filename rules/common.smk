@@ -35,6 +35,7 @@ PLAN = checked(plan, config, workflow.basedir, workflow.configfiles)
 
 RESULTS = PLAN.results
 CORPORA = PLAN.corpora  # corpus key -> corpus config
+IMAGES = PLAN.images  # image set key -> prepare-images config
 RUNS = PLAN.runs  # run name -> workflow.Run
 GROUPS = PLAN.groups  # group name -> run names
 UPDATE_RUNS = PLAN.update_runs
@@ -102,6 +103,7 @@ def all_targets():
 localrules:
     all,
     write_corpus_config,
+    write_image_config,
     write_run_config,
     record_corpus,
     list_pretrained_models,
@@ -112,6 +114,7 @@ localrules:
 wildcard_constraints:
     run=alternation(RUNS),
     corpus=alternation(CORPORA),
+    images=alternation(IMAGES),
     model=alternation(PRETRAINED),
     notebook=alternation(CATALOG),
     key=alternation(RECORDS),

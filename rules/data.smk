@@ -36,3 +36,37 @@ rule prepare_corpus:
         runtime=config["data"]["runtime"],
     shell:
         "python -m attention_geometry prepare-corpus --no-progress --config {input.config:q} --out {output:q} > {log:q} 2>&1"
+
+
+# Image sets (the ViT runs' data): config -> IMAGES.yaml -> a prepared set with a stratified held-out split
+# (attention-geometry prepare-images; docs/data.md, "Image sets"). The digits are scikit-learn's own file,
+# offline; a hub dataset (CIFAR-10) is read at its pinned revision.
+rule write_image_config:
+    output:
+        res("configs", "images", "{images}.yaml"),
+    params:
+        text=lambda w: yaml_text(IMAGES[w.images]),
+    log:
+        res("logs", "configs", "images-{images}.log"),
+    conda:
+        "../envs/data.yaml"
+    shell:
+        WRITE_TEXT
+
+
+rule prepare_images:
+    input:
+        config=res("configs", "images", "{images}.yaml"),
+    output:
+        directory(res("images", "{images}")),
+    log:
+        res("logs", "prepare_images", "{images}.log"),
+    benchmark:
+        res("benchmarks", "prepare_images", "{images}.tsv")
+    conda:
+        "../envs/data.yaml"
+    resources:
+        mem_mb=config["data"]["mem_mb"],
+        runtime=config["data"]["runtime"],
+    shell:
+        "python -m attention_geometry prepare-images --no-progress --config {input.config:q} --out {output:q} > {log:q} 2>&1"

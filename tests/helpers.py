@@ -54,7 +54,7 @@ def config_plan(cfg, **kw):
 
 def run_names(cfg: dict) -> set[str]:
     """The names of every training run a config expands to."""
-    return set(expand_runs(cfg["training"]["groups"], cfg["corpora"])[0])
+    return set(expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})[0])
 
 
 # -------------------------------------------------------------------------------------------- snakemake

@@ -346,6 +346,51 @@ def test_correlation_table_shapes():
     assert out.loc["c", "spearman"] == pytest.approx(-1.0)
 
 
+def test_paired_difference_keeps_only_seeds_with_both_runs():
+    rng = np.random.default_rng(3)
+    rows = []
+    # encoder seeds 0-3, decoder seeds 0-2; seed 1's decoder lacks step 200
+    for comp, seeds in (("encoder", [0, 1, 2, 3]), ("decoder", [0, 1, 2])):
+        for seed in seeds:
+            for step in (0, 100, 200):
+                if comp == "decoder" and seed == 1 and step == 200:
+                    continue
+                rows.append(dict(component=comp, seed=seed, step=step, s=rng.normal(), d=rng.normal()))
+    t = pd.DataFrame(rows).sample(frac=1.0, random_state=0)  # order must not matter
+    out = A.paired_difference(t, "component", "encoder", "decoder", ["s", "d"], on=["seed", "step"])
+    # by hand: a dict lookup per (seed, step) present on both sides
+    look = {(r.component, r.seed, r.step): (r.s, r.d) for r in t.itertuples()}
+    want = sorted((seed, step) for (c, seed, step) in look if c == "encoder" and ("decoder", seed, step) in look)
+    assert list(zip(out["seed"], out["step"])) == want
+    assert 3 not in set(out["seed"]) and (1, 200) not in want
+    for r in out.itertuples():
+        e, d = look[("encoder", r.seed, r.step)], look[("decoder", r.seed, r.step)]
+        assert r.s == pytest.approx(e[0] - d[0]) and r.d == pytest.approx(e[1] - d[1])
+    with pytest.raises(UserError, match="several rows"):
+        A.paired_difference(pd.concat([t, t.iloc[:1]]), "component", "encoder", "decoder", ["s"])
+
+
+def test_mean_over_seeds_against_scipy():
+    rng = np.random.default_rng(4)
+    t = pd.DataFrame(
+        [dict(g=g, step=st, seed=s, v=rng.normal()) for g in ("a", "b") for st in (0, 10) for s in range(4)]
+    )
+    t = t[~((t["g"] == "b") & (t["step"] == 10) & (t["seed"] > 0))]  # one seed only: no interval
+    out = A.mean_over_seeds(t, ["g", "step"], ["v"], 0.9).set_index(["g", "step"])
+    for (g, st), grp in t.groupby(["g", "step"]):
+        x = grp["v"].to_numpy()
+        row = out.loc[(g, st)]
+        assert row["n_seeds"] == len(x)
+        assert row["v_mean"] == pytest.approx(x.mean())
+        if len(x) > 1:
+            lo, hi = stats.t.interval(0.9, len(x) - 1, loc=x.mean(), scale=stats.sem(x))
+            assert (row["v_low"], row["v_high"]) == (pytest.approx(lo), pytest.approx(hi))
+        else:
+            assert math.isnan(row["v_low"]) and math.isnan(row["v_high"])
+    with pytest.raises(UserError, match="one row per seed"):
+        A.mean_over_seeds(pd.concat([t, t.iloc[:1]]), ["g", "step"], ["v"], 0.9)
+
+
 # ------------------------------------------------------------------------------------------- claims
 def test_tables_render():
     df = pd.DataFrame({"model": ["bert_x"], "s": [0.12345], "d": [np.nan]})
@@ -378,3 +423,30 @@ def test_package_versions_name_the_source_tree_when_the_project_is_not_installed
     assert package_versions(["attention-geometry"]) == {
         "attention-geometry": f"{pyproject['project']['version']} (source tree)"
     }
+
+
+def test_trained_runs_enter_the_model_table_at_their_final_snapshot():
+    rows = []
+    for init, base in (("standard", 0.1), ("symmetric-fresh", 0.9)):
+        for seed in (0, 1):
+            run = f"vit-tiny-digits-classifier-{init}-s{seed}"
+            for step in (0, 250, 500):
+                for layer, sym in enumerate((base + 0.01 * seed, base + 0.03 * seed + step / 1000)):
+                    rows.append(
+                        dict(run=run, model=run, modality="vision", architecture="encoder-only", component="encoder",
+                             n_params=1000, layer=layer, head="all", init=init, seed=seed, step=step,
+                             symmetry=sym, directionality=-0.1 * layer)
+                    )  # fmt: skip
+    training = pd.DataFrame(rows)
+    runs = sorted(training["run"].unique())
+    final = A.final_snapshot_rows(training, runs, "standard")
+    assert set(final["step"]) == {500} and set(final["init"]) == {"standard"} and len(final) == 4
+    table = A.model_table(None, None, trained=final).set_index("model")
+    assert set(table["source"]) == {"trained"}
+    for seed in (0, 1):  # median over the two layers at step 500, by hand
+        layers = [0.1 + 0.01 * seed, 0.1 + 0.03 * seed + 0.5]
+        assert table.loc[f"vit-tiny-digits-classifier-standard-s{seed}", "symmetry_median"] == pytest.approx(
+            np.median(layers)
+        )
+    with pytest.raises(UserError, match="no rows for run"):
+        A.final_snapshot_rows(training, ["nope"], "standard")

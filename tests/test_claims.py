@@ -174,8 +174,9 @@ def build(seeds=(0, 1, 2), swap=False, null=True, n_models=1, training=None, pre
     return C.reproduction_claims(tables, settings).set_index("id")
 
 
-CORE = ["a", "b", "c1", "c2", "d1", "d2", "e", "f", "f2"]
-FAMILY = ["a", "b", "c1", "c2", "d1", "d2", "e"]
+CORE = ["a", "b", "c1", "c2", "d1", "d2", "e", "f", "f2", "v1", "v2", "v3", "v4"]
+FAMILY = ["a", "b", "c1", "c2", "d1", "d2", "e"]  # the text family; the vision family (v1, v4) is apart
+VISION_FAMILY = ["v1", "v4"]
 
 
 def test_every_claim_is_listed_with_its_columns():
@@ -465,7 +466,104 @@ def test_the_family_is_the_directional_core_claims_holm_adjusted():
     assert (c.loc[FAMILY, "kind"] == "core").all() and (c.loc[FAMILY, "rule"] == "directional").all()
     assert fam["p_holm"].tolist() == pytest.approx(_holm_by_hand(fam["p_value"].tolist()))
     assert (fam["p_holm"] >= fam["p_value"]).all()
-    assert all(f"Holm-adjusted over the {len(FAMILY)} core directional claims" in t for t in fam["test"])
+    assert all(f"Holm-adjusted over the {len(FAMILY)} text core directional claims" in t for t in fam["test"])
+
+
+# ------------------------------------------------------------------------------------------- vision claims
+VIT_STEPS = [0, 250, 500, 750]
+
+
+def vit_run(init, seed):
+    return f"vit-tiny-digits-classifier-{init}-s{seed}"
+
+
+def vision_tables(seeds=(0, 1, 2, 3, 4, 5)):
+    """ViT runs of four inits: scores (two layers at value -+ 0.01, the same at steps 250-750 and another value at
+    step 0) and held-out loss curves with known gaps at the last step, 750."""
+    rise = {s: 0.06 + 0.01 * s for s in seeds}  # the standard run's symmetry at the horizon minus step 0
+    start = {s: 0.02 * (-1) ** s for s in seeds}
+    final = {  # held-out loss at step 750 by init
+        "standard": lambda s: 0.30 + 0.01 * s,
+        "symmetric-fresh": lambda s: 0.30 + 0.01 * s + 0.002 * (-1) ** s,  # within +-0.01 of standard
+        "fresh": lambda s: 0.35 + 0.01 * s + 0.004 * s,  # fresh worse than symmetric-fresh by 0.05 + ...
+        "symmetric": lambda s: 0.32 + 0.01 * s,
+    }
+    scores, loss = [], []
+    for init, f in final.items():
+        for s in seeds:
+            run = vit_run(init, s)
+            ident = dict(run=run, size="vit-tiny", dataset="digits", objective="classifier", init=init, seed=s)
+            for step in VIT_STEPS:
+                value = start[s] + (rise[s] if step else 0.0)
+                for layer, off in enumerate((-0.01, 0.01)):
+                    scores.append(
+                        dict(ident, step=step, layer=layer, head="all", symmetry=value + off, directionality=0.0)
+                    )
+            curve = [2.3, 1.0, 0.5, f(s)]
+            for step, ev in zip(VIT_STEPS, curve):
+                loss.append(dict(ident, step=step, train_loss=ev, eval_loss=ev, learning_rate=1e-3, eval_accuracy=0.9))
+    return pd.DataFrame(scores), pd.DataFrame(loss), rise, final
+
+
+def build_with_vision(seeds=(0, 1, 2), vision_seeds=(0, 1, 2, 3, 4, 5)):
+    scores, vloss, rise, final = vision_tables(vision_seeds)
+    text_loss = loss_rows(seeds)
+    tables = C.ClaimTables(
+        training=pd.concat([score_rows(seeds), scores], ignore_index=True),
+        loss=pd.concat([text_loss, vloss], ignore_index=True),
+        updates=update_rows(seeds),
+        pretrained=pretrained_rows(1),
+        null=null_rows(),
+        emergence_runs={
+            "encoder": [run_name("encoder", "standard", s) for s in seeds],
+            "decoder": [run_name("decoder", "standard", s) for s in seeds],
+        },
+        ablation_runs=sorted(text_loss["run"].unique()),
+        vision_runs=sorted(vloss["run"].unique()),
+    )
+    settings = C.ClaimSettings(margins=MARGINS, horizon_snapshots=3, level=0.95)
+    return C.reproduction_claims(tables, settings).set_index("id"), rise, final
+
+
+def test_vision_claims_from_known_per_seed_effects():
+    c, rise, final = build_with_vision()
+    seeds = range(6)
+    # v1: the standard ViT's symmetry at the horizon (steps 250-750) minus its step 0, per seed
+    v1 = np.array([rise[s] for s in seeds])
+    assert c.loc["v1", "n"] == 6 and c.loc["v1", "estimate"] == pytest.approx(v1.mean())
+    lo, hi = sps.t.interval(0.95, 5, loc=v1.mean(), scale=sps.sem(v1))
+    assert (c.loc["v1", "low"], c.loc["v1", "high"]) == pytest.approx((lo, hi))
+    # v2: standard - symmetric-fresh loss at step 750 (+-0.002): equivalent within +-0.01 by TOST
+    v2 = np.array([final["standard"](s) - final["symmetric-fresh"](s) for s in seeds])
+    assert c.loc["v2", "estimate"] == pytest.approx(v2.mean(), abs=1e-12)
+    assert c.loc["v2", "rule"] == "equivalence" and c.loc["v2", "verdict"] == "holds"
+    # v4: fresh - symmetric-fresh loss at step 750
+    v4 = np.array([final["fresh"](s) - final["symmetric-fresh"](s) for s in seeds])
+    assert c.loc["v4", "estimate"] == pytest.approx(v4.mean())
+    assert c.loc["v4", "p_value"] == pytest.approx(sps.ttest_1samp(v4, 0).pvalue)
+    # v_symmetric: descriptive, standard - symmetric loss
+    assert c.loc["v_symmetric", "verdict"] == "descriptive"
+    assert c.loc["v_symmetric", "estimate"] == pytest.approx(np.mean([-0.02] * 6))
+    # v3: the speed-up at the standard run's loss at the horizon: the even seeds' symmetric-fresh run ends 0.002
+    # above it and never reaches it (censored: left out, and the claim cannot hold); the odd seeds' reach it
+    # between steps 500 (loss 0.5) and 750 (linear interpolation)
+    assert c.loc["v3", "n"] == 3 and c.loc["v3", "rule"] == "equivalence"
+    assert c.loc["v3", "verdict"] != "holds" and "never reaches the target" in c.loc["v3", "note"]
+    odd = [s for s in seeds if s % 2]
+    s_star = [500 + 250 * (0.5 - final["standard"](s)) / (0.5 - final["symmetric-fresh"](s)) for s in odd]
+    assert c.loc["v3", "estimate"] == pytest.approx(np.mean([1 - x / 750 for x in s_star]))
+
+
+def test_the_vision_family_is_holm_adjusted_apart_and_changes_no_text_verdict():
+    c, _, _ = build_with_vision()
+    text_only = build()
+    vis = c.loc[VISION_FAMILY]
+    assert vis["p_holm"].tolist() == pytest.approx(_holm_by_hand(vis["p_value"].tolist()))
+    assert all("Holm-adjusted over the 2 vision core directional claims" in t for t in vis["test"])
+    text = c.loc[FAMILY]
+    assert text["p_holm"].tolist() == pytest.approx(text_only.loc[FAMILY, "p_holm"].tolist())
+    assert text["verdict"].tolist() == text_only.loc[FAMILY, "verdict"].tolist()
+    assert (text_only.loc[["v1", "v2", "v3", "v4"], "verdict"] == "not tested").all()
 
 
 def _fixed(values, unit_labels=None):
@@ -610,3 +708,75 @@ def test_report_counts_come_from_the_table():
     code = "\n".join("".join(cell["source"]) for cell in nb["cells"] if cell["cell_type"] == "code")
     assert "claims_lib.report_summary(claims)" in code and "claims_lib.rule_text(" in code
     assert not [w for w in ("five hold", "one is contradicted", "holds and") if w in code]
+
+
+def gqa_rows(shifts_by_model):
+    """A grouped-query table (formats.columns.GQA_COLUMNS) with, per model, per-layer scores given by hand."""
+    rows = []
+    for model, (s, sp) in shifts_by_model.items():
+        for layer, (a, b) in enumerate(zip(s, sp)):
+            rows.append(
+                dict(
+                    model=model,
+                    component="decoder",
+                    layer=layer,
+                    n_heads=8,
+                    n_kv_heads=2,
+                    symmetry=a,
+                    directionality=-0.2,
+                    symmetry_paper=b,
+                    directionality_paper=-0.1,
+                    relative_distance=1.0,
+                )
+            )
+    return pd.DataFrame(rows)
+
+
+def test_gqa_expansion_claim_on_models_by_hand():
+    """g3: per model, the paper's expansion's median symmetry over layers minus the attention's W_qk's (the
+    medians taken by hand here); descriptive below 3 models, decided (one-sample t over models) from 3."""
+    layers = {
+        "m1": ([0.10, 0.30, 0.20], [0.00, 0.05, 0.02]),  # medians 0.20 and 0.02
+        "m2": ([0.15, 0.25, 0.19, 0.21], [0.01, 0.03, 0.02, 0.05]),  # 0.20 and 0.025 (even count: mean of the middle)
+        "m3": ([0.40, 0.20, 0.25], [0.10, 0.12, 0.08]),  # 0.25 and 0.10
+    }
+    expected = {"m1": 0.02 - 0.20, "m2": 0.025 - 0.20, "m3": 0.10 - 0.25}
+    three = C.reproduction_claims(C.ClaimTables(gqa=gqa_rows(layers)), C.ClaimSettings()).set_index("id").loc["g3"]
+    x = np.array(list(expected.values()))
+    ci = sps.ttest_1samp(x, 0).confidence_interval(0.95)
+    assert three["unit"] == "model" and three["n"] == 3 and three["kind"] == "also" and three["prediction"] == "< 0"
+    assert (three["estimate"], three["low"], three["high"]) == pytest.approx((x.mean(), ci.low, ci.high))
+    assert three["p_value"] == pytest.approx(sps.ttest_1samp(x, 0).pvalue)
+    assert three["verdict"] == _verdict_by_hand(x, -1, 0.05, sps.ttest_1samp(x, 0).pvalue) == "holds"
+    assert "m2 +0.200 by the attention's W_qk, +0.025 by the expansion, not published by the paper" in three["note"]
+
+    two = {k: layers[k] for k in ("m1", "m2")}
+    g3 = C.reproduction_claims(C.ClaimTables(gqa=gqa_rows(two)), C.ClaimSettings()).set_index("id").loc["g3"]
+    assert g3["verdict"] == "descriptive" and g3["n"] == 2 and "Descriptive: 2 grouped-query model(s)" in g3["note"]
+    assert g3["estimate"] == pytest.approx((expected["m1"] + expected["m2"]) / 2)
+
+    # a model the paper published: its published median is named (the paper's distinct score set, same component)
+    paper = pd.DataFrame(
+        [
+            dict(
+                modality="language",
+                family_file="F",
+                model="m1",
+                architecture="decoder-only",
+                component="decoder",
+                n_params=10,
+                layer=i,
+                symmetry=v,
+                directionality=0.0,
+                same_as="",
+            )
+            for i, v in enumerate([0.01, 0.03, 0.02])
+        ]
+    )
+    named = C.reproduction_claims(C.ClaimTables(gqa=gqa_rows(two), paper_pretrained=paper), C.ClaimSettings())
+    assert (
+        "m1 +0.200 by the attention's W_qk, +0.020 by the expansion, +0.020 published"
+        in named.set_index("id").loc["g3", "note"]
+    )
+    untested = C.reproduction_claims(C.ClaimTables(), C.ClaimSettings()).set_index("id").loc["g3"]
+    assert untested["verdict"] == "not tested" and "no gqa table" in untested["note"]

@@ -38,7 +38,7 @@ def test_each_record_holds_only_the_config_that_feeds_its_results():
     } <= set(rec)
     # Figure 1 draws the lowest-seed standard encoder and decoder of the emergence group and the configured
     # pretrained models (read here from the config itself)
-    runs, groups = expand_runs(base["training"]["groups"], base["corpora"])
+    runs, groups = expand_runs(base["training"]["groups"], base["corpora"], base.get("images") or {})
     group = groups[base["figures"]["emergence_group"]]
     fig1_runs = {
         min((r for r in group if runs[r].objective == role and runs[r].init == "standard"), key=lambda r: runs[r].seed)
@@ -66,7 +66,7 @@ def test_each_record_holds_only_the_config_that_feeds_its_results():
         "training_loss",
         "update_scores",
         "null_scores",
-        "wqk_run_tiny-wiki_offline-encoder-standard-s0",
+        *(f"wqk_run_{r}" for r in fig1_runs),
     } <= changed
     assert not changed & {"pretrained_scores", "pretrained_models", "corpus_wiki_offline", "wqk_pretrained_minilm"}
 

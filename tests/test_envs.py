@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import SNAKEMAKE, assert_has_content, copy_workflow, job_counts
+from helpers import SNAKEMAKE, assert_has_content, config_plan, copy_workflow, job_counts, validated_config
 from helpers import env as _env
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -239,7 +239,10 @@ def test_each_env_builds_a_venv_that_runs_its_rules(tmp_path):
         in subprocess.run([SNAKEMAKE, *base, "-n"], cwd=wf, env=_env(), capture_output=True, text=True).stdout
     )
     catalog = yaml.safe_load((wf / "notebooks" / "catalog.yaml").read_text())
+    made = config_plan(validated_config("smoke.yaml")).notebooks  # without the entries of absent inputs
     for nb, entry in catalog.items():
+        if nb not in made:
+            continue
         assert (results / "notebooks" / f"{nb}.ipynb").is_file(), nb
         for out in entry["outputs"].values():
             assert_has_content(Path(wf, out.replace("{results}", results.name)))

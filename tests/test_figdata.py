@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from attention_geometry import cli
 from attention_geometry.analysis import figdata
@@ -199,7 +200,8 @@ def test_symmetry_speedup_cli_writes_what_the_library_computes(tmp_path):
         pd.read_csv(tmp_path / "s.csv"), pd.read_csv(tmp_path / "l.csv"), runs, "standard", 0.9, 50, 3
     )
     assert len(table) == 6 and set(table["init"]) == {"symmetric-fresh"}
-    assert len(corr) == 2 * 2 * 2  # per objective, 2 x 2 column pairs
+    assert len(corr) == 2 * 2 * 2  # per objective and init, 2 x 2 column pairs
+    assert set(corr["init"]) == {"symmetric-fresh"}
     analysis.write_tables(table, csv=str(tmp_path / "runs.csv"))
     analysis.write_tables(corr, csv=str(tmp_path / "corr.csv"))
     assert (tmp_path / "o" / "runs.csv").read_bytes() == (tmp_path / "runs.csv").read_bytes()
@@ -207,6 +209,52 @@ def test_symmetry_speedup_cli_writes_what_the_library_computes(tmp_path):
     means = figdata.seed_means(table, figdata.SYMMETRY_COLUMNS + figdata.GAIN_COLUMNS, 0.9)
     assert list(means["n_seeds"]) == [3, 3]
     assert np.allclose(means["loss_gain_mean"], table.groupby("objective", sort=True)["loss_gain"].mean().to_numpy())
+
+
+def test_symmetry_speedup_correlations_are_within_each_init():
+    """Two inits whose symmetry differs by construction: each correlation is over one init's seeds, equal to
+    scipy's Spearman on those seeds alone, never over the pooled runs."""
+    rng = np.random.default_rng(5)
+    rows = []
+    for obj in ("encoder", "decoder"):
+        for init, offset in (("symmetric-fresh", 0.6), ("fresh", 0.0)):
+            for seed in range(5):
+                rows.append(
+                    dict(
+                        objective=obj,
+                        init=init,
+                        seed=seed,
+                        symmetry_final=offset + rng.normal(0, 0.05),
+                        symmetry_change=rng.normal(),
+                        loss_gain=offset + rng.normal(0, 0.05),
+                        speedup=rng.normal(),
+                    )
+                )
+    table = pd.DataFrame(rows)
+    corr = analysis.correlation_table(
+        table, figdata.SYMMETRY_COLUMNS, figdata.GAIN_COLUMNS, n_resamples=50, seed=0, by=["objective", "init"]
+    )
+    assert len(corr) == 2 * 2 * 2 * 2
+    for r in corr.itertuples():
+        g = table[(table["objective"] == r.objective) & (table["init"] == r.init)]
+        assert r.n == len(g) == 5
+        assert r.spearman == pytest.approx(stats.spearmanr(g[r.x], g[r.y]).statistic)
+
+
+def test_symmetric_parts_against_entrywise_definition():
+    M = np.random.default_rng(6).normal(size=(7, 7)).astype(np.float32)
+    S, A = figdata.symmetric_parts(M)
+    assert S.dtype == A.dtype == np.float64
+    for i in range(7):
+        for j in range(7):
+            assert S[i, j] == pytest.approx((float(M[i, j]) + float(M[j, i])) / 2)
+            assert A[i, j] == pytest.approx((float(M[i, j]) - float(M[j, i])) / 2)
+    assert np.allclose(S + A, M)
+    # a principal block of a part is that part of the block (what Figure 1 draws)
+    Sb, Ab = figdata.symmetric_parts(M[:3, :3])
+    assert np.allclose(Sb, S[:3, :3]) and np.allclose(Ab, A[:3, :3])
+    with pytest.raises(UserError, match="square"):
+        figdata.symmetric_parts(np.zeros((2, 3)))
 
 
 def test_symmetry_speedup_errors(tmp_path):

@@ -45,6 +45,13 @@ VARIANTS = [
 RUNS = [(o, i, s) for o, i in VARIANTS for s in SEEDS]
 EMERGENCE = [r for r in RUNS if r[1] == "standard"]
 STEPS = [0, 100, 200, 300, 400]
+# the ViT classifiers of the vision group: every init, the same seeds, one length
+VISION_INITS = ("standard", "symmetric", "symmetric-fresh", "fresh")
+VISION_RUNS = [(i, s) for i in VISION_INITS for s in SEEDS]
+
+
+def _vision_run(init, seed):
+    return f"vit-tiny-digits-classifier-{init}-s{seed}"
 
 
 def _tables(folder: Path) -> dict[str, str]:
@@ -155,6 +162,42 @@ def _tables(folder: Path) -> dict[str, str]:
                                 directionality=(0.0 if enc else -0.5) + 0.02 * rng.normal(),
                             )
                         )
+    for init, seed in VISION_RUNS:
+        run, tied = _vision_run(init, seed), init in ("symmetric", "symmetric-fresh")
+        keys = dict(run=run, size="vit-tiny", dataset="digits", objective="classifier", init=init, seed=seed)
+        for step in STEPS:
+            t = step / STEPS[-1]
+            for layer in range(2):
+                srows.append(
+                    dict(
+                        model=run,
+                        architecture="encoder-only",
+                        modality="vision",
+                        component="encoder",
+                        layer=layer,
+                        head="all",
+                        symmetry=(1.0 - 0.1 * t if tied else 0.2 * t) + 0.02 * rng.normal(),
+                        directionality=0.02 * rng.normal(),
+                        n_params=100_000,
+                        step=step,
+                        **keys,
+                        **{**SCORE_META, "model_type": "vit"},
+                    )
+                )
+            # every treatment reaches the same-seed standard run's last loss (the vision claims get 3 seeds)
+            ev = 2.3 - (2.0 + {"standard": 0.0, "fresh": 0.02}.get(init, 0.04)) * t + 0.01 * seed
+            acc = 0.1 + 0.85 * t - 0.01 * seed
+            for sub in (0, 10):
+                lrows.append(
+                    dict(
+                        step=step + sub,
+                        train_loss=ev + 0.05,
+                        eval_loss=(ev if sub == 0 else np.nan),
+                        learning_rate=1e-3,
+                        eval_accuracy=(acc if sub == 0 else np.nan),
+                        **keys,
+                    )
+                )
     pd.DataFrame(srows).to_csv(tables / "training_scores.csv", index=False)
     pd.DataFrame(lrows).to_csv(tables / "training_loss.csv", index=False)
     pd.DataFrame(urows).to_csv(tables / "update_scores.csv", index=False)
@@ -234,11 +277,42 @@ def _figure_data(folder: Path) -> dict[str, str]:
     return out
 
 
+def _gqa_table(folder: Path) -> dict[str, str]:
+    """A grouped-query table (rule concat_gqa's columns): one model the paper published, with the paper's own
+    per-layer scores as its expansion's, and one it did not."""
+    rng = np.random.default_rng(2)
+    paper = pd.read_csv(ROOT / "resources" / "paper" / "paper_pretrained_scores.csv")
+    rows = []
+    for model, layers in (("meta-llama/Llama-3.2-1B", 16), ("org/tiny-gqa", 4)):
+        pub = paper[paper["model"] == model].sort_values("layer")
+        for layer in range(layers):
+            sp = float(pub["symmetry"].iloc[layer]) if len(pub) else 0.03
+            dp = float(pub["directionality"].iloc[layer]) if len(pub) else -0.1
+            rows.append(
+                dict(
+                    model=model,
+                    component="decoder",
+                    layer=layer,
+                    n_heads=32,
+                    n_kv_heads=8,
+                    symmetry=sp + 0.08 + 0.02 * rng.normal(),
+                    directionality=dp - 0.1 + 0.05 * rng.normal(),
+                    symmetry_paper=sp,
+                    directionality_paper=dp,
+                    relative_distance=1.0 + 0.05 * rng.normal(),
+                )
+            )
+    path = folder / "tables" / "gqa_paper_method.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return {"gqa_table": str(path)}
+
+
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     folder = tmp_path_factory.mktemp("nb")
     subs = {"results": str(folder), **_tables(folder)}
     subs.update(_figure_data(folder))
+    subs.update(_gqa_table(folder))
     return folder, subs
 
 
@@ -254,6 +328,7 @@ PARAMS = {
     "paper_dataset": "wikipedia",
     "paper_models": ["bert-mini", "bert-base"],
     "ablation_runs": [_run(*r) for r in RUNS],
+    "vision_runs": [_vision_run(*r) for r in VISION_RUNS],
     "baseline_init": "standard",
     "ci_level": 0.95,
     "bootstrap_resamples": 200,
@@ -312,6 +387,8 @@ def test_notebook_runs_and_writes_outputs(name, workspace):
         assert len(core) >= 6 and (core["n"] == 3).all()
         assert by["a"] == "holds"  # encoder above decoder in symmetry
         assert by["e"] == "holds"  # decoders keep less of the tie
+        g3 = claims.set_index("id").loc["g3"]  # two grouped-query models: descriptive
+        assert g3["verdict"] == "descriptive" and g3["n"] == 2 and g3["estimate"] < 0
         assert "0123abcd" in Path(outputs["md"]).read_text()
         assert "0123456789abcdef0123456789abcdef01234567" in Path(outputs["md"]).read_text()  # the code commit
     if name == "table1_symmetric_init":
@@ -320,6 +397,17 @@ def test_notebook_runs_and_writes_outputs(name, workspace):
         sf = ours[(ours["init"] == "symmetric-fresh") & (ours["compared_to"] == "standard")].iloc[0]
         assert sf["n_seeds"] == 3 and sf["speedup_mean"] > 0
         assert (t["source"] == "paper").sum() >= 9
+        vit = t[(t["source"] == "ours") & (t["objective"] == "classifier")]
+        assert set(zip(vit["init"], vit["compared_to"].fillna(""))) == {
+            ("standard", ""),
+            ("symmetric", "standard"),
+            ("symmetric-fresh", "standard"),
+            ("symmetric-fresh", "fresh"),
+            ("fresh", "standard"),
+        }
+        assert (vit["n_seeds"] == len(SEEDS)).all()
+        # the text rows are those of the ablation runs alone
+        assert set(t.loc[(t["source"] == "ours") & (t["objective"] != "classifier"), "size"]) == {"tiny"}
 
 
 @pytest.mark.notebook

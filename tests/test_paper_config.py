@@ -26,7 +26,7 @@ REBUTTAL_STEPS = {"wikipedia": 123000, "red_pajama": 140000, "jigsaw": 184000}
 def expand_runs(cfg: dict) -> dict[str, dict]:
     """run name -> {spec (keys as in the config: `corpus`), settings, groups}: the workflow's own expansion
     (attention_geometry.workflow.plan.expand_runs; entry keys override the group's settings)."""
-    runs, _ = workflow.expand_runs(cfg["training"]["groups"], cfg["corpora"])
+    runs, _ = workflow.expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
     return {
         n: {"spec": {workflow.CONFIG_KEY[k]: v for k, v in r.spec.items()}, "settings": r.settings, "groups": r.groups}
         for n, r in runs.items()
@@ -95,9 +95,11 @@ def test_three_seeds_per_contrast_the_fresh_control_and_decoder_symmetric_fresh(
     for corpus in corpora:  # bert-large: seed 0 for every contrast
         for objective, init in wanted:
             assert 0 in cells[("bert-large", corpus, objective, init, False)], (corpus, objective, init)
-    # the paper's sizes, sequence 512 and 200k steps for every run, nothing else overridden
+    # the paper's sizes, sequence 512 and 200k steps for every text run, nothing else overridden
     for n in runs:
         r = runs[n]
+        if r["spec"]["objective"] == "classifier":  # the rebuttal's ViTs: test_vision_runs_on_cifar10
+            continue
         assert r["spec"]["size"] in ("bert-mini", "bert-base", "bert-large"), n
         assert r["settings"]["max_steps"] == 200000 and not r["settings"].get("overrides"), n
     assert all(c["block_len"] == 512 for c in cfg["corpora"].values())
@@ -175,3 +177,17 @@ def test_rebuttal_checkpoints_are_recorded_with_their_source():
     }
     assert all(r["model"] == "bert-large" and "rebuttal" in r["source"] for r in rows)
     assert "paper_rebuttal_checkpoints.csv" in (REPO / "resources" / "paper" / "README.md").read_text()
+
+
+def test_vision_runs_on_cifar10(cfg, runs):
+    vision = [n for n, r in runs.items() if cfg["figures"]["vision_group"] in r["groups"]]
+    assert vision and all(runs[n]["spec"]["objective"] == "classifier" for n in vision)
+    assert all(runs[n]["spec"]["corpus"] == "cifar10" for n in vision)
+    hub = cfg["images"]["cifar10"]["hub"]
+    assert hub["path"] == "uoft-cs/cifar10" and len(hub["revision"]) == 40  # a pinned commit
+    cells = seeds_by_cell(runs, vision)
+    by_init = {init: seeds for (size, corpus, objective, init, _r), seeds in cells.items()}
+    assert set(by_init) == {"standard", "symmetric", "symmetric-fresh", "fresh"}
+    assert all(len(s) >= 6 for s in by_init.values()) and len(set(map(frozenset, by_init.values()))) == 1
+    for n in vision:  # 4x4 patches divide the 32x32 images
+        assert 32 % runs[n]["settings"]["overrides"]["patch_size"] == 0

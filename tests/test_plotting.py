@@ -142,3 +142,27 @@ def test_save_can_skip_the_check(tmp_path):
     ax.legend(loc="center left", bbox_to_anchor=(-0.35, 0.5))
     plotting.save(fig, png=tmp_path / "forced.png", check=False)
     assert_has_content(tmp_path / "forced.png")
+
+
+def test_caveat_styles_one_marker_per_kind():
+    styles = plotting.caveat_styles(["pythia-qkv-split", "gqa-expansion", "", "some-new-kind", "gqa-expansion"])
+    assert set(styles) == {"gqa-expansion", "pythia-qkv-split", "some-new-kind"}
+    assert styles["gqa-expansion"] == plotting.CAVEAT_KINDS["gqa-expansion"]
+    markers = [m for m, _ in styles.values()]
+    assert len(set(markers)) == len(markers)  # every kind drawn has a marker of its own
+    assert styles["some-new-kind"][1] == "some-new-kind"
+
+
+def test_seed_errorbars_draw_the_given_bounds():
+    fig, ax = plt.subplots()
+    x, est = [0, 10, 20], [0.1, 0.2, 0.3]
+    low, high = [np.nan, 0.05, 0.1], [np.nan, 0.4, 0.45]
+    container = plotting.seed_errorbars(ax, x, est, low, high, "C0", "ours")
+    line, _, (bars,) = container.lines
+    assert np.allclose(line.get_xydata(), np.column_stack([x, est]))
+    drawn = {}
+    for seg in bars.get_segments():
+        if np.size(seg) and np.all(np.isfinite(seg)):
+            drawn[float(seg[0, 0])] = sorted(float(v) for v in seg[:, 1])
+    assert drawn == {10.0: pytest.approx([0.05, 0.4]), 20.0: pytest.approx([0.1, 0.45])}  # no bar at one seed
+    assert ax.get_legend_handles_labels()[1] == ["ours"]

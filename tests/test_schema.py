@@ -19,8 +19,9 @@ from attention_geometry.training.hyper import (
     HYPER_BOUNDS,
     HYPER_ENUMS,
     HYPER_KINDS,
+    IMAGE_SIZES,
     INITS,
-    OBJECTIVES,
+    RUN_OBJECTIVES,
     SIZES,
     Hyper,
 )
@@ -125,8 +126,8 @@ def test_run_settings_are_run_config_keys_with_the_same_bounds():
 
 
 def test_run_identity_enums():
-    assert enum(RUN_ITEM["size"]) == set(SIZES)
-    assert enum(RUN_ITEM["objective"]) == set(OBJECTIVES)
+    assert enum(RUN_ITEM["size"]) == set(SIZES) | set(IMAGE_SIZES)
+    assert enum(RUN_ITEM["objective"]) == set(RUN_OBJECTIVES)
     assert enum(RUN_ITEM["init"]) == set(INITS)
     updates, figures = SCHEMA["properties"]["updates"]["properties"], SCHEMA["properties"]["figures"]["properties"]
     assert enum(updates["inits"]["items"]) == set(INITS)

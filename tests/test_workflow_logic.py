@@ -48,6 +48,55 @@ GROUPS = {
 }
 
 
+VISION = {
+    "settings": {"max_steps": 40, "snapshot_every": 20, "eval_every": 10},
+    "runs": [
+        {"size": "vit-tiny", "corpus": "digits", "objective": "classifier", "init": ["standard", "fresh"], "seed": 0}
+    ],
+}
+
+
+def test_image_runs_train_on_an_image_set_and_text_runs_on_a_corpus():
+    runs, groups = expand_runs({**GROUPS, "vision": VISION}, ["c1"], ["digits"])
+    assert groups["vision"] == ["vit-tiny-digits-classifier-standard-s0", "vit-tiny-digits-classifier-fresh-s0"]
+    cfg = validated_config("smoke.yaml")
+    cfg["training"]["groups"]["vision"] = VISION
+    p = config_plan(cfg)
+    vit = "vit-tiny-digits-classifier-fresh-s0"
+    assert p.is_image_run(vit) and not p.is_image_run(p.emergence_runs()["encoder"][0])
+    assert p.run_corpus(vit) == "results-smoke/images/digits"
+    assert p.run_corpus(p.emergence_runs()["encoder"][0]) == "results-smoke/corpora/wiki_offline"
+    assert p.images == {"digits": {"dataset": "digits", "name": "digits"}}
+    assert vit in p.vision_runs() and not any(p.is_image_run(r) for r in p.update_runs)
+    assert p.notebook_param("vision_runs", "reproduction_report") == p.vision_runs()
+
+
+@pytest.mark.parametrize(
+    ("entry", "images", "message"),
+    [
+        ({"corpus": "c1"}, ["digits"], "corpus 'c1' is not a key of config images"),
+        ({"corpus": "nope"}, ["digits"], "corpus 'nope' is not a key of config images"),
+        ({"size": "tiny"}, ["digits"], "objective 'classifier' needs an image size"),
+        ({"objective": "encoder"}, ["digits"], "objective 'encoder' needs a text size, not 'vit-tiny'"),
+        ({}, [], "is not a key of config images"),
+    ],
+)
+def test_image_runs_refuse_the_wrong_data_or_size(entry, images, message):
+    run = {**VISION["runs"][0], **entry}
+    with pytest.raises(ConfigError, match=message):
+        expand_runs({"vision": {**VISION, "runs": [run]}}, ["c1"], images)
+
+
+def test_a_vision_group_of_text_runs_is_refused():
+    cfg = validated_config("smoke.yaml")
+    cfg["figures"]["vision_group"] = "main"
+    with pytest.raises(ConfigError, match="is not an image classifier run"):
+        config_plan(cfg).vision_runs()
+    cfg["figures"]["vision_group"] = "nope"
+    with pytest.raises(ConfigError, match="group 'nope' is not a key of training.groups"):
+        config_plan(cfg)
+
+
 def test_config_key_maps_dataset_to_the_config_corpus_key():
     assert list(workflow.CONFIG_KEY) == list(RUN_KEYS)
     assert workflow.CONFIG_KEY["dataset"] == "corpus"
@@ -290,8 +339,10 @@ def test_emergence_runs_null_source_and_paths():
         }
     }
     cfg["figures"].update(emergence_group="g", ablation_group="g")
+    cfg["figures"].pop("vision_group")  # no vision runs in this config
     cfg["updates"].update(group="g", steps=[0, 100])
     p = config_plan(cfg)
+    assert p.vision_runs() == []
     em = p.emergence_runs()
     assert em["encoder"] == [f"tiny-{corpus}-encoder-standard-s{s}" for s in (0, 2, 7)]  # ordered by seed
     assert em["decoder"] == [f"tiny-{corpus}-decoder-standard-s{s}" for s in (0, 2)]
@@ -317,7 +368,11 @@ def test_notebook_io_fills_every_catalog_entry():
         assert set(parameters["params"]) == set(entry["params"]) | set(entry.get("constants", {}))
         assert set(deps) == set(parameters["inputs"])
     params, deps, _ = p.notebook_io("fig1_wqk_examples")
-    assert params["inputs"]["ours_encoder"] == "results/figdata/wqk/runs/tiny-wiki_offline-encoder-standard-s0.npz"
+    first = p.emergence_runs()["encoder"][0]  # the lowest seed
+    assert first.startswith("tiny-wiki_offline-encoder-standard-s") and first == min(
+        p.emergence_runs()["encoder"], key=lambda r: p.runs[r].seed
+    )
+    assert params["inputs"]["ours_encoder"] == f"results/figdata/wqk/runs/{first}.npz"
     assert params["inputs"]["smollm2"] == deps["smollm2"] == "results/figdata/wqk/pretrained/smollm2.npz"
     params, deps, _ = p.notebook_io("reproduction_report")
     # the committed record of the corpus (rule record_corpus), never the ignored corpus folder
@@ -606,7 +661,7 @@ def test_bad_configs_stop_with_one_line(mutate, expected, monkeypatch):
 
 
 def _run_name_of(cfg, objective, init):
-    runs, _ = expand_runs(cfg["training"]["groups"], cfg["corpora"])
+    runs, _ = expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
     return next(n for n, r in sorted(runs.items()) if r.objective == objective and r.init == init)
 
 
@@ -617,3 +672,42 @@ def test_gqa_models_are_pretrained_keys():
     cfg["figures"]["gqa_models"] = ["nope"]
     with pytest.raises(ConfigError, match="figures.gqa_models: 'nope' is not a key of config pretrained"):
         config_plan(cfg).gqa_models()
+
+
+def test_the_grouped_query_entries_follow_figures_gqa_models(tmp_path):
+    """The gqa table ({gqa_table}) exists only with figures.gqa_models: without it its figure is not made and the
+    entries that list it as optional (Figure 2, the report) are made without it; with it, they read it."""
+    table = "results/tables/gqa_paper_method.csv"
+    p = config_plan(validated_config("config.yaml"))
+    assert "fig_gqa_paper_method" in p.notebooks and p.entry_made("fig_gqa_paper_method")
+    for nb in ("fig_gqa_paper_method", "fig2_pretrained_scores", "reproduction_report"):
+        params, deps, _ = p.notebook_io(nb)
+        assert params["inputs"]["gqa"] == deps["gqa"] == table, nb
+    assert table in p.notebook_targets() and "results/figures/fig_gqa_paper_method.png" in p.notebook_targets()
+    assert "gqa" not in p.notebook_io("figS1_vision_audio")[0]["inputs"]  # only Figure 2 of its notebook reads it
+
+    for cfg in (validated_config("smoke.yaml"), validated_config("config.yaml")):
+        cfg["figures"]["gqa_models"] = []
+        q = config_plan(cfg)
+        assert q.gqa_models() == [] and "fig_gqa_paper_method" not in q.notebooks
+        assert set(q.notebooks) == set(q.catalog) - {"fig_gqa_paper_method"} - set(cfg["figures"]["skip"])
+        assert q.absent_inputs("reproduction_report") == {
+            "gqa": "{gqa_table} is not made (config figures.gqa_models is empty)"
+        }
+        for nb in ("fig2_pretrained_scores", "reproduction_report"):
+            params, deps, _ = q.notebook_io(nb)
+            assert "gqa" not in params["inputs"] and "gqa" not in deps, nb
+        with pytest.raises(ConfigError, match="fig_gqa_paper_method: not made with this config: input gqa"):
+            q.notebook_io("fig_gqa_paper_method")
+        assert not any("gqa" in t for t in q.notebook_targets())
+    smoke = validated_config("smoke.yaml")  # the smoke config scores no grouped-query model (the schema's default)
+    assert smoke["figures"]["gqa_models"] == [] and "fig_gqa_paper_method" not in config_plan(smoke).notebooks
+
+    cfg = validated_config("config.yaml")
+    cfg["figures"]["skip"] = ["fig_gqa_paper_method"]
+    assert "fig_gqa_paper_method" not in config_plan(cfg).notebooks  # skipped like any entry
+
+    bad = tmp_path / "catalog.yaml"
+    bad.write_text(yaml.safe_dump({"x": {"caption": "c", "inputs": {"a": "a.csv"}, "outputs": {}, "optional": ["b"]}}))
+    with pytest.raises(ConfigError, match=r"x: optional \['b'\] not among its inputs"):
+        workflow.load_catalog(str(bad))

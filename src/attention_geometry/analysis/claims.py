@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from attention_geometry.analysis import summaries as A
+from attention_geometry.analysis.gqa import gqa_model_table, model_labels
 from attention_geometry.analysis.paper_claims import fmt_estimate as _fmt
 from attention_geometry.analysis.paper_claims import paper_pair_gap, paper_symmetric_init
 from attention_geometry.analysis.stats import (
@@ -84,6 +85,10 @@ SYMMETRIC = "symmetric-fresh"  # the paper's "symmetric" init (resources/paper/R
 OPPOSITE = "The estimate has the opposite sign to the prediction."
 RULES = ("directional", "equivalence", "descriptive")
 VERDICT_ORDER = ("holds", "contradicted", "inconclusive", "descriptive", "not tested")
+# the Holm families (docs/preregistration.md): the text runs' core claims, and apart from them the vision runs'
+# (so that adding the vision runs changes no text verdict)
+FAMILIES = ("text", "vision")
+VISION = "classifier"  # the objective of the ViT runs
 TABLES = (
     "training",
     "loss",
@@ -96,6 +101,7 @@ TABLES = (
     "paper_loss",
     "paper_rebuttal",
     "caveats",
+    "gqa",
 )
 
 
@@ -104,9 +110,12 @@ TABLES = (
 class ClaimTables:
     """The tables the claims read (docs/contracts.md columns; None = not available: its claims are "not
     tested") and the runs they use: `emergence_runs` {encoder: [runs], decoder: [runs]} (standard init, every
-    seed), `ablation_runs` (every init of the init ablation; empty = every run of the loss table), and
+    seed), `ablation_runs` (every init of the init ablation; empty = every run of the loss table),
     `snapshot_steps` {run: [steps]} (None: the steps of the run's training scores, every snapshot being scored),
-    which fix the span s -> next snapshot of an applied update."""
+    which fix the span s -> next snapshot of an applied update, and `vision_runs` (the ViT runs of every init
+    and seed: the vision claims; empty = they are not tested). `gqa`: the grouped-query models scored by the
+    attention's W_qk and by the paper's expansion ({results}/tables/gqa_paper_method.csv, columns
+    formats.columns.GQA_COLUMNS; only configs with figures.gqa_models make it)."""
 
     training: pd.DataFrame | None = None
     loss: pd.DataFrame | None = None
@@ -122,6 +131,8 @@ class ClaimTables:
     emergence_runs: dict | None = None
     ablation_runs: Sequence[str] = ()
     snapshot_steps: dict | None = None
+    vision_runs: Sequence[str] = ()
+    gqa: pd.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -183,10 +194,11 @@ class Claim:
     margin: str
     rule: str
     paper: Callable[[_Context], str] | str = ""
+    family: str = "text"  # the Holm family of a directional core claim (FAMILIES)
 
     @property
     def in_family(self) -> bool:
-        """The family whose t-test p-values are Holm adjusted: the directional core claims."""
+        """Whether its t-test p-value is Holm adjusted (within `family`): the directional core claims."""
         return self.kind == "core" and self.rule == "directional"
 
 
@@ -209,6 +221,7 @@ class _Context:
         em = tables.emergence_runs or {}
         self.enc_runs, self.dec_runs = A.as_list(em.get("encoder")), A.as_list(em.get("decoder"))
         self.abl = A.as_list(tables.ablation_runs)
+        self.vision = A.as_list(tables.vision_runs)
         self._cache: dict = {}
 
     def table(self, name: str) -> pd.DataFrame:
@@ -227,8 +240,10 @@ class _Context:
         return self.horizon(self.enc_runs, "encoder emergence"), self.horizon(self.dec_runs, "decoder emergence")
 
     def ablation_loss(self) -> pd.DataFrame:
+        """The loss rows of the ablation runs and the vision runs (the contrasts pick their objective)."""
         loss = self.table("loss")
-        return A.select_runs(loss, self.abl, "training loss") if self.abl else loss
+        runs = self.abl + [r for r in self.vision if r not in self.abl]
+        return A.select_runs(loss, runs, "training loss") if self.abl else loss
 
     def contrast(self, how: str, objective: str, ref: str, treatment: str = SYMMETRIC) -> pd.DataFrame:
         """Per seed: `how` = "lstar" (contrast_runs: loss gain, speed-up at L*), "declared" (the speed-up at the
@@ -363,6 +378,24 @@ def _change(objective: str, score: str, ctx: _Context) -> Effect:
     )
 
 
+def _vision_rise(ctx: _Context) -> Effect:
+    """Per seed: the standard-init ViT's symmetry at the horizon minus its own step 0 (a random init)."""
+    if not ctx.vision:
+        raise UserError("no vision runs given")
+    runs = _runs_of(ctx.table("training"), ctx.vision, VISION, ctx.s.baseline_init)
+    if not runs:
+        raise UserError(f"no {ctx.s.baseline_init} ViT runs among the vision runs' training scores")
+    h = ctx.start_and_horizon(runs, "vision").sort_values(["size", "dataset", "seed"])
+    return Effect(
+        _series(h, h["symmetry"] - h["symmetry_start"]),
+        "effect = the ViT's symmetry at the horizon minus the same run's at step 0 (its random init), per seed",
+        [
+            f"Means over seeds: step 0 {h['symmetry_start'].mean():+.3f}, horizon {h['symmetry'].mean():+.3f}.",
+            _horizon_note(h),
+        ],
+    )
+
+
 def _null(objective: str, ctx: _Context) -> Effect:
     """Per seed: the run's directionality at the horizon minus the random-init null's mean."""
     null = ctx.table("null")
@@ -396,16 +429,16 @@ def _null(objective: str, ctx: _Context) -> Effect:
     )
 
 
-def _loss_gain(objective: str, ref: str | None, ctx: _Context) -> Effect:
-    """Per seed: ref - symmetric-fresh held-out loss at the contrast's horizon (ref None: the baseline init)."""
+def _loss_gain(objective: str, ref: str | None, ctx: _Context, treatment: str = SYMMETRIC) -> Effect:
+    """Per seed: ref - treatment held-out loss at the contrast's horizon (ref None: the baseline init)."""
     ref = ref or ctx.s.baseline_init
-    c = ctx.contrast("lstar", objective, ref)
+    c = ctx.contrast("lstar", objective, ref, treatment)
     return Effect(
         _series(c, c["loss_gain"]),
-        f"effect = {ref} - {SYMMETRIC} held-out loss at step {int(c['horizon'].iloc[0])}, paired by seed",
+        f"effect = {ref} - {treatment} held-out loss at step {int(c['horizon'].iloc[0])}, paired by seed",
         [
             f"Held-out loss at the horizon: {ref} {c['baseline_final_eval_loss'].mean():.4f}, "
-            f"{SYMMETRIC} {c['final_eval_loss'].mean():.4f} (means)."
+            f"{treatment} {c['final_eval_loss'].mean():.4f} (means)."
         ],
     )
 
@@ -525,6 +558,54 @@ def _paper_pretrained(score: str, sign: int, ctx: _Context) -> str:
     )
 
 
+def _gqa_shift(ctx: _Context) -> Effect:
+    """Per grouped-query model: its median symmetry over layers by the paper's expansion minus by the attention's
+    own W_qk (analysis.gqa); descriptive with fewer than MIN_N models."""
+    models = gqa_model_table(ctx.table("gqa"), ctx.t.paper_pretrained)
+    labels = model_labels(models)
+    per = []
+    for label, r in zip(labels, models.itertuples(index=False)):
+        pub = r.published_symmetry_median
+        per.append(
+            f"{label} {r.symmetry_median:+.3f} by the attention's W_qk, {r.symmetry_paper_median:+.3f} by the "
+            f"expansion" + (f", {pub:+.3f} published" if np.isfinite(pub) else ", not published by the paper")
+        )
+    notes = [
+        f"Per model, median symmetry over layers: {'; '.join(per)}.",
+        "Median relative Frobenius distance between the two matrices over layers: "
+        + ", ".join(f"{lab} {d:.2f}" for lab, d in zip(labels, models["relative_distance_median"]))
+        + ".",
+    ]
+    few = ""
+    if len(models) < MIN_N:
+        few = (
+            f"Descriptive: {len(models)} grouped-query model(s); at least {MIN_N} models are needed for a verdict, "
+            "and layers of one model are not independent models."
+        )
+    return Effect(
+        pd.Series(models["symmetry_shift"].to_numpy(dtype=float), index=labels),
+        "effect = the median symmetry over layers by the paper's grouped-query expansion minus by the attention's "
+        "own W_qk, per model",
+        notes,
+        descriptive=few,
+    )
+
+
+def _paper_gqa(ctx: _Context) -> str:
+    """The paper's published medians of its grouped-query language models (those its caveats flag)."""
+    pp, cav = ctx.t.paper_pretrained, ctx.t.caveats
+    if pp is None or pp.empty or cav is None or cav.empty:
+        return "n/a"
+    t = A.model_table(None, pp[pp["modality"] == "language"], cav)
+    x = t.loc[t["caveat"] == "gqa-expansion", "symmetry_median"].to_numpy(dtype=float)
+    if not x.size:
+        return "n/a"
+    return (
+        f"published by its expansion: median symmetry over layers {np.median(x):+.3f} (median of {x.size} "
+        f"grouped-query language models; range {x.min():+.3f} to {x.max():+.3f})"
+    )
+
+
 def _update_table(kind: str, ctx: _Context) -> tuple[pd.DataFrame, list[str]]:
     """Per seed (median over layers and steps) of the `kind` update scores of the emergence runs. An applied
     update at step s spans s -> the run's next snapshot (ctx.snapshots); only the most common span is kept
@@ -588,13 +669,15 @@ def _paper_gap(score: str, sign: int, ctx: _Context) -> str:
 
 
 # ------------------------------------------------------------------------------------------- claims
-def _claim(cid, text, kind, inputs, effect, sign, margin, rule, paper="", unit="seed") -> Claim:
-    return Claim(cid, text, kind, unit, tuple(inputs), effect, sign, margin, rule, paper)
+def _claim(cid, text, kind, inputs, effect, sign, margin, rule, paper="", unit="seed", family="text") -> Claim:  # noqa: PLR0913 (one argument per Claim field)
+    return Claim(cid, text, kind, unit, tuple(inputs), effect, sign, margin, rule, paper, family)
 
 
 _NO_FRESH = "not measured in the paper (no untied fresh control)"
 _THEORY = "predicted by Theorems 2.3/2.4; not measured in the paper"
 _REBUTTAL_DEC = "the rebuttal: no gain for decoders (no published numbers)"
+_REBUTTAL_VIT = "the rebuttal: no significant speed-up for ViTs on CIFAR-10 / ImageNet-1k (no published numbers)"
+_FIG_S1 = "Fig. S1: pretrained vision Transformers have symmetric W_qk (not trained from scratch in the paper)"
 SEED_TABLES = ("training",)
 
 # One entry per claim, in the order of the table. `{baseline}` in a text is the baseline init (settings).
@@ -784,6 +867,66 @@ CLAIMS: tuple[Claim, ...] = (
         _REBUTTAL_DEC,
     ),
     _claim(
+        "v1",
+        "training makes a ViT more symmetric than its random init ({baseline} init, at the horizon)",
+        "core",
+        SEED_TABLES,
+        _vision_rise,
+        1,
+        "symmetry",
+        "directional",
+        _FIG_S1,
+        family="vision",
+    ),
+    _claim(
+        "v2",
+        f"ViT {SYMMETRIC} init gains nothing vs {{baseline}} (held-out loss)",
+        "core",
+        ("loss",),
+        partial(_loss_gain, VISION, None),
+        0,
+        "loss",
+        "equivalence",
+        _REBUTTAL_VIT,
+        family="vision",
+    ),
+    _claim(
+        "v3",
+        f"ViT {SYMMETRIC} init does not speed up training vs {{baseline}} (at the pre-declared target)",
+        "core",
+        ("loss",),
+        partial(_speedup, VISION, None, "declared", SYMMETRIC),
+        0,
+        "speedup",
+        "equivalence",
+        _REBUTTAL_VIT,
+        family="vision",
+    ),
+    _claim(
+        "v4",
+        f"ViT {SYMMETRIC} init lowers the held-out loss vs fresh (as the encoders' d1)",
+        "core",
+        ("loss",),
+        partial(_loss_gain, VISION, "fresh"),
+        1,
+        "loss",
+        "directional",
+        _NO_FRESH,
+        family="vision",
+    ),
+    _claim(
+        "v_symmetric",
+        "ViT symmetric init (tied at the standard scale) vs {baseline}: held-out loss gain",
+        "also",
+        ("loss",),
+        partial(_loss_gain, VISION, None, treatment="symmetric"),
+        0,
+        "loss",
+        "descriptive",
+        _REBUTTAL_VIT,
+        family="vision",
+    ),
+    _claim(
         "g1",
         "pretrained encoders are more symmetric than decoders",
         "also",
@@ -805,6 +948,19 @@ CLAIMS: tuple[Claim, ...] = (
         "directionality",
         "directional",
         partial(_paper_pretrained, "directionality", -1),
+        unit="model",
+    ),
+    _claim(
+        "g3",
+        "the paper's grouped-query decoders' near-zero symmetry comes from its expansion (scored by it, a "
+        "grouped-query model's median symmetry falls below that of the attention's own W_qk)",
+        "also",
+        ("gqa",),
+        _gqa_shift,
+        -1,
+        "symmetry",
+        "directional",
+        _paper_gqa,
         unit="model",
     ),
     *(
@@ -906,7 +1062,7 @@ def _test_text(claim: Claim, eff: Effect, s: ClaimSettings, m_family: int) -> st
         return f"{s.level:.0%} Welch t-interval over models; Welch t-test p; {eff.test}"
     parts = [f"{s.level:.0%} t-interval over {claim.unit}s; two-sided t-test p"]
     if claim.in_family:
-        parts[0] += f", Holm-adjusted over the {m_family} core directional claims tested"
+        parts[0] += f", Holm-adjusted over the {m_family} {claim.family} core directional claims tested"
     if claim.rule == "equivalence":
         parts.append(f"TOST against ±margin at alpha {s.alpha:g} (the {1 - 2 * s.alpha:.0%} interval decides)")
     parts.append("exact two-sided sign-flip p")
@@ -960,9 +1116,11 @@ def _row(claim: Claim, eff: Effect, st: dict, p_holm: float, v: str, s: ClaimSet
 
 
 def _family_verdicts(done: dict, s: ClaimSettings, stats: dict) -> tuple[dict, dict]:
-    """(p_holm, verdict) by claim id, the family's p-values from `stats` (id -> _stats)."""
-    fam = [cid for cid, (c, _e) in done.items() if c.in_family]
-    adj = dict(zip(fam, holm([stats[cid]["p"] for cid in fam])))
+    """(p_holm, verdict) by claim id, each family's p-values from `stats` (id -> _stats) adjusted together."""
+    adj = {}
+    for family in FAMILIES:
+        fam = [cid for cid, (c, _e) in done.items() if c.in_family and c.family == family]
+        adj.update(zip(fam, holm([stats[cid]["p"] for cid in fam])))
     verdicts = {}
     for cid, (c, e) in done.items():
         p_used = adj[cid] if c.in_family else stats[cid]["p"]
@@ -987,7 +1145,7 @@ def _loo_stability(done: dict, s: ClaimSettings, full: dict) -> dict:
         for u in e.units():
             stats = dict(base)
             for oid, (oc, oe) in done.items():
-                if (oid == cid or (c.in_family and oc.in_family)) and u in units[oid]:
+                if (oid == cid or (c.in_family and oc.in_family and oc.family == c.family)) and u in units[oid]:
                     stats[oid] = _stats(oc, oe.without(u), s, exact=False)
             # the effects' flags (descriptive, censored) do not change with a unit left out
             _adj, verdicts = _family_verdicts(done, s, stats)
@@ -1044,7 +1202,7 @@ def evaluate(claims: Sequence[Claim], tables: ClaimTables, settings: ClaimSettin
     stats = {cid: _stats(c, e, settings) for cid, (c, e) in done.items()}
     adj, verdicts = _family_verdicts(done, settings, stats)
     loo = _loo_stability(done, settings, verdicts)
-    m_family = len(adj)
+    m_family = {f: sum(c.in_family and c.family == f for c, _e in done.values()) for f in FAMILIES}
     rows = []
     for c in claims:
         paper = _paper_text(c, ctx)
@@ -1052,7 +1210,7 @@ def evaluate(claims: Sequence[Claim], tables: ClaimTables, settings: ClaimSettin
             rows.append(_untested(c, untested[c.id], paper, settings))
             continue
         _c, e = done[c.id]
-        row = _row(c, e, stats[c.id], adj.get(c.id, math.nan), verdicts[c.id], settings, m_family)
+        row = _row(c, e, stats[c.id], adj.get(c.id, math.nan), verdicts[c.id], settings, m_family[c.family])
         rows.append(
             {
                 "id": c.id,
@@ -1087,6 +1245,7 @@ def reproduction_claims(
 
 # ------------------------------------------------------------------------------------------ report
 _BY_ID = {c.id: c for c in CLAIMS}
+_BY_ID_FAMILY = {f: sum(c.in_family and c.family == f for c in CLAIMS) for f in FAMILIES}
 
 
 def _pct(r: pd.Series) -> bool:
@@ -1151,18 +1310,21 @@ def verdict_counts(claims: pd.DataFrame, kind: str = "core") -> str:
 def rule_text(settings: ClaimSettings, claims: pd.DataFrame | None = None) -> str:
     """The verdict rule in one paragraph (the report's), with the margins and the family's size."""
     m = settings.margin
-    n_family = "the" if claims is None else f"the {int(claims['p_holm'].notna().sum())}"
+    families = " and ".join(f"{f} ({_BY_ID_FAMILY.get(f, 0)})" for f in FAMILIES)
+    if claims is not None:
+        fam = claims[claims["p_holm"].notna()]["id"].map(lambda i: _BY_ID[i].family if i in _BY_ID else "")
+        families = " and ".join(f"{f} ({int((fam == f).sum())})" for f in FAMILIES)
     a = settings.alpha
     return (
         f"**Verdict rule** (alpha = {a:g}; {settings.level:.0%} t-intervals over the units). A directional claim "
-        f"*holds* when its t-test p-value is below alpha, Holm-adjusted over {n_family} directional core claims "
-        "(one family), and the interval's near end lies beyond the margin on the predicted side (a meaningful "
-        "effect, not only a non-zero one); it is *contradicted* when the interval lies entirely on the other side "
-        "of 0, or entirely within ±margin (negligible); otherwise *inconclusive*. A claim of no effect is decided "
-        f"by equivalence (TOST): it holds when the {1 - 2 * a:.0%} interval lies within ±margin (both one-sided p "
-        "below alpha; p_tost the larger), is contradicted when that interval lies entirely beyond the margin, and "
-        f"is otherwise inconclusive. Fewer than {MIN_N} seeds never give a verdict; fewer than {MIN_N} models per "
-        "class give a *descriptive* row. Margins (smallest effects of interest): "
+        f"*holds* when its t-test p-value is below alpha, Holm-adjusted within its family of directional core "
+        f"claims (families: {families}), and the interval's near end lies beyond the margin on the predicted side "
+        "(a meaningful effect, not only a non-zero one); it is *contradicted* when the interval lies entirely on the "
+        "other side of 0, or entirely within ±margin (negligible); otherwise *inconclusive*. A claim of no effect is "
+        f"decided by equivalence (TOST): it holds when the {1 - 2 * a:.0%} interval lies within ±margin (both "
+        "one-sided p below alpha; p_tost the larger), is contradicted when that interval lies entirely beyond the "
+        f"margin, and is otherwise inconclusive. Fewer than {MIN_N} seeds never give a verdict; fewer than {MIN_N} "
+        "models per class give a *descriptive* row. Margins (smallest effects of interest): "
         f"symmetry ±{m('symmetry'):g}, directionality ±{m('directionality'):g}, held-out loss ±{m('loss'):g} nats, "
         f"speed-up ±{100 * m('speedup'):g} %. Beside each interval: the unadjusted t-test p, the exact sign-flip p "
         "with its floor 2^(1-n) (0.25 with 3 seeds: with so few seeds no exact test can reach alpha), and "

@@ -2,10 +2,12 @@
 notebooks only read and draw (rules/figures.smk):
 
 - Figure 1 (`attention-geometry extract-wqk`): the summed W_qk of one model's median-symmetry layer, as a
-  small `.npz` (format below: `write_wqk` / `read_wqk`, its one writer and reader);
+  small `.npz` (format below: `write_wqk` / `read_wqk`, its one writer and reader), drawn with its
+  symmetric and antisymmetric parts (`symmetric_parts`);
 - fig_symmetry_speedup (`attention-geometry symmetry-speedup`): per ablation run, final symmetry and its
   change vs the held-out loss gain and signed speed-up over the same-seed baseline run, and the Spearman
-  correlations with bootstrap intervals (results/tables/symmetry_speedup_{runs,correlations}.csv).
+  correlations with bootstrap intervals within each (objective, init), never pooled across inits
+  (results/tables/symmetry_speedup_{runs,correlations}.csv).
 
 Importing this module imports neither torch nor a model loader (the notebooks import it); only
 `median_symmetry_layer` (the extract-wqk command) loads weights.
@@ -29,7 +31,6 @@ import numpy as np
 import pandas as pd
 
 from attention_geometry.analysis import summaries as analysis
-from attention_geometry.analysis.stats import t_interval
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import RUN_COLUMNS, SCORES
 from attention_geometry.formats.files import atomic_write_bytes, atomic_write_table, check_table_path, check_writable
@@ -40,6 +41,7 @@ __all__ = [
     "write_wqk",
     "read_wqk",
     "median_symmetry_layer",
+    "symmetric_parts",
     "SYMMETRY_COLUMNS",
     "GAIN_COLUMNS",
     "symmetry_speedup_tables",
@@ -145,6 +147,15 @@ def median_symmetry_layer(source, name: str) -> WqkExample:
     )
 
 
+def symmetric_parts(M) -> tuple[np.ndarray, np.ndarray]:
+    """(M + M^T) / 2 and (M - M^T) / 2 of a square matrix, in float64: the symmetric and antisymmetric parts
+    whose squared norms the symmetry score compares (a principal block of a part is that part of the block)."""
+    A = np.asarray(M, dtype=np.float64)
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise UserError(f"symmetric parts: expected a square matrix, got shape {A.shape}")
+    return (A + A.T) / 2, (A - A.T) / 2
+
+
 # ------------------------------------------------------------------------------- symmetry vs speed-up
 SYMMETRY_COLUMNS = ["symmetry_final", "symmetry_change"]
 GAIN_COLUMNS = ["loss_gain", "speedup"]
@@ -160,7 +171,9 @@ def symmetry_speedup_tables(
     seed: int,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per ablation run: analysis.symmetry_vs_gain; Spearman correlation of each symmetry column
-    with each gain column per objective, with percentile-bootstrap intervals)."""
+    with each gain column within each (objective, init), with percentile-bootstrap intervals). Within an
+    init, not pooled: inits differ in their symmetry by construction (symmetric-fresh starts at s = 1), so a
+    pooled rank correlation would measure the difference between inits, not a relation within any of them."""
     scores = analysis.select_runs(scores, runs, "training scores")
     loss = analysis.select_runs(loss, runs, "training loss")
     table = analysis.symmetry_vs_gain(scores, loss, baseline_init)
@@ -173,7 +186,7 @@ def symmetry_speedup_tables(
         n_resamples=int(n_resamples),
         seed=int(seed),
         level=float(level),
-        by=["objective"],
+        by=["objective", "init"],
     )
     return table, corr
 
@@ -181,14 +194,7 @@ def symmetry_speedup_tables(
 def seed_means(table: pd.DataFrame, columns: list[str], level: float) -> pd.DataFrame:
     """Per (objective, init): n_seeds and, for each column, the mean over seeds with its Student-t interval
     ({c}_mean, {c}_low, {c}_high)."""
-    rows = []
-    for (obj, init), g in table.groupby(["objective", "init"], sort=True):
-        row = {"objective": obj, "init": init, "n_seeds": int(g["seed"].nunique())}
-        for c in columns:
-            iv = t_interval(g[c], level)
-            row.update({f"{c}_mean": iv.estimate, f"{c}_low": iv.low, f"{c}_high": iv.high})
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return analysis.mean_over_seeds(table, ["objective", "init"], columns, level)
 
 
 # ------------------------------------------------------------------------------------------------- CLI

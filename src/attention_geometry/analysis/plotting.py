@@ -29,7 +29,7 @@ from attention_geometry.errors import UserError  # noqa: E402
 
 DPI = 200
 COMPONENT_COLORS = {"encoder": "#1f77b4", "decoder": "#d62728"}
-SOURCE_MARKERS = {"ours": "o", "paper": "s"}
+SOURCE_MARKERS = {"ours": "o", "paper": "s", "trained": "D"}
 LABELS = {"symmetry": "symmetry s", "directionality": "directionality d"}
 
 
@@ -309,43 +309,73 @@ def wqk_heatmap(
     return im
 
 
+# The paper's points that are not comparable (resources/paper/paper_caveats.csv), one marker and one legend
+# wording per kind of caveat; a kind not listed here gets the next of CAVEAT_FALLBACK_MARKERS and its own name.
+CAVEAT_KINDS = {
+    "gqa-expansion": ("X", "the authors' grouped-query expansion"),
+    "pythia-qkv-split": ("v", "Pythia's fused q/k/v split as contiguous blocks"),
+}
+CAVEAT_FALLBACK_MARKERS = ("P", "*", "h", "<", ">")
+CAVEAT_ALPHA = 0.3
+
+
+def caveat_styles(kinds) -> dict[str, tuple[str, str]]:
+    """(marker, legend wording) per kind of caveat: CAVEAT_KINDS, other kinds the fallback markers in sorted
+    order (by their own name), so each kind drawn has a marker of its own."""
+    out, extra = {}, iter(CAVEAT_FALLBACK_MARKERS * 4)
+    for kind in sorted({str(k) for k in kinds if str(k)}):
+        out[kind] = CAVEAT_KINDS.get(kind) or (next(extra), kind)
+    return out
+
+
 def scores_vs_params(
     axes: Sequence[plt.Axes], table: pd.DataFrame, hue: str = "component", label_ours: bool = True
 ) -> None:
     """Two panels (symmetry, directionality): per model the median over layers with IQR bars vs n_params
     (log x). Colour = `hue`; filled circles = ours, squares = the paper's; the paper's caveat-flagged points
-    are drawn hollow with an x and named in the legend as not comparable, ours (analysis.OUR_CAVEATS) as
-    hollow circles, their caveat named in the legend. `table` is analysis.model_table."""
+    are drawn faded (CAVEAT_ALPHA), one marker per kind of caveat (caveat_styles), each kind named in the
+    legend as not comparable; ours with a caveat (analysis.OUR_CAVEATS) as hollow circles, their caveat named
+    in the legend. Labels say "ours" only for rows of ours. `table` is analysis.model_table."""
     palette = _palette(table[hue].unique())
+    kinds = caveat_styles(table.loc[table["source"] != "ours", "caveat"])
     for ax, v in zip(axes, ("symmetry", "directionality")):
         for (src, h, cav), g in table.groupby(["source", hue, "caveat"], sort=True):
             y, lo, hi = g[f"{v}_median"], g[f"{v}_q1"], g[f"{v}_q3"]
             flagged = bool(cav)
-            who = "ours" if src == "ours" else "paper (published)"
-            # the paper's flagged points were scored another way; ours are the model's W_qk, but no fixed
-            # bilinear form gives that model's logits (analysis.OUR_CAVEATS)
-            why = "not comparable" if src != "ours" else "no fixed bilinear form"
-            label = f"{who}, {h}" + (f", {cav}: {why}" if flagged else "")
+            ours = src in ("ours", "trained")
+            if src == "trained":  # our runs trained from scratch (one point per seed), not named one by one
+                label, marker, alpha = f"ours, trained from scratch (per seed), {h}", SOURCE_MARKERS["trained"], 0.8
+            elif ours:
+                # ours are the model's W_qk, but no fixed bilinear form gives that model's logits (OUR_CAVEATS)
+                label = f"ours, {h}" + (f", {cav}: no fixed bilinear form" if flagged else "")
+                marker, alpha = SOURCE_MARKERS["ours"], 1.0
+            elif flagged:
+                marker, why = kinds[str(cav)]
+                label = f"paper (published), {h}: not comparable ({why})"
+                alpha = CAVEAT_ALPHA
+            else:
+                label, marker, alpha = f"paper (published), {h}", SOURCE_MARKERS["paper"], 1.0
             ax.errorbar(
                 g["n_params"],
                 y,
                 yerr=[y - lo, hi - y],
                 fmt="none",
                 ecolor=palette[h],
-                alpha=0.35,
+                alpha=0.35 * alpha,
                 elinewidth=0.8,
                 zorder=1,
             )
             ax.scatter(
                 g["n_params"],
                 y,
-                marker="X" if flagged and src != "ours" else SOURCE_MARKERS[src],
-                s=(46 if src == "ours" else 18),
-                facecolors=("none" if flagged else palette[h]),
+                marker=marker,
+                s=(46 if ours else 26 if flagged else 18),
+                facecolors=("none" if flagged and ours else palette[h]),
                 edgecolors=palette[h],
-                linewidths=(0.9 if flagged else (1.2 if src == "ours" else 0.3)),
+                linewidths=(1.2 if ours else 0.3),
+                alpha=alpha,
                 label=label,
-                zorder=3 if src == "ours" else 2,
+                zorder=3 if ours else 1.5 if flagged else 2,
             )
             if src == "ours" and label_ours:
                 # names of the lower half of our points (in this panel) below them, of the upper half above:
@@ -373,10 +403,40 @@ def scores_vs_params(
     fig.legend(h, l, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2)
 
 
-def band(ax: plt.Axes, x, median, q1, q3, color, label: str, ls: str = "-") -> None:
-    """A median line with its interquartile band."""
+def band(ax: plt.Axes, x, median, q1, q3, color, label: str, ls: str = "-", alpha: float = 0.18) -> None:
+    """A median line with its interquartile band (`alpha`: the band's opacity)."""
     ax.plot(x, median, color=color, ls=ls, lw=1.3, label=label)
-    ax.fill_between(x, q1, q3, color=color, alpha=0.18, lw=0)
+    ax.fill_between(x, q1, q3, color=color, alpha=alpha, lw=0)
+
+
+# Spread across layers (the paper's one model per curve) is drawn as a faded band; an interval across seeds
+# (ours) as error bars on markers at the snapshots, so the two never look alike.
+LAYER_SPREAD_ALPHA = 0.1
+
+
+def seed_errorbars(
+    ax: plt.Axes, x, estimate, low, high, color, label: str, marker: str = "o", ls: str = "-"
+) -> matplotlib.container.ErrorbarContainer:
+    """An estimate over seeds (a line with a marker at each x) with its interval as capped error bars, one
+    artist (its legend entry shows line, marker and bar). Where a bound is NaN (fewer than 2 seeds) no bar."""
+    x = np.asarray(x, dtype=float)
+    est = np.asarray(estimate, dtype=float)
+    lo, hi = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+    return ax.errorbar(
+        x,
+        est,
+        yerr=[est - lo, hi - est],
+        color=color,
+        ls=ls,
+        lw=1.4,
+        marker=marker,
+        ms=3.5,
+        elinewidth=1.0,
+        capsize=2.5,
+        capthick=1.0,
+        label=label,
+        zorder=3,
+    )
 
 
 def _palette(values) -> dict:
@@ -495,3 +555,163 @@ def seeds_text(n: int, level: float) -> str:
     if n < 2:
         return f"{n} seed (no interval)"
     return f"mean of {n} seeds, {100 * float(level):g} % t-interval"
+
+
+# ------------------------------------------------------------------- the paper's grouped-query expansion
+# the attention's own W_qk, the paper's expansion (as reproduced by compare-gqa), the paper's published number
+GQA_METHOD_STYLES = {
+    "correct": ("#0072B2", "o", "the attention's W_qk (each query head with its own key/value head)"),
+    "paper": ("#E69F00", "X", "the paper's grouped-query expansion, reproduced"),
+    "published": ("#000000", "s", "the paper's published median (same model)"),
+}
+GQA_OFFSET = 0.2  # x offset of each method's points from the model's tick
+
+
+def _model_ticks(ax: plt.Axes, labels: Sequence[str]) -> None:
+    n = len(labels)
+    ax.set_xticks(range(n))
+    ax.set_xticklabels([_short(lab) for lab in labels], rotation=30 if n > 3 else 0, ha="right" if n > 3 else "center")
+    ax.set_xlim(-0.6, n - 0.4)
+    ax.grid(False, axis="x")
+
+
+def gqa_pairs(ax: plt.Axes, layers: pd.DataFrame, models: pd.DataFrame, score: str, values: bool | None = None) -> int:
+    """One panel of `score` (symmetry | directionality) per grouped-query model (one x tick per row of
+    gqa.gqa_model_table, in its order): each layer's value by the attention's W_qk (left of the tick) joined by a
+    thin grey line to the same layer's value by the paper's expansion (right), the medians over layers as large
+    markers joined by a bold line, and the paper's published median (where it published the model) at the
+    expansion's side, where a correct reproduction puts it onto the expansion's median. `values`: write the two
+    medians beside their markers (default: with at most 3 models). `layers`: gqa.gqa_layers. Returns the number
+    of layer pairs drawn."""
+    values = len(models) <= 3 if values is None else values
+    pairs = 0
+    for i, m in enumerate(models.itertuples(index=False)):
+        g = layers[(layers["model"] == m.model) & (layers["component"] == m.component)]
+        a, b = g[score].to_numpy(dtype=float), g[f"{score}_paper"].to_numpy(dtype=float)
+        xa, xb = i - GQA_OFFSET, i + GQA_OFFSET
+        segments = np.stack([np.column_stack([np.full_like(a, xa), a]), np.column_stack([np.full_like(b, xb), b])], 1)
+        first = i == 0
+        joined = "one layer: its two scores joined" if first else "_"
+        ax.add_collection(
+            matplotlib.collections.LineCollection(segments, colors="0.6", linewidths=0.5, zorder=1, label=joined)
+        )
+        pairs += len(a)
+        for x, y, key in ((xa, a, "correct"), (xb, b, "paper")):
+            color, marker, label = GQA_METHOD_STYLES[key]
+            ax.scatter(np.full_like(y, x), y, s=9, color=color, alpha=0.6, lw=0, zorder=2)
+            ax.scatter(
+                [x],
+                [np.median(y)],
+                s=70,
+                marker=marker,
+                color=color,
+                edgecolors="white",
+                lw=0.6,
+                zorder=4,
+                label=f"{label}: median over layers" if first else "_",
+            )
+        ax.plot([xa, xb], [np.median(a), np.median(b)], color="0.2", lw=1.4, zorder=3)
+        if values:
+            for x, y, side in ((xa, np.median(a), -1), (xb, np.median(b), 1)):
+                ax.annotate(
+                    f"{y:.3f}",
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(9 * side, 0),
+                    fontsize=7,
+                    ha="left" if side > 0 else "right",
+                    va="center",
+                    zorder=6,
+                    bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8),
+                )
+        pub = getattr(m, f"published_{score}_median")
+        if np.isfinite(pub):
+            color, marker, label = GQA_METHOD_STYLES["published"]
+            ax.scatter(
+                [xb], [pub], s=80, marker=marker, facecolors="none", edgecolors=color, lw=1.2, zorder=5, label=label
+            )
+    _model_ticks(ax, models["label"] if "label" in models.columns else models["model"])
+    ax.axhline(0, color="0.5", lw=0.6, zorder=0)
+    ax.set_ylim(-1.05, 1.05)
+    ax.set_ylabel(f"{LABELS[score]} per layer")
+    return pairs
+
+
+def gqa_distance(ax: plt.Axes, layers: pd.DataFrame, models: pd.DataFrame, values: bool | None = None) -> None:
+    """Per grouped-query model (the ticks of gqa_pairs): each layer's relative Frobenius distance
+    ||M_paper - M|| / ||M|| between the two matrices (spread over the tick by layer index, deterministic) and
+    its median over layers as a bar (its value written beside it with at most 3 models, or as `values` says)."""
+    values = len(models) <= 3 if values is None else values
+    color = GQA_METHOD_STYLES["paper"][0]
+    for i, m in enumerate(models.itertuples(index=False)):
+        g = layers[(layers["model"] == m.model) & (layers["component"] == m.component)].sort_values("layer")
+        r = g["relative_distance"].to_numpy(dtype=float)
+        x = i + (np.linspace(-0.25, 0.25, len(r)) if len(r) > 1 else np.zeros(1))
+        ax.scatter(
+            x,
+            r,
+            s=9,
+            color=color,
+            alpha=0.7,
+            lw=0,
+            zorder=2,
+            label="relative distance of the two matrices, per layer" if i == 0 else "_",
+        )
+        ax.plot(
+            [i - 0.3, i + 0.3],
+            [np.median(r)] * 2,
+            color="0.1",
+            lw=2.0,
+            zorder=3,
+            label="relative distance, median over layers" if i == 0 else "_",
+        )
+        if values:
+            ax.annotate(
+                f"{np.median(r):.2f}",
+                (i + 0.3, np.median(r)),
+                textcoords="offset points",
+                xytext=(3, 0),
+                fontsize=7,
+                ha="left",
+                va="center",
+                zorder=6,
+                bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8),
+            )
+    _model_ticks(ax, models["label"] if "label" in models.columns else models["model"])
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("relative distance per layer")
+
+
+def gqa_correction_arrows(axes: Sequence[plt.Axes], corrections: pd.DataFrame) -> int:
+    """Figure 2's correction of the paper's grouped-query points, on its two panels (symmetry, directionality; x =
+    n_params): per row of gqa.gqa_corrections an arrow from the paper's published median to the median by the
+    attention's W_qk at the paper's n_params, which is marked (a star in the component's colour). Draws nothing
+    and returns 0 when `corrections` is empty (no scored model is one of the paper's); else the arrows per panel.
+    Call it before scores_vs_params, whose figure legend then names the stars."""
+    if corrections.empty:
+        return 0
+    colors = _palette(corrections["component"].unique())
+    for ax, v in zip(axes, ("symmetry", "directionality")):
+        for comp, g in corrections.groupby("component", sort=True):
+            x = g["n_params"].to_numpy(dtype=float)
+            start, end = g[f"published_{v}_median"].to_numpy(dtype=float), g[f"{v}_median"].to_numpy(dtype=float)
+            for x_, s_, e_ in zip(x, start, end):
+                ax.annotate(
+                    "",
+                    xy=(x_, e_),
+                    xytext=(x_, s_),
+                    arrowprops=dict(arrowstyle="-|>", color=colors[comp], lw=0.9, shrinkA=2, shrinkB=3),
+                    zorder=4,
+                )
+            ax.scatter(
+                x,
+                end,
+                marker="*",
+                s=70,
+                color=colors[comp],
+                edgecolors="white",
+                linewidths=0.4,
+                zorder=5,
+                label=f"ours, the paper's grouped-query {comp}s corrected (arrow: from its published point)",
+            )
+    return len(corrections)

@@ -99,14 +99,34 @@ def summarize_over_layers(scores: pd.DataFrame, by: Sequence[str], values: Seque
     return pd.DataFrame(rows)
 
 
+def final_snapshot_rows(training: pd.DataFrame, runs: Sequence[str], init: str) -> pd.DataFrame:
+    """The training-score rows of those `runs` with `init` at each run's last scored step (its final snapshot),
+    `model` set to the run name: a trained run drawn beside pretrained models (Figure S1's ViTs)."""
+    t = select_runs(training, runs, "training scores")
+    require_columns(t, ["init", "step", "model"], "training scores")
+    t = t[t["init"] == init]
+    last = t.groupby("run")["step"].transform("max")
+    return t[t["step"] == last].assign(model=lambda d: d["run"])
+
+
 def model_table(
-    ours: pd.DataFrame | None, paper: pd.DataFrame | None, caveats: pd.DataFrame | None = None
+    ours: pd.DataFrame | None,
+    paper: pd.DataFrame | None,
+    caveats: pd.DataFrame | None = None,
+    trained: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Per model and component: median and IQR over layers of s and d, ours and the paper's side by side
-    (column `source` = "ours" | "paper"). Ours: summed rows of the score table, flagged by OUR_CAVEATS; the
-    paper's: its distinct score sets, with the caveat flag."""
+    (column `source` = "ours" | "paper" | "trained"). Ours: summed rows of the score table, flagged by
+    OUR_CAVEATS; the paper's: its distinct score sets, with the caveat flag; trained: rows of our own training
+    runs (final_snapshot_rows), one "model" per run."""
     keys = ["source", "model", "modality", "architecture", "component", "n_params"]
     parts = []
+    if trained is not None and len(trained):
+        tr = summed_rows(trained)
+        require_columns(
+            tr, ["model", "modality", "architecture", "component", "n_params", "layer", *SCORES], "trained scores"
+        )
+        parts.append(summarize_over_layers(tr.assign(source="trained", caveat=""), keys + ["caveat"]))
     if ours is not None and len(ours):
         o = summed_rows(ours)
         require_columns(
@@ -121,7 +141,7 @@ def model_table(
         p = p.assign(source="paper")
         parts.append(summarize_over_layers(p, keys + ["caveat"]))
     if not parts:
-        raise UserError("model table: neither our scores nor the paper's have rows")
+        raise UserError("model table: neither our scores, our trained runs nor the paper's have rows")
     out = pd.concat(parts, ignore_index=True)
     return out.sort_values(
         ["source", "modality", "architecture", "component", "n_params", "model"], kind="stable", ignore_index=True
@@ -386,6 +406,18 @@ INIT_TABLE_COLUMNS = [
 ]
 
 
+# Each init whose own control is compared with it beside the baseline: symmetric-fresh (W_q := W_k on fresh
+# nn.Linear weights) against fresh (the same fresh weights, untied), the contrast that isolates the tie.
+INIT_CONTROLS = {"symmetric-fresh": "fresh"}
+
+# The authors' rebuttal on vision Transformers, which it states without numbers: drawn and tabled beside our ViT
+# runs (the vision training figure, Table 1's ViT rows).
+REBUTTAL_VIT = (
+    "The authors' rebuttal: ViTs trained on CIFAR-10 and ImageNet-1k from a symmetric initialization showed "
+    "no significant speed-up (no published numbers)."
+)
+
+
 def init_table(
     loss: pd.DataFrame, baseline_init: str = "standard", level: float = 0.95, controls: dict[str, str] | None = None
 ) -> pd.DataFrame:
@@ -397,7 +429,7 @@ def init_table(
     share of steps saved to reach the baseline's loss at the horizon (paper_speedups; a seed whose treatment
     never reaches it is left out of the mean and counted in the text), the definition of the paper's Table 1.
     The baseline's own row has compared_to "" and no contrast."""
-    controls = {"symmetric-fresh": "fresh"} if controls is None else dict(controls)
+    controls = dict(INIT_CONTROLS) if controls is None else dict(controls)
     ev = eval_curves(loss)
     if ev.empty:
         raise UserError("training loss table: no held-out loss (eval_loss) rows")
@@ -538,13 +570,19 @@ def spearman_bootstrap(
     return Interval(rho, float(lo), float(hi), n)
 
 
+def layer_medians(scores: pd.DataFrame) -> pd.DataFrame:
+    """Per training run and scored step: the median over layers (the layers' summed matrices) of symmetry and
+    directionality. Columns: run, size, dataset, objective, init, seed, step, symmetry, directionality."""
+    s = summed_rows(scores)
+    require_columns(s, ["run", *RUN_KEYS, "step", "layer", *SCORES], "training score table")
+    return s.groupby(["run", *RUN_KEYS, "step"], sort=True)[list(SCORES)].median().reset_index()
+
+
 def run_symmetry(scores: pd.DataFrame) -> pd.DataFrame:
     """Per training run: median symmetry and directionality over layers at step 0 and at the run's last
     scored step, and the change. Columns: run, size, dataset, objective, init, seed, first_step, final_step,
     symmetry_start, symmetry_final, symmetry_change, directionality_start, directionality_final."""
-    s = summed_rows(scores)
-    require_columns(s, ["run", *RUN_KEYS, "step", "layer", *SCORES], "training score table")
-    med = s.groupby(["run", *RUN_KEYS, "step"], sort=True)[list(SCORES)].median().reset_index()
+    med = layer_medians(scores)
     rows = []
     for _, g in med.groupby("run", sort=True):
         g = g.sort_values("step")
@@ -618,6 +656,98 @@ def correlation_table(
                     }
                 )
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------- seed-paired curves
+def paired_difference(
+    table: pd.DataFrame, by: str, a: str, b: str, values: Sequence[str], on: Sequence[str] = ("seed", "step")
+) -> pd.DataFrame:
+    """Per key `on` (e.g. seed and step), the rows with table[by] == a minus the rows with table[by] == b, for
+    each column of `values`, over the keys that both sides have: a seed with only one of the two runs (or a
+    step only one of them has) is left out, so every difference is within one seed. Each side must have one
+    row per key. Columns: *on, *values (a - b), sorted by `on`."""
+    on, values = list(on), list(values)
+    require_columns(table, [by, *on, *values], "paired difference table")
+    sides = []
+    for name in (a, b):
+        side = table[table[by].astype(str) == str(name)][on + values]
+        dup = side.duplicated(on, keep=False)
+        if dup.any():
+            first = side.loc[dup, on].iloc[0].to_dict()
+            raise UserError(f"paired difference: several rows of {by} = {name!r} for {first}")
+        sides.append(side)
+    both = sides[0].merge(sides[1], on=on, how="inner", suffixes=("_a", "_b"))
+    out = both[on].copy()
+    for v in values:
+        out[v] = both[f"{v}_a"].astype(float) - both[f"{v}_b"].astype(float)
+    return out.sort_values(on, kind="stable", ignore_index=True)
+
+
+def mean_over_seeds(
+    table: pd.DataFrame, by: Sequence[str], values: Sequence[str], level: float, seed: str = "seed"
+) -> pd.DataFrame:
+    """Per group `by` (one row per seed in each): n_seeds and, for each column v of `values`, the mean over
+    seeds with its Student-t interval (stats.t_interval; NaN bounds below 2 seeds) as {v}_mean, {v}_low,
+    {v}_high. Columns: *by, n_seeds, then those three per value."""
+    by, values = list(by), list(values)
+    require_columns(table, [*by, seed, *values], "per-seed table")
+    check_level(level)
+    dup = table.duplicated([*by, seed], keep=False)
+    if dup.any():
+        first = table.loc[dup, [*by, seed]].iloc[0].to_dict()
+        raise UserError(f"mean over seeds: several rows for {first} (one row per seed expected)")
+    rows = []
+    groups = table.groupby(by, sort=True) if by else [((), table)]
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        row = {**dict(zip(by, key)), "n_seeds": int(g[seed].nunique())}
+        for v in values:
+            iv = t_interval(g[v], level)
+            row.update({f"{v}_mean": iv.estimate, f"{v}_low": iv.low, f"{v}_high": iv.high})
+        rows.append(row)
+    columns = [*by, "n_seeds", *(f"{v}_{s}" for v in values for s in ("mean", "low", "high"))]
+    return pd.DataFrame(rows, columns=columns)
+
+
+# The quantities of init_curves: the held-out loss and accuracy of the loss table's evaluation rows, and the
+# symmetry of the score table (per run and step the median over layers).
+CURVE_QUANTITIES = ("eval_loss", "eval_accuracy", "symmetry")
+CURVE_COLUMNS = [*GROUP_KEYS, "init", "quantity", "step", "n_seeds", "mean", "low", "high"]
+
+
+def init_curves(
+    loss: pd.DataFrame, scores: pd.DataFrame, level: float, quantities: Sequence[str] = CURVE_QUANTITIES
+) -> pd.DataFrame:
+    """Per (size, dataset, objective, init), quantity and step, over seeds (seeds are the unit, one run per
+    seed): n_seeds and the mean with its Student-t interval at `level` (mean_over_seeds; NaN bounds below two
+    seeds). eval_loss and eval_accuracy come from the loss table's rows where that column has a value (a run's
+    evaluation steps), symmetry and directionality from the score table (layer_medians: per run and step the
+    median over layers). A seed counts at a step only where its run has a value there. Long format, columns
+    CURVE_COLUMNS, sorted by group, init, quantity (in the order given) and step."""
+    unknown = sorted(set(quantities) - {"eval_loss", "eval_accuracy", *SCORES})
+    if unknown:
+        raise UserError(f"init curves: unknown quantities {unknown} (eval_loss, eval_accuracy, {', '.join(SCORES)})")
+    keys = [*GROUP_KEYS, "init"]
+    parts = []
+    for q in quantities:
+        if q in SCORES:
+            per_seed = layer_medians(scores)
+        else:
+            require_columns(loss, ["run", *RUN_KEYS, "step", q], "training loss table")
+            per_seed = loss.assign(**{q: pd.to_numeric(loss[q], errors="coerce")})
+        per_seed = per_seed[per_seed[q].notna()]
+        if per_seed.empty:
+            continue
+        m = mean_over_seeds(per_seed, [*keys, "step"], [q], level)
+        m = m.rename(columns={f"{q}_mean": "mean", f"{q}_low": "low", f"{q}_high": "high"})
+        parts.append(m.assign(quantity=q, step=m["step"].astype(int)))
+    if not parts:
+        return pd.DataFrame(columns=CURVE_COLUMNS)
+    out = pd.concat(parts, ignore_index=True)[CURVE_COLUMNS]
+    order = out["quantity"].map({q: i for i, q in enumerate(quantities)})
+    return (
+        out.assign(_q=order).sort_values([*keys, "_q", "step"], kind="stable").drop(columns="_q").reset_index(drop=True)
+    )
 
 
 def markdown_table(df: pd.DataFrame, floatfmt: str = ".3f") -> str:

@@ -15,9 +15,11 @@ __all__ = [
     "TRAINING_COLUMNS",
     "LOSS_COLUMNS",
     "IMAGE_LOSS_COLUMNS",
+    "TABLE_OPTIONAL_COLUMNS",
     "UPDATE_COLUMNS",
     "UPDATE_KINDS",
     "TABLE_COLUMNS",
+    "GQA_COLUMNS",
 ]
 
 # the two scores, in the paper's convention (docs/contracts.md, "Scores")
@@ -58,6 +60,20 @@ IMAGE_LOSS_COLUMNS = LOSS_COLUMNS + ["eval_accuracy"]
 UPDATE_KINDS = ["gradient", "applied"]
 UPDATE_COLUMNS = RUN_COLUMNS + ["layer", "kind", *SCORES]
 
+# `compare-gqa`, gqa_paper_method.csv: per grouped-query layer, s and d of the attention's W_qk and of the paper's
+# grouped-query expansion (scoring/paper_gqa.py), and the relative Frobenius distance between the two matrices
+GQA_COLUMNS = [
+    "model",
+    "component",
+    "layer",
+    "n_heads",
+    "n_kv_heads",
+    *SCORES,
+    "symmetry_paper",
+    "directionality_paper",
+    "relative_distance",
+]
+
 # table kind (`concat-tables --kind`) -> its required columns
 TABLE_COLUMNS: dict[str, list[str]] = {
     "pretrained_scores": SCORE_COLUMNS,
@@ -65,3 +81,7 @@ TABLE_COLUMNS: dict[str, list[str]] = {
     "training_loss": LOSS_COLUMNS,
     "update_scores": UPDATE_COLUMNS,
 }
+
+# table kind -> columns some of its inputs have and others lack (left empty where lacking): a training_loss
+# table of text and image runs has the image runs' eval_accuracy, empty in the text runs' rows
+TABLE_OPTIONAL_COLUMNS: dict[str, list[str]] = {"training_loss": ["eval_accuracy"]}

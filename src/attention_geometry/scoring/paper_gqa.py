@@ -33,20 +33,7 @@ from attention_geometry.commands import GQA_METHODS
 from attention_geometry.errors import UserError
 from attention_geometry.scoring.extract import LayerQK, wqk
 
-__all__ = ["GQA_COLUMNS", "hf_rows", "paper_wqk", "layer_wqk"]
-
-GQA_COLUMNS = [
-    "model",
-    "component",
-    "layer",
-    "n_heads",
-    "n_kv_heads",
-    "symmetry",
-    "directionality",
-    "symmetry_paper",
-    "directionality_paper",
-    "relative_distance",
-]
+__all__ = ["hf_rows", "paper_wqk", "layer_wqk"]
 
 
 def hf_rows(w: torch.Tensor) -> torch.Tensor:

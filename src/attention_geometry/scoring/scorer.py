@@ -26,7 +26,7 @@ import torch
 
 from attention_geometry.commands import GQA_METHODS
 from attention_geometry.errors import UserError
-from attention_geometry.formats.columns import RUN_KEYS, SCORE_COLUMNS, TRAINING_COLUMNS
+from attention_geometry.formats.columns import GQA_COLUMNS, RUN_KEYS, SCORE_COLUMNS, TRAINING_COLUMNS
 from attention_geometry.formats.files import atomic_write_table, check_table_path
 from attention_geometry.formats.rundir import (
     RUN_YAML,
@@ -37,7 +37,7 @@ from attention_geometry.formats.rundir import (
 )
 from attention_geometry.scoring.extract import LayerQK, architecture_of, get_family, iter_layer_qk, qk_keys, wqk
 from attention_geometry.scoring.measures import ScoreError, scores
-from attention_geometry.scoring.paper_gqa import GQA_COLUMNS, layer_wqk
+from attention_geometry.scoring.paper_gqa import layer_wqk
 from attention_geometry.weights.base import TensorSource
 from attention_geometry.weights.loading import open_source
 

@@ -3,7 +3,9 @@
 The workflow writes one CSV per model (`score`), per run (`score-checkpoints`, `score-updates`, the
 trainer's `loss.csv`) and concatenates them into the tables of the data contracts (docs/contracts.md).
 Values are copied as text, unchanged (an empty `eval_loss` stays empty, a float keeps its digits); the
-columns of every input must be the same set, and `--kind` checks that the contract's columns are there.
+columns of every input must be the same set, except a kind's optional columns (TABLE_OPTIONAL_COLUMNS: an image
+run's `eval_accuracy` in training_loss), left empty in the rows of inputs without them; `--kind` checks that the
+contract's columns are there.
 An input given twice (the same file under two names included), an --out that is one of the inputs, and two
 rows with the same key (TABLE_KEYS of the kind, given or told by the columns) are refused: the table would
 count those rows twice.
@@ -18,7 +20,7 @@ import os
 from pathlib import Path
 
 from attention_geometry.errors import UserError
-from attention_geometry.formats.columns import TABLE_COLUMNS
+from attention_geometry.formats.columns import TABLE_COLUMNS, TABLE_OPTIONAL_COLUMNS
 from attention_geometry.formats.files import atomic_write_text, check_writable
 
 __all__ = ["TABLE_KEYS", "read_csv_text", "concat_tables", "table_kind"]
@@ -100,29 +102,29 @@ def concat_tables(paths: list[str | Path], out: str | Path, kind: str | None = N
         raise UserError(f"concat-tables --kind {kind!r}: unknown (one of {', '.join(TABLE_COLUMNS)})")
     check_writable(out)
     _check_paths(paths, out)
-    columns: list[str] | None = None
+    tables = [(path, *_read_csv_lines(path)) for path in paths]
+    columns = list(tables[0][1])
+    if kind is not None:
+        missing = [c for c in TABLE_COLUMNS[kind] if c not in columns]
+        if missing:
+            raise UserError(f"{paths[0]}: missing column(s) {', '.join(missing)} of a {kind} table")
+    key_kind = kind or table_kind(columns)
+    # the kind's optional columns that any input has (appended in their contract order where the first lacks them)
+    optional = [c for c in TABLE_OPTIONAL_COLUMNS.get(key_kind, []) if any(c in header for _, header, _, _ in tables)]
+    columns += [c for c in optional if c not in columns]
+    key_at = [columns.index(c) for c in TABLE_KEYS[key_kind]] if key_kind else []
     all_rows: list[list[str]] = []
     keys: dict[tuple[str, ...], str] = {}  # a row's key -> where it was first seen
-    key_kind, key_at = None, []
-    for path in paths:
-        header, rows, lines = _read_csv_lines(path)
-        if columns is None:
-            columns = header
-            if kind is not None:
-                missing = [c for c in TABLE_COLUMNS[kind] if c not in header]
-                if missing:
-                    raise UserError(f"{path}: missing column(s) {', '.join(missing)} of a {kind} table")
-            key_kind = kind or table_kind(header)
-            key_at = [columns.index(c) for c in TABLE_KEYS[key_kind]] if key_kind else []
-        elif set(header) != set(columns):
+    for path, header, rows, lines in tables:
+        if set(header) - set(optional) != set(columns) - set(optional) or not set(header) <= set(columns):
             extra = sorted(set(header) - set(columns))
-            lacking = sorted(set(columns) - set(header))
+            lacking = sorted(set(columns) - set(header) - set(optional))
             raise UserError(
                 f"{path}: columns differ from {paths[0]} (extra: {extra or 'none'}, missing: {lacking or 'none'})"
             )
-        order = [header.index(c) for c in columns]
+        order = [header.index(c) if c in header else None for c in columns]
         for row, line in zip(rows, lines):
-            row = [row[i] for i in order]
+            row = [row[i] if i is not None else "" for i in order]
             if key_at:
                 key = tuple(row[i] for i in key_at)
                 if key in keys:

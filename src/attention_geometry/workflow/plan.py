@@ -3,13 +3,15 @@
 `plan(config, repo)` reads the config once (at Snakemake's parse time) and returns a `Plan`:
 
     corpora      corpus key -> the corpus config given to `attention-geometry prepare-corpus`
+    images       image set key -> the config given to `attention-geometry prepare-images` (the ViT runs' data)
     runs         run name -> Run (its identity, its group settings merged with the entry's, its groups)
     groups       group name -> run names, in config order
     update_runs  the runs whose W_qk updates are scored (`updates.group` x `updates.inits`)
     pretrained   model key -> Pretrained (where the files are, the CLI arguments, the pinned revision); a hub
                  model is scored offline from {results}/hub-qk/{key}/, its q/k subset (rule prefetch_qk)
     prefetched   the keys of those hub models
-    catalog      notebooks/catalog.yaml; `notebooks` the entries made with this config
+    catalog      notebooks/catalog.yaml; `notebooks` the entries made with this config (not in figures.skip,
+                 and with every required input made: CONDITIONAL_PLACEHOLDERS)
 
 and answers the rules' questions (paths, the emergence and ablation runs, every notebook's papermill
 parameters and dependencies). The rules only look things up here. A config that passes the schema but not a
@@ -35,7 +37,7 @@ from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.files import csv_text, read_yaml
 from attention_geometry.formats.rundir import run_name, snapshot_dir, snapshot_steps
-from attention_geometry.training.hyper import resolve_hyper
+from attention_geometry.training.hyper import IMAGE_OBJECTIVES, IMAGE_SIZES, resolve_hyper
 from attention_geometry.workflow.pretrained import (
     PRETRAINED_COLUMNS,
     ConfigError,
@@ -47,6 +49,7 @@ from attention_geometry.workflow.pretrained import (
 
 __all__ = [
     "CONFIG_KEY",
+    "CONDITIONAL_PLACEHOLDERS",
     "Run",
     "Plan",
     "plan",
@@ -65,7 +68,22 @@ __all__ = [
 CONFIG_KEY: dict[str, str] = {k: ("corpus" if k == "dataset" else k) for k in RUN_KEYS}
 
 # params of notebooks/catalog.yaml that are config keys of `figures` but never handed to a notebook
-_NOT_NOTEBOOK_PARAMS = ("skip", "fig1_models", "emergence_group", "ablation_group", "null_samples", "gqa_models")
+_NOT_NOTEBOOK_PARAMS = (
+    "skip",
+    "fig1_models",
+    "emergence_group",
+    "ablation_group",
+    "vision_group",
+    "null_samples",
+    "gqa_models",
+)
+
+
+# placeholders of notebooks/catalog.yaml whose file only some configs make -> why a config does not. An entry with
+# an input on one of them is made only where the file is, unless the entry lists that input under `optional`:
+# then the input is left out of its papermill parameters and dependencies (the notebook reads it with
+# inputs.get) and the entry is made either way.
+CONDITIONAL_PLACEHOLDERS = {"gqa_table": "config figures.gqa_models is empty"}
 
 
 def _as_list(value):
@@ -116,11 +134,15 @@ def expand_corpora(corpora: Mapping) -> dict[str, dict]:
     return {key: {**c, "name": key} for key, c in corpora.items()}
 
 
-def expand_runs(groups: Mapping, corpora: Iterable[str]) -> tuple[dict[str, Run], dict[str, list[str]]]:
+def expand_runs(
+    groups: Mapping, corpora: Iterable[str], images: Iterable[str] = ()
+) -> tuple[dict[str, Run], dict[str, list[str]]]:
     """(run name -> Run, group -> run names). Each entry of `training.groups.G.runs` expands to the product
     of its lists; its other keys override the group's settings. A run in two groups must have the same
-    settings in both; its snapshot steps are resolved (rundir.snapshot_steps, as the trainer does)."""
-    corpora = list(corpora)
+    settings in both; its snapshot steps are resolved (rundir.snapshot_steps, as the trainer does). A text run's
+    `corpus` is a key of `corpora`; an image classifier's (objective classifier, a size of IMAGE_SIZES) a key of
+    `images`."""
+    corpora, images = list(corpora), list(images)
     runs: dict[str, Run] = {}
     members: dict[str, list[str]] = {}
     for group, g in groups.items():
@@ -130,10 +152,7 @@ def expand_runs(groups: Mapping, corpora: Iterable[str]) -> tuple[dict[str, Run]
             settings = {**g["settings"], **{k: v for k, v in entry.items() if k not in CONFIG_KEY.values()}}
             for combo in itertools.product(*(_as_list(entry[CONFIG_KEY[k]]) for k in RUN_KEYS)):
                 spec = dict(zip(RUN_KEYS, combo))
-                if spec["dataset"] not in corpora:
-                    raise ConfigError(
-                        f"{where}: corpus {spec['dataset']!r} is not a key of config corpora ({', '.join(corpora)})"
-                    )
+                _check_run_data(spec, corpora, images, where)
                 name = run_name(spec["size"], spec["dataset"], spec["objective"], spec["init"], spec["seed"])
                 if name in runs and runs[name].settings != settings:
                     raise ConfigError(
@@ -163,10 +182,28 @@ def expand_runs(groups: Mapping, corpora: Iterable[str]) -> tuple[dict[str, Run]
     return runs, members
 
 
+def _check_run_data(spec: Mapping, corpora: list[str], images: list[str], where: str) -> None:
+    """A run's data key names the right kind of data for its objective, and its size fits the objective."""
+    image = spec["objective"] in IMAGE_OBJECTIVES
+    if image != (spec["size"] in IMAGE_SIZES):
+        kind = "an image size (" + ", ".join(IMAGE_SIZES) + ")" if image else "a text size"
+        raise ConfigError(f"{where}: objective {spec['objective']!r} needs {kind}, not {spec['size']!r}")
+    keys, section = (images, "images") if image else (corpora, "corpora")
+    if spec["dataset"] not in keys:
+        raise ConfigError(
+            f"{where}: corpus {spec['dataset']!r} is not a key of config {section} ({', '.join(keys) or 'none'})"
+            + (" (an image classifier trains on an image set)" if image else "")
+        )
+
+
 def select_update_runs(runs: Mapping[str, Run], groups: Mapping[str, list[str]], updates: Mapping) -> list[str]:
     """The runs of `updates.group` with an init in `updates.inits`; each must have a snapshot at every step
     of `updates.steps`."""
-    selected = [r for r in groups[updates["group"]] if runs[r].init in updates["inits"]]
+    selected = [
+        r
+        for r in groups[updates["group"]]
+        if runs[r].init in updates["inits"] and runs[r].objective not in IMAGE_OBJECTIVES
+    ]
     if not selected:
         raise ConfigError(f"config updates: group {updates['group']!r} has no run with init in {updates['inits']}")
     for r in selected:
@@ -189,6 +226,9 @@ def load_catalog(path: str) -> dict[str, dict]:
         clash = sorted(set(entry.get("constants", {})) & set(entry.get("params", [])))
         if clash:
             raise ConfigError(f"{path} {name}: {clash} both a param and a constant")
+        stray = sorted(set(entry.get("optional", [])) - set(entry.get("inputs", {})))
+        if stray:
+            raise ConfigError(f"{path} {name}: optional {stray} not among its inputs")
     return catalog
 
 
@@ -223,9 +263,11 @@ class Plan:
         self.results = os.path.normpath(config["results"])
         self.configfiles = [str(p) for p in configfiles]
         self.corpora = expand_corpora(config["corpora"])
-        self.runs, self.groups = expand_runs(config["training"]["groups"], self.corpora)
+        self.images = expand_corpora(config.get("images") or {})  # image set key -> prepare-images config
+        self.runs, self.groups = expand_runs(config["training"]["groups"], self.corpora, self.images)
         f = config["figures"]
-        for group in (config["updates"]["group"], f["emergence_group"], f["ablation_group"]):
+        vision = [f["vision_group"]] if f.get("vision_group") else []
+        for group in (config["updates"]["group"], f["emergence_group"], f["ablation_group"], *vision):
             if group not in self.groups:
                 raise ConfigError(f"config: group {group!r} is not a key of training.groups ({', '.join(self.groups)})")
         self.update_runs = select_update_runs(self.runs, self.groups, config["updates"])
@@ -237,7 +279,8 @@ class Plan:
         for nb in f["skip"]:
             if nb not in self.catalog:
                 raise ConfigError(f"config figures.skip: {nb!r} is not a notebook of notebooks/catalog.yaml")
-        self.notebooks = [nb for nb in self.catalog if nb not in f["skip"]]
+        # the entries made with this config: not skipped, and every required input made (CONDITIONAL_PLACEHOLDERS)
+        self.notebooks = [nb for nb in self.catalog if nb not in f["skip"] and self.entry_made(nb)]
         self.config_hash = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
         self._inputs: dict[str, str] = {}  # corpus -> corpus_inputs(corpus), computed when first asked for
 
@@ -249,9 +292,16 @@ class Plan:
     def corpus_dir(self, corpus: str) -> str:
         return self.res("corpora", corpus)
 
+    def image_dir(self, images: str) -> str:
+        return self.res("images", images)
+
+    def is_image_run(self, run: str) -> bool:
+        return self.runs[run].objective in IMAGE_OBJECTIVES
+
     def run_corpus(self, run: str) -> str:
-        """The prepared corpus folder a run trains on."""
-        return self.corpus_dir(self.runs[run].dataset)
+        """The prepared corpus folder a run trains on (for an image classifier, its prepared image set)."""
+        r = self.runs[run]
+        return self.image_dir(r.dataset) if self.is_image_run(run) else self.corpus_dir(r.dataset)
 
     def corpus_inputs(self, corpus: str) -> str:
         """`path sha256` lines of the local input files corpus `corpus` reads (data.sources.input_fingerprint):
@@ -298,7 +348,7 @@ class Plan:
         f = self.config["figures"]
         out = {"encoder": [], "decoder": []}
         for run in self.groups[f["emergence_group"]]:
-            if self.runs[run].init == f["baseline_init"]:
+            if self.runs[run].init == f["baseline_init"] and self.runs[run].objective in out:
                 out[self.runs[run].objective].append(run)
         for objective, runs in out.items():
             if not runs:
@@ -311,6 +361,16 @@ class Plan:
 
     def ablation_runs(self) -> list[str]:
         return list(self.groups[self.config["figures"]["ablation_group"]])
+
+    def vision_runs(self) -> list[str]:
+        """The ViT runs of `figures.vision_group` (every init and seed; none when the key is absent), the runs
+        of the vision claims, Figure S1's trained points and the vision training figure."""
+        group = self.config["figures"].get("vision_group")
+        runs = list(self.groups[group]) if group else []
+        text = [r for r in runs if not self.is_image_run(r)]
+        if text:
+            raise ConfigError(f"config figures.vision_group {group!r}: {text[0]} is not an image classifier run")
+        return runs
 
     def null_source_run(self) -> str:
         """The run whose shape (size, overrides, corpus) the random-init null table copies: the lowest-seed
@@ -339,7 +399,8 @@ class Plan:
     # ---------------------------------------------------------------- notebooks
     def placeholders(self) -> dict[str, Callable[[], tuple[str, str | None]]]:
         """Catalog placeholder -> () -> (path given to the notebook, file the rule depends on), evaluated
-        only where an entry uses it."""
+        only where an entry uses it; a placeholder of CONDITIONAL_PLACEHOLDERS gives None where this config does
+        not make its file."""
 
         def manifest():  # the committed record of the manifest (rule record_corpus), not the ignored corpus
             return same(self.corpus_record(self.runs[self.emergence_runs()["encoder"][0]].dataset))
@@ -354,7 +415,24 @@ class Plan:
             "fig1_encoder_model": lambda: same(self.pretrained_wqk(self.fig1_model("encoder"))),
             "fig1_decoder_model": lambda: same(self.pretrained_wqk(self.fig1_model("decoder"))),
             "corpus_manifest": manifest,
+            # the grouped-query models scored both ways (rule concat_gqa): only with figures.gqa_models
+            "gqa_table": lambda: same(self.gqa_table()) if self.gqa_models() else None,
         }
+
+    def absent_inputs(self, notebook: str) -> dict[str, str]:
+        """Input key -> why it is not made with this config, for the inputs of an entry on a placeholder of
+        CONDITIONAL_PLACEHOLDERS whose file this config does not make (only those placeholders are evaluated)."""
+        known, out = self.placeholders(), {}
+        for key, template in self.catalog[notebook].get("inputs", {}).items():
+            for name in re.findall(r"\{([^{}]*)\}", template):
+                if name in CONDITIONAL_PLACEHOLDERS and known[name]() is None:
+                    out[key] = f"{{{name}}} is not made ({CONDITIONAL_PLACEHOLDERS[name]})"
+        return out
+
+    def entry_made(self, notebook: str) -> bool:
+        """Whether this config makes catalog entry `notebook` (figures.skip aside): every input not listed under
+        the entry's `optional` is made."""
+        return not set(self.absent_inputs(notebook)) - set(self.catalog[notebook].get("optional", []))
 
     def corpus_record(self, corpus: str) -> str:
         """{results}/tables/corpus_{corpus}.csv: the facts of a prepared corpus the notebooks cite (rule
@@ -367,6 +445,8 @@ class Plan:
             return self.emergence_runs()
         if name == "ablation_runs":
             return self.ablation_runs()
+        if name == "vision_runs":
+            return self.vision_runs()
         if name == "config_hash":
             return self.config_hash
         if name == "code_version":
@@ -381,8 +461,14 @@ class Plan:
         """(papermill parameters {inputs, outputs, params}, the rule's inputs {key: file}, the rule's outputs
         {key: file}) of one catalog entry. A placeholder is replaced as a whole path prefix, so
         `{results}/tables/x.csv` works too; an input that is exactly one placeholder depends on that
-        placeholder's file."""
+        placeholder's file. An input on a placeholder this config does not make (CONDITIONAL_PLACEHOLDERS) is left
+        out when the entry lists it under `optional`; otherwise the entry is not made (ConfigError)."""
         entry = self.catalog[notebook]
+        absent = self.absent_inputs(notebook)
+        optional = set(entry.get("optional", []))
+        for key, why in absent.items():
+            if key not in optional:
+                raise ConfigError(f"notebooks/catalog.yaml {notebook}: not made with this config: input {key}: {why}")
         known = self.placeholders()
         used: dict[str, tuple[str, str | None]] = {}
 
@@ -399,6 +485,8 @@ class Plan:
 
         inputs, deps = {}, {}
         for key, template in entry.get("inputs", {}).items():
+            if key in absent:
+                continue
             inputs[key] = fill(template)
             whole = re.fullmatch(r"\{([^{}]*)\}", template.strip())
             dep = used[whole.group(1)][1] if whole and whole.group(1) != "results" else inputs[key]

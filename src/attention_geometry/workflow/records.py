@@ -45,9 +45,11 @@ _PROVENANCE_PARAMS = ("code_version", "config_hash")
 
 
 def _run_parts(plan: Plan, run: str) -> dict:
-    """What trains a run: its RUN.yaml settings and its corpus config (not the machine: device, threads)."""
+    """What trains a run: its RUN.yaml settings and its corpus (or image set) config (not the machine: device,
+    threads)."""
     r = plan.runs[run]
-    return {"corpus": plan.corpora[r.dataset], **r.run_config()}
+    data = plan.images if plan.is_image_run(run) else plan.corpora
+    return {"corpus": data[r.dataset], **r.run_config()}
 
 
 def records(plan: Plan) -> dict[str, tuple[list[str], dict]]:
