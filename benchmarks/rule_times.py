@@ -4,11 +4,11 @@ docs/experiment-design.md quote for a full run (`make run` from an empty results
     python benchmarks/rule_times.py [RESULTS]            # default: results
     python benchmarks/rule_times.py results --by-kind    # training split by the run's objective and init
 
-Each rule with a `benchmark:` writes {results}/benchmarks/{folder}/{job}.tsv (columns s, ..., cpu_time); this
-sums `cpu_time` (seconds of CPU, all threads: core-seconds) and `s` (wall seconds) per folder and prints the
-number of jobs, the sums and the per-job range. Rules without a benchmark (notebooks, config records, small
-writers) are not counted: the difference between the run's wall time and these sums is theirs and
-Snakemake's own.
+Each rule with a `benchmark:` writes {results}/benchmarks/{folder}/{job}.tsv or {rule}.tsv (columns s, ...,
+cpu_time); this sums `cpu_time` (seconds of CPU, all threads: core-seconds) and `s` (wall seconds) per folder
+and prints the number of jobs, the sums and the per-job range. Rules without a benchmark (notebooks, config
+records, small writers) are not counted: the difference between the run's wall time and these sums is theirs
+and Snakemake's own.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from pathlib import Path
 def read_benchmarks(results: Path, by_kind: bool = False) -> dict[str, list[tuple[float, float]]]:
     """folder (or folder:objective-init for training with by_kind) -> [(cpu_time, wall s) per job]."""
     out: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for tsv in sorted((results / "benchmarks").glob("*/*.tsv")):
+    root = results / "benchmarks"
+    for tsv in sorted(root.rglob("*.tsv")):
         with tsv.open(newline="") as fh:
             rows = list(csv.DictReader(fh, delimiter="\t"))
         if not rows:
             continue
-        key = tsv.parent.name
+        key = tsv.parent.name if tsv.parent != root else tsv.stem  # a rule's own file (score_null_inits.tsv)
         if by_kind and key == "train":
             m = re.match(r".*-(encoder|decoder|classifier)-(.+)-s\d+$", tsv.stem)
             key = f"train:{m.group(1)}-{m.group(2)}" if m else key

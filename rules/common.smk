@@ -67,6 +67,12 @@ def report_category(path):
     return "Figures" if path.endswith((".pdf", ".png")) else "Tables"
 
 
+def table_caption(name):
+    """The committed report caption of a tidy table (report/tables/NAME.rst): `snakemake --report` lists the
+    tables the figures are drawn from beside the figures."""
+    return os.path.abspath(os.path.join(workflow.basedir, "report", "tables", f"{name}.rst"))
+
+
 def caption_file(notebook):
     """The committed report caption of a catalog entry (report/captions/, made by report/make_captions.py)."""
     return os.path.abspath(os.path.join(workflow.basedir, "report", "captions", f"{notebook}.rst"))

@@ -165,7 +165,7 @@ rule score_null_inits:
         config=lambda w: res("configs", "runs", f"{null_source_run()}.yaml"),
         corpus=lambda w: run_corpus(null_source_run()),
     output:
-        TABLES["null_scores"],
+        report(TABLES["null_scores"], caption=table_caption("null_scores"), category="Tables", subcategory="tidy data"),
     params:
         inits="standard symmetric-fresh fresh",
         samples=config["figures"].get("null_samples", 100),
@@ -188,7 +188,7 @@ rule concat_pretrained_scores:
     input:
         expand(res("pretrained", "{model}.csv"), model=list(PRETRAINED)),
     output:
-        TABLES["pretrained_scores"],
+        report(TABLES["pretrained_scores"], caption=table_caption("pretrained_scores"), category="Tables", subcategory="tidy data"),
     log:
         res("logs", "tables", "pretrained_scores.log"),
     conda:
@@ -201,7 +201,7 @@ rule concat_training_scores:
     input:
         expand(res("runs", "{run}", "scores.csv"), run=list(RUNS)),
     output:
-        TABLES["training_scores"],
+        report(TABLES["training_scores"], caption=table_caption("training_scores"), category="Tables", subcategory="tidy data"),
     log:
         res("logs", "tables", "training_scores.log"),
     conda:
@@ -216,7 +216,7 @@ rule concat_training_loss:
     input:
         [train_done(run) for run in RUNS],
     output:
-        TABLES["training_loss"],
+        report(TABLES["training_loss"], caption=table_caption("training_loss"), category="Tables", subcategory="tidy data"),
     params:
         files=lambda w, input: [os.path.join(os.path.dirname(d), "loss.csv") for d in input],
     log:
@@ -231,7 +231,7 @@ rule concat_update_scores:
     input:
         expand(res("runs", "{run}", "update_scores.csv"), run=UPDATE_RUNS),
     output:
-        TABLES["update_scores"],
+        report(TABLES["update_scores"], caption=table_caption("update_scores"), category="Tables", subcategory="tidy data"),
     log:
         res("logs", "tables", "update_scores.log"),
     conda:

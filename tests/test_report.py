@@ -44,6 +44,15 @@ def _words(text: str) -> str:
 # ------------------------------------------------------------------------------------------ captions
 
 
+def test_every_tidy_table_in_the_report_has_its_committed_caption():
+    rules = "".join(p.read_text() for p in (REPO / "rules").glob("*.smk"))
+    named = re.findall(r'table_caption\("([a-z_]+)"\)', rules)
+    assert {"pretrained_scores", "training_scores", "training_loss", "update_scores", "null_scores"} <= set(named)
+    for name in named:
+        text = (REPO / "report" / "tables" / f"{name}.rst").read_text()
+        assert "Tidy table" in text and "docs/contracts.md" in text, name
+
+
 def test_committed_captions_match_the_catalog():
     """report/captions/ holds exactly one caption per catalog entry, as report/make_captions.py writes it
     (after editing a caption in the catalog: python report/make_captions.py)."""
