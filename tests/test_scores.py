@@ -92,3 +92,17 @@ def test_large_matrix_blocked_sum_matches_numpy():
     s, d = scores(torch.from_numpy(M))
     assert s.item() == pytest.approx(np_symmetry(M), rel=1e-12)
     assert d.item() == pytest.approx(np_directionality(M), rel=1e-10)
+
+
+def test_exactly_symmetric_and_antisymmetric_matrices_stay_within_minus_one_and_one():
+    # float64 rounding used to put <M, M^T> / ||M||^2 a few 1e-16 outside [-1, 1] for such matrices (a tied init)
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(200, 64, 64, generator=g, dtype=torch.float64)
+    sym, anti = a + a.transpose(-1, -2), a - a.transpose(-1, -2)
+    s, n = symmetry(sym), symmetry(anti)
+    assert (s <= 1).all() and (s > 1 - 1e-14).all() and (s == 1).sum() > 84  # 84 were above 1 before
+    assert (n >= -1).all() and (n < -1 + 1e-14).all()
+    # an independent computation agrees with the clamped score where it is inside the bounds
+    m = a.numpy()
+    ref = np.einsum("bij,bji->b", m, m) / np.einsum("bij,bij->b", m, m)
+    assert np.allclose(symmetry(a).numpy(), ref, atol=1e-14)

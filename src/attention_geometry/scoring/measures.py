@@ -91,7 +91,10 @@ def _inner_with_transpose(M: torch.Tensor) -> torch.Tensor:
 def symmetry(M: torch.Tensor) -> torch.Tensor:
     """Symmetry score in [-1, 1] of each [d, d] matrix in M (float64, shape M.shape[:-2])."""
     M = _check(M)
-    return _finite(_inner_with_transpose(M) / _sq_norm(M), "symmetry")
+    # <M, M^T> / ||M||^2 lies in [-1, 1] (Cauchy-Schwarz); for an exactly (anti)symmetric matrix, as at a tied
+    # init, float64 rounding lands up to a few 1e-16 outside it (84 of 200 random symmetric 64x64 matrices):
+    # clamp that rounding, so that s = 1 exactly where W_qk is symmetric
+    return _finite(torch.clamp(_inner_with_transpose(M) / _sq_norm(M), -1.0, 1.0), "symmetry")
 
 
 def _excess(norms: torch.Tensor, num_std: float) -> torch.Tensor:
