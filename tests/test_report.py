@@ -245,6 +245,11 @@ def test_report_from_a_fresh_clone_lists_every_figure_and_table_with_its_caption
     speedup = CATALOG["fig_symmetry_speedup"]["caption"]
     for name in ("symmetry_speedup_runs.csv", "symmetry_speedup_correlations.csv"):
         expected[f"results/tables/{name}"] = ("tabulate_symmetry_speedup", speedup)
+    tidy = {"pretrained_scores": "concat_pretrained_scores", "training_scores": "concat_training_scores"}
+    tidy |= {"training_loss": "concat_training_loss", "update_scores": "concat_update_scores"}
+    tidy |= {"null_scores": "score_null_inits"}
+    for name, rule in tidy.items():  # the tidy tables, captioned from report/tables/
+        expected[f"results/tables/{name}.csv"] = (rule, (REPO / "report" / "tables" / f"{name}.rst").read_text())
     assert set(results) == set(expected)
     for path, (rule, caption) in expected.items():
         record = results[path]
