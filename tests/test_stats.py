@@ -1,4 +1,5 @@
-"""attention_geometry.analysis.stats against independent computations: scipy, brute-force enumeration, hand cases."""
+"""attention_geometry.analysis.stats against independent computations: hand formulas with tabulated quantiles,
+statsmodels (its own t-test code; stats.py uses scipy's), brute-force enumeration, hand cases."""
 
 from __future__ import annotations
 
@@ -8,19 +9,29 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats as sps
+from statsmodels.stats import weightstats as smw
 
 from attention_geometry.analysis import stats as S
 from attention_geometry.errors import UserError
 
-
 # ------------------------------------------------------------------------------------------ intervals
+# Student t quantiles t_{q, 5} from a printed table (not computed by the library under test)
+T5 = {0.8: 1.475884049, 0.95: 2.570581836, 0.99: 4.032142984}
+
+
 @pytest.mark.parametrize("level", [0.8, 0.95, 0.99])
-def test_t_interval_matches_scipy_ttest_1samp(level):
+def test_t_interval_by_hand_and_statsmodels(level):
     x = np.random.default_rng(1).normal(0.4, 1.5, size=6)
     iv = S.t_interval(x, level)
-    ci = sps.ttest_1samp(x, 0.0).confidence_interval(level)
-    assert (iv.estimate, iv.low, iv.high, iv.n) == pytest.approx((x.mean(), ci.low, ci.high, 6))
+    half = T5[level] * np.std(x, ddof=1) / math.sqrt(6)
+    assert (iv.estimate, iv.low, iv.high, iv.n) == pytest.approx((x.mean(), x.mean() - half, x.mean() + half, 6))
+    low, high = smw.DescrStatsW(x).tconfint_mean(alpha=1 - level)
+    assert (iv.low, iv.high) == pytest.approx((low, high))
+
+
+def test_t_interval_zero_spread_is_zero_width():
+    iv = S.t_interval([0.3, 0.3, 0.3])
+    assert (iv.estimate, iv.low, iv.high, iv.n) == pytest.approx((0.3, 0.3, 0.3, 3))
 
 
 def test_t_interval_small_n_and_nans():
@@ -33,14 +44,13 @@ def test_t_interval_small_n_and_nans():
 
 
 @pytest.mark.parametrize("level", [0.9, 0.95])
-def test_paired_interval_matches_scipy_ttest_rel(level):
+def test_paired_interval_matches_statsmodels(level):
     rng = np.random.default_rng(2)
     a = rng.normal(1.0, 1.0, 5)
     b = a - 0.3 + rng.normal(0, 0.2, 5)
     iv = S.paired_interval(a, b, level)
-    res = sps.ttest_rel(a, b)
-    ci = res.confidence_interval(level)
-    assert (iv.estimate, iv.low, iv.high, iv.n) == pytest.approx((np.mean(a - b), ci.low, ci.high, 5))
+    low, high = smw.DescrStatsW(a - b).tconfint_mean(alpha=1 - level)
+    assert (iv.estimate, iv.low, iv.high, iv.n) == pytest.approx((np.mean(a - b), low, high, 5))
 
 
 def test_paired_interval_drops_incomplete_pairs_and_checks_length():
@@ -51,15 +61,30 @@ def test_paired_interval_drops_incomplete_pairs_and_checks_length():
         S.paired_interval([1, 2, 3], [1, 2])
 
 
-def test_welch_interval_and_p_match_scipy():
+def test_welch_interval_and_p_match_statsmodels():
     rng = np.random.default_rng(5)
     a, b = rng.normal(1.0, 1.0, 7), rng.normal(0.2, 2.5, 5)
     iv = S.welch_interval(a, b, 0.95)
-    res = sps.ttest_ind(a, b, equal_var=False)
-    ci = res.confidence_interval(0.95)
-    assert (iv.estimate, iv.low, iv.high, iv.n) == pytest.approx((a.mean() - b.mean(), ci.low, ci.high, 12))
-    assert S.welch_p(a, b) == pytest.approx(res.pvalue)
+    cm = smw.CompareMeans.from_data(a, b)
+    low, high = cm.tconfint_diff(alpha=0.05, usevar="unequal")
+    assert (iv.estimate, iv.low, iv.high, iv.n) == pytest.approx((a.mean() - b.mean(), low, high, 12))
+    assert S.welch_p(a, b) == pytest.approx(cm.ttest_ind(usevar="unequal")[1])
     assert math.isnan(S.welch_p([1.0], [1.0, 2.0]))
+
+
+def test_welch_interval_by_hand():
+    # equal sizes and variances: Welch's dof = 2 (n - 1) = 4, se^2 = 1/3 + 1/3; t_{0.975, 4} = 2.776445105 (table)
+    iv = S.welch_interval([1.0, 2.0, 3.0], [5.0, 6.0, 7.0], 0.95)
+    half = 2.776445105 * math.sqrt(2 / 3)
+    assert (iv.estimate, iv.low, iv.high, iv.n) == pytest.approx((-4.0, -4.0 - half, -4.0 + half, 6))
+    # one group without spread: se^2 = 1/3, dof = (1/3)^2 / ((1/3)^2 / 2) = 2; t_{0.975, 2} = 4.302652730 (table)
+    iv = S.welch_interval([1.0, 2.0, 3.0], [0.5, 0.5, 0.5], 0.95)
+    half = 4.302652730 * math.sqrt(1 / 3)
+    assert (iv.estimate, iv.low, iv.high) == pytest.approx((1.5, 1.5 - half, 1.5 + half))
+    # no spread in either group: a zero-width interval at the difference
+    iv0 = S.welch_interval([1.0, 1.0], [0.5, 0.5, 0.5])
+    assert (iv0.estimate, iv0.low, iv0.high) == pytest.approx((0.5, 0.5, 0.5))
+    assert math.isnan(S.welch_interval([1.0], [1.0, 2.0]).low)
 
 
 # ------------------------------------------------------------------------------------ exact p-values
@@ -119,30 +144,53 @@ def test_p_floor_is_the_smallest_exact_p(n):
     assert math.isnan(S.p_floor(0))
 
 
-@pytest.mark.parametrize("k,n", [(0, 1), (1, 1), (3, 3), (2, 3), (0, 5), (4, 7), (9, 10), (5, 10)])
-def test_sign_test_p_matches_scipy_binomtest(k, n):
+def _binomial_two_sided(k, n):
+    """min(1, 2 P(X <= min(k, n - k))), X ~ Binomial(n, 1/2), from binomial coefficients."""
+    return min(1.0, 2.0 * sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2.0**n)
+
+
+@pytest.mark.parametrize("k,n", [(0, 1), (1, 1), (3, 3), (2, 3), (0, 5), (4, 7), (9, 10), (5, 10), (3, 20)])
+def test_sign_test_p_matches_binomial_coefficients(k, n):
     diffs = [1.0] * k + [-2.0] * (n - k)
-    assert S.sign_test_p(diffs) == pytest.approx(sps.binomtest(k, n, 0.5).pvalue)
+    assert S.sign_test_p(diffs) == pytest.approx(_binomial_two_sided(k, n))
 
 
-def test_sign_test_p_drops_zeros():
-    assert S.sign_test_p([0.0, 1.0, 2.0, 3.0]) == pytest.approx(sps.binomtest(3, 3).pvalue)
+def test_sign_test_p_hand_cases_and_zeros():
+    assert S.sign_test_p([1.0, 2.0, -1.0]) == pytest.approx(1.0)  # 2 * P(X <= 1) = 2 * 4/8
+    assert S.sign_test_p([1.0, 2.0, 3.0, 4.0, -1.0]) == pytest.approx(0.375)  # 2 * (1 + 5) / 32
+    assert S.sign_test_p([0.0, 1.0, 2.0, 3.0]) == pytest.approx(0.25)  # zero dropped: 3 of 3 -> 2/8
     assert math.isnan(S.sign_test_p([0.0, 0.0]))
 
 
 # --------------------------------------------------------------------------------- t-test, Holm, TOST
+SM_ALTERNATIVE = {"two-sided": "two-sided", "greater": "larger", "less": "smaller"}
+
+
 @pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
 @pytest.mark.parametrize("mu", [0.0, 0.3, -0.2])
-def test_t_test_p_matches_scipy(alternative, mu):
+def test_t_test_p_matches_statsmodels(alternative, mu):
     x = np.random.default_rng(3).normal(0.2, 0.5, size=5)
-    assert S.t_test_p(x, mu, alternative) == pytest.approx(sps.ttest_1samp(x, mu, alternative=alternative).pvalue)
+    expected = smw.DescrStatsW(x).ttest_mean(mu, alternative=SM_ALTERNATIVE[alternative])[1]
+    assert S.t_test_p(x, mu, alternative) == pytest.approx(expected)
+
+
+def test_t_test_p_at_tabulated_quantiles():
+    # values with mean m and sd s: t = m / (s / sqrt(6)) set to the table's t_{0.975, 5}, t_{0.9, 5}
+    base = np.array([-1.0, 1.0, -1.0, 1.0, 0.0, 0.0])
+    se = np.std(base, ddof=1) / math.sqrt(6)
+    for q, level in ((0.975, 0.95), (0.9, 0.8)):
+        x = base + T5[level] * se
+        assert S.t_test_p(x) == pytest.approx(2 * (1 - q), rel=1e-6)
+        assert S.t_test_p(x, 0.0, "greater") == pytest.approx(1 - q, rel=1e-6)
+        assert S.t_test_p(x, 0.0, "less") == pytest.approx(q, rel=1e-6)
 
 
 def test_t_test_p_small_n_and_zero_spread():
     assert math.isnan(S.t_test_p([1.0]))
     assert S.t_test_p([0.2, 0.2, 0.2]) == 0.0 and S.t_test_p([0.0, 0.0]) == 1.0
     assert S.t_test_p([0.2, 0.2], 0.5, "greater") == 1.0 and S.t_test_p([0.2, 0.2], 0.5, "less") == 0.0
-    assert S.t_test_p([1.0, np.nan, 2.0, 4.0]) == pytest.approx(sps.ttest_1samp([1.0, 2.0, 4.0], 0).pvalue)
+    assert S.t_test_p([1.0, np.nan, 2.0, 4.0]) == pytest.approx(S.t_test_p([1.0, 2.0, 4.0]))
+    assert S.t_test_p([1.0, np.nan, 2.0, 4.0]) == pytest.approx(smw.DescrStatsW([1.0, 2.0, 4.0]).ttest_mean(0)[1])
     with pytest.raises(UserError, match="alternative"):
         S.t_test_p([1, 2], 0, "both")
 
@@ -189,14 +237,14 @@ def test_holm_matches_statsmodels():
 
 
 @pytest.mark.parametrize("margin", [0.05, 0.2])
-def test_tost_is_two_one_sided_scipy_t_tests(margin):
+def test_tost_matches_statsmodels_ttost_mean(margin):
     x = np.random.default_rng(4).normal(0.03, 0.05, size=6)
     t = S.tost(x, margin, alpha=0.05)
-    lower = sps.ttest_1samp(x, -margin, alternative="greater").pvalue
-    upper = sps.ttest_1samp(x, margin, alternative="less").pvalue
-    assert (t.p_lower, t.p_upper, t.p) == pytest.approx((lower, upper, max(lower, upper)))
-    ci = sps.ttest_1samp(x, 0).confidence_interval(0.90)
-    assert (t.low, t.high, t.n) == pytest.approx((ci.low, ci.high, 6))
+    d = smw.DescrStatsW(x)
+    p, (_, lower, _), (_, upper, _) = d.ttost_mean(-margin, margin)
+    assert (t.p_lower, t.p_upper, t.p) == pytest.approx((lower, upper, p))
+    low, high = d.tconfint_mean(alpha=0.10)
+    assert (t.low, t.high, t.n) == pytest.approx((low, high, 6))
     # the 90 % interval within +-margin exactly when both one-sided p < 0.05
     assert (-margin < t.low and t.high < margin) == (t.p < 0.05)
 

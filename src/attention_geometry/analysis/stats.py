@@ -9,12 +9,18 @@ Conventions:
 - p-values are two-sided unless named one-sided; an exact test on n values cannot go below its floor (p_floor);
 - alpha is 1 - level, so a t-test p < alpha exactly when the level interval excludes 0;
 - the verdict rule (docs/contracts.md, "Claims"): see `verdict`.
+
+The t-intervals and t-tests (one-sample, paired, Welch, TOST) and the sign test are scipy.stats' (imported when
+called); this module adds the NaN handling, the small-n and zero-spread cases, and the exact sign-flip test
+and Holm, which scipy does not serve (see those functions).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +56,16 @@ def _finite(values: Sequence[float]) -> np.ndarray:
     return x[np.isfinite(x)]
 
 
+@contextmanager
+def _no_precision_warning() -> Iterator[None]:
+    """scipy's t-tests warn "Precision loss occurred ... nearly identical" for a group that is constant or equal
+    up to rounding (effects of identical scores, e.g. 0.5 and 0.49999999999999956); the numbers are those of the
+    t formula all the same, which this module computed silently before it used scipy: keep it silent."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Precision loss occurred", category=RuntimeWarning)
+        yield
+
+
 def t_interval(values: Sequence[float], level: float = 0.95) -> Interval:
     """Mean and two-sided Student-t interval over `values` (NaNs dropped); NaN bounds when n < 2."""
     from scipy import stats
@@ -62,9 +78,10 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> Interval:
     mean = float(x.mean())
     if n < 2:
         return Interval(mean, math.nan, math.nan, n)
-    se = float(x.std(ddof=1)) / math.sqrt(n)
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
-    return Interval(mean, mean - half, mean + half, n)
+    if np.ptp(x) == 0.0:  # every value equal: a zero-width interval (scipy's scale must be > 0)
+        return Interval(mean, mean, mean, n)
+    low, high = stats.t.interval(level, n - 1, loc=mean, scale=float(stats.sem(x)))
+    return Interval(mean, float(low), float(high), n)
 
 
 def paired_differences(a: Sequence[float], b: Sequence[float]) -> np.ndarray:
@@ -94,13 +111,11 @@ def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) 
     diff = float(x.mean() - y.mean())
     if x.size < 2 or y.size < 2:
         return Interval(diff, math.nan, math.nan, int(x.size + y.size))
-    va, vb = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
-    se2 = va + vb
-    if se2 == 0:
+    if np.ptp(x) == 0.0 and np.ptp(y) == 0.0:  # both variances 0 (scipy warns of precision loss)
         return Interval(diff, diff, diff, int(x.size + y.size))
-    dof = se2**2 / (va**2 / (x.size - 1) + vb**2 / (y.size - 1))
-    half = float(stats.t.ppf(0.5 + level / 2, dof)) * math.sqrt(se2)
-    return Interval(diff, diff - half, diff + half, int(x.size + y.size))
+    with _no_precision_warning():
+        ci = stats.ttest_ind(x, y, equal_var=False).confidence_interval(level)
+    return Interval(diff, float(ci.low), float(ci.high), int(x.size + y.size))
 
 
 def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
@@ -110,14 +125,20 @@ def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
     x, y = _finite(a), _finite(b)
     if x.size < 2 or y.size < 2:
         return math.nan
-    return float(stats.ttest_ind(x, y, equal_var=False).pvalue)
+    with _no_precision_warning():
+        return float(stats.ttest_ind(x, y, equal_var=False).pvalue)
 
 
 # ---------------------------------------------------------------------------------- exact p-values
 def sign_flip_p(diffs: Sequence[float]) -> float:
     """Exact two-sided sign-flip permutation p-value of mean(diffs) == 0: the share of all 2^n sign
     assignments (the observed one included) whose |mean| is >= the observed |mean| (up to rounding).
-    NaNs dropped; NaN for n = 0; UserError above MAX_SIGN_FLIP_N values."""
+    NaNs dropped; NaN for n = 0; UserError above MAX_SIGN_FLIP_N values.
+
+    Enumerated here rather than with scipy.stats.permutation_test((d,), sum, permutation_type="samples",
+    n_resamples=inf), which gives the same exact p but refuses n = 1 and is far slower (measured on 2 shared
+    CPU cores, scipy 1.17, two runs: n = 12: 0.6 ms here vs 11 ms; n = 16: 10-23 ms vs 0.2-0.4 s; n = 20:
+    8-9 ms vs 7.2-7.6 s)."""
     d = _finite(diffs)
     n = int(d.size)
     if n == 0:
@@ -147,15 +168,16 @@ def p_floor(n: int) -> float:
 
 def sign_test_p(diffs: Sequence[float]) -> float:
     """Exact two-sided binomial sign test of P(diff > 0) == 1/2; zeros and NaNs dropped; NaN when none left.
-    p = min(1, 2 * P(X <= min(k, n - k))) with X ~ Binomial(n, 1/2), k the number of positive differences."""
+    p = min(1, 2 * P(X <= min(k, n - k))) with X ~ Binomial(n, 1/2), k the number of positive differences
+    (scipy.stats.binomtest)."""
+    from scipy import stats
+
     d = _finite(diffs)
     d = d[d != 0]
     n = int(d.size)
     if n == 0:
         return math.nan
-    k = int(np.count_nonzero(d > 0))
-    tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2.0**n
-    return min(1.0, 2.0 * tail)
+    return float(stats.binomtest(int(np.count_nonzero(d > 0)), n, 0.5).pvalue)
 
 
 def t_test_p(values: Sequence[float], mu: float = 0.0, alternative: str = "two-sided") -> float:
@@ -170,22 +192,21 @@ def t_test_p(values: Sequence[float], mu: float = 0.0, alternative: str = "two-s
     n = int(x.size)
     if n < 2:
         return math.nan
-    mean, sd = float(x.mean()), float(x.std(ddof=1))
     if np.ptp(x) == 0.0:  # every value equal (the computed sd may be a rounding error above 0)
+        mean = float(x.mean())
         side = {"two-sided": mean != mu, "greater": mean > mu, "less": mean < mu}[alternative]
         return 0.0 if side else 1.0
-    t = (mean - float(mu)) / (sd / math.sqrt(n))
-    if alternative == "greater":
-        return float(stats.t.sf(t, n - 1))
-    if alternative == "less":
-        return float(stats.t.cdf(t, n - 1))
-    return float(min(1.0, 2.0 * stats.t.sf(abs(t), n - 1)))
+    with _no_precision_warning():
+        return float(stats.ttest_1samp(x, float(mu), alternative=alternative).pvalue)
 
 
 def holm(p_values: Sequence[float]) -> np.ndarray:
     """Holm-Bonferroni step-down adjusted p-values, in the input order. With the m finite p-values sorted
     p_(1) <= ... <= p_(m): adj_(i) = max over j <= i of min(1, (m - j + 1) p_(j)). NaN entries stay NaN and
-    do not count in m (a claim that could not be tested is not in the family)."""
+    do not count in m (a claim that could not be tested is not in the family).
+
+    Hand-written: scipy has no Holm (false_discovery_control is Benjamini-Hochberg/-Yekutieli), and
+    statsmodels' multipletests is only a dev dependency (tests/test_stats.py compares the two)."""
     p = np.asarray(p_values, dtype=float).ravel()
     out = np.full(p.shape, math.nan)
     ok = np.flatnonzero(np.isfinite(p))

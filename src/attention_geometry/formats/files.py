@@ -17,7 +17,6 @@ fails all the same is one UserError line (atomic_path).
 from __future__ import annotations
 
 import csv
-import errno
 import hashlib
 import io
 import json
@@ -464,53 +463,59 @@ def _read_pid(fd: int) -> int | None:
 
 @contextmanager
 def pid_lock(path: str | os.PathLike, what: str, warn=None) -> Iterator[None]:
-    """Hold an exclusive lock on file `path` (fcntl.flock, released by the kernel when the process ends,
-    however it ends) with this process's pid written in, for the block. Held by another process: a
-    UserError `{what} is locked by pid N`. A pid left in the file by a process that died holding it (the
-    lock itself died with it) is taken over, with `warn(message)`. The file is removed when the block ends.
-    A file system without flock support: `warn`, and the block runs unlocked."""
-    import fcntl
+    """Hold an exclusive lock on file `path` (filelock's UnixFileLock: fcntl.flock, released by the kernel when
+    the process ends, however it ends) with this process's pid written in, for the block. Held by another
+    process: a UserError `{what} is locked by pid N`. A pid left in the file by a process that died holding it
+    (the lock itself died with it) is taken over, with `warn(message)`. The file is removed when the block ends.
+    A file system without flock support: `warn`, and the block runs unlocked.
+
+    filelock does the locking (open, flock, retry on an inode unlinked under it, release). It records no holder,
+    so two small additions stay here: the pid written into the locked file (its `on_acquired` hook, which gets the
+    locked descriptor), read back for the error and the stale-lock warning; and the file's removal at the end
+    (filelock keeps it; removed while still locked, so a waiter that opened it finds it unlinked and reopens)."""
+    from filelock import FileLock, Timeout
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = _read_pid(fd)
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise UserError(
-                    f"{what} is locked by pid {holder if holder is not None else '?'} (lock file "
-                    f"{path}): wait for that process to end, or stop it"
-                ) from None
-            if warn:
-                warn(f"{path}: cannot lock ({exc.strerror}); make sure no other process writes {what}")
-            yield
-            return
-        try:  # the holder may have removed the file between our open and our lock: lock the file now there
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
-    try:
-        stale = _read_pid(fd)
-        if stale is not None and stale != os.getpid() and warn:
-            warn(f"{what}: taking over the stale lock of pid {stale}, which ended without releasing it ({path})")
+    stale: list[int] = []
+
+    def write_pid(fd: int) -> None:
+        previous = _read_pid(fd)
+        if previous is not None and previous != os.getpid():
+            stale.append(previous)
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, f"{os.getpid()}\n".encode("ascii"))
         os.fsync(fd)
+
+    # on_acquired turns off filelock's soft (existence-file) fallback: without flock the block runs unlocked
+    lock = FileLock(path, blocking=False, on_acquired=write_pid)
+    try:
+        lock.acquire()
+    except Timeout:
+        try:
+            text = path.read_text(encoding="ascii", errors="replace").strip()
+        except OSError:
+            text = ""
+        holder = text if text.isdigit() else "?"
+        raise UserError(
+            f"{what} is locked by pid {holder} (lock file {path}): wait for that process to end, or stop it"
+        ) from None
+    except OSError as exc:
+        if warn:
+            warn(f"{path}: cannot lock ({exc.strerror or exc}); make sure no other process writes {what}")
+        yield
+        return
+    try:
+        if stale and warn:
+            warn(f"{what}: taking over the stale lock of pid {stale[0]}, which ended without releasing it ({path})")
         yield
     finally:
         try:
             path.unlink()
         except FileNotFoundError:
             pass
-        os.close(fd)
+        lock.release()
 
 
 def csv_text(rows: Iterable[Mapping], columns: Sequence[str]) -> str:
