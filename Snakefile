@@ -3,8 +3,15 @@
 # (runs, names, steps, groups, pretrained sources, notebook I/O) is computed by attention_geometry.workflow.plan,
 # and rules/common.smk only looks it up.
 import os
+import sys
 
 from snakemake.utils import min_version, validate
+
+# The workflow runs its own checkout's package: src/ first on the import path, so the parse needs no
+# installed package (an environment with Snakemake only, as the catalog's --sdm conda usage has, parses it;
+# every job puts the same src/ on PYTHONPATH: workflow.plan.shell_prefix). The parse imports only
+# attention_geometry's torch-free workflow modules and PyYAML, which Snakemake itself depends on.
+sys.path.insert(0, os.path.join(workflow.basedir, "src"))
 
 min_version("9.0")
 

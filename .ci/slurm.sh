@@ -83,7 +83,9 @@ sinfo
 echo "== smoke config through profiles/slurm (results in $OUT/)"
 rm -rf "$OUT"
 start=$(date +%s)
-snakemake --profile profiles/slurm --configfile config/smoke.yaml --config "results=$OUT" \
+# this cluster's values (profiles/slurm leaves partition and account to the user): its one partition, `debug`
+CI_RESOURCES=(--default-resources slurm_partition=debug runtime=30 mem_mb=2000)
+snakemake --profile profiles/slurm "${CI_RESOURCES[@]}" --configfile config/smoke.yaml --config "results=$OUT" \
   --slurm-init-seconds-before-status-checks 2 --slurm-logdir "$SCRATCH/jobs"
 echo "workflow through SLURM: $(( $(date +%s) - start )) s"
 
@@ -111,7 +113,7 @@ assert figs, "no figures"
 print(f"figures: {len(figs)} PNG")
 PY
 echo "== a second run through SLURM has nothing to do"
-snakemake --profile profiles/slurm --configfile config/smoke.yaml --config "results=$OUT" -n 2>&1 \
+snakemake --profile profiles/slurm "${CI_RESOURCES[@]}" --configfile config/smoke.yaml --config "results=$OUT" -n 2>&1 \
   | tee "$SCRATCH/second.txt" | tail -n 2
 grep -q "Nothing to be done" "$SCRATCH/second.txt"
 echo "SLURM smoke run OK"

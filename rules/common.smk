@@ -8,10 +8,10 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-from attention_geometry.workflow.records import record_path, record_text, records, stale_error
+from attention_geometry.workflow.records import content_current, input_sums_path, record_path, record_text, records, stale_error
 from attention_geometry.training.launch import train_launch
-from attention_geometry.workflow.plan import alternation, notebook_file, plan, shell_prefix, slurm_resources, yaml_text
-from attention_geometry.workflow.pretrained import ConfigError
+from attention_geometry.workflow.plan import ONLINE_ENV, alternation, notebook_file, plan, shell_prefix, slurm_resources, yaml_text
+from attention_geometry.workflow.pretrained import ConfigError, scoring_mem_mb
 
 if config["offline"]:
     # Nothing waits on the Hugging Face hub: every job inherits these (local and SLURM jobs alike, since
@@ -43,6 +43,7 @@ PRETRAINED = PLAN.pretrained  # model key -> workflow.Pretrained
 CATALOG = PLAN.catalog  # notebooks/catalog.yaml
 NOTEBOOKS = PLAN.notebooks  # the catalog entries made with this config
 TRAIN_SLURM = slurm_resources(config["training"])  # e.g. a GPU partition for training only
+PREFETCH_SLURM = slurm_resources(config["scoring"], "prefetch_")  # large prefetches: a partition with the network
 TRAIN_LAUNCH = train_launch(config["training"])  # torchrun / srun for several GPUs or nodes
 RECORDS = checked(records, PLAN)  # committed result -> (its files, the config parts that made them)
 
@@ -97,6 +98,17 @@ if PLAN.gqa_models():
 _FORCEALL = any(a == "--forceall" or (a[:1] == "-" and a[1:2] != "-" and "F" in a) for a in sys.argv[1:])
 if workflow.is_main_process and not _FORCEALL and (_stale := stale_error(PLAN, RECORDS)) is not None:
     raise WorkflowError(_stale)
+
+# Committed figures and tables whose notebook and inputs have exactly the sha256 their last run recorded
+# ({results}/config/make_*.inputs.sha256) are current, whatever order a checkout gave their mtimes: they are
+# marked so (their mtime set to now) and Snakemake does not redraw them. An edited notebook or table still
+# re-runs its figures (workflow.records.content_current).
+if workflow.is_main_process and (_current := content_current(PLAN)):
+    print(
+        f"{len(_current)} committed result file(s) are current by content (notebook and inputs as recorded in "
+        f"{PLAN.res('config')}/make_*.inputs.sha256): marked up to date",
+        file=sys.stderr,
+    )
 
 
 def all_targets():

@@ -42,9 +42,11 @@ rule extract_pretrained_wqk:
     params:
         path=lambda w: PRETRAINED[w.model].path,
         name=lambda w: PRETRAINED[w.model].name,
+        check=lambda w: PRETRAINED[w.model].check_command(),
+        sha256=lambda w: PRETRAINED[w.model].recorded,
     threads: config["scoring"]["threads"]
     resources:
-        mem_mb=config["scoring"]["mem_mb"],
+        mem_mb=lambda w, input, attempt: scoring_mem_mb(PRETRAINED[w.model].hub_id and input[0], config["scoring"]["mem_mb"], attempt),
         runtime=config["scoring"]["runtime"],
     log:
         res("logs", "figdata", "wqk-pretrained-{model}.log"),
@@ -53,7 +55,8 @@ rule extract_pretrained_wqk:
     conda:
         "../envs/score.yaml"
     shell:
-        "python -m attention_geometry extract-wqk --no-progress {params.path:q} --name {params.name:q} --out {output:q} > {log:q} 2>&1"
+        "{params.check} > {log:q} 2>&1;"
+        " python -m attention_geometry extract-wqk --no-progress {params.path:q} --name {params.name:q} --out {output:q} >> {log:q} 2>&1"
 
 
 # The symmetry vs loss-gain/speed-up tables of the ablation runs (drawn by fig_symmetry_speedup).
@@ -138,6 +141,8 @@ for _nb in NOTEBOOKS:
                 key: report(path, caption=_caption, category=report_category(path), subcategory=_nb)
                 for key, path in _outputs.items()
             },
+            # the sha256 of the notebook and its inputs, by content (committed; workflow.records.content_current)
+            input_sums=input_sums_path(PLAN, _nb),
         params:
             parameters=json.dumps(_parameters, sort_keys=True),
             # the executed copy (every cell's output; kept when a cell fails) is not declared as a log: a
@@ -150,4 +155,4 @@ for _nb in NOTEBOOKS:
             "../envs/figures.yaml"
         shell:
             "python -m attention_geometry run-notebook --no-progress {input.notebook:q} {params.executed:q}"
-            " --parameters {params.parameters:q} > {log:q} 2>&1"
+            " --parameters {params.parameters:q} --input-sums {output.input_sums:q} > {log:q} 2>&1"

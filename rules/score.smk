@@ -10,14 +10,27 @@ rule prefetch_qk:
     params:
         hub_id=lambda w: PRETRAINED[w.model].hub_id,
         args=lambda w: " ".join(shlex_quote(a) for a in PRETRAINED[w.model].fetch_args),
+        online=ONLINE_ENV,  # the one kind of job that reads the hub
     log:
         res("logs", "prefetch_qk", "{model}.log"),
     wildcard_constraints:
-        model=alternation(PLAN.prefetched),
+        model=alternation([m for m in PLAN.prefetched if m not in PLAN.prefetched_on_cluster] or ["-"]),
     conda:
         "../envs/score.yaml"
     shell:
-        "python -m attention_geometry prefetch-qk --no-progress {params.hub_id:q} --out {output:q} {params.args} > {log:q} 2>&1"
+        "{params.online} python -m attention_geometry prefetch-qk --no-progress {params.hub_id:q} --out {output:q} {params.args} > {log:q} 2>&1"
+
+
+# The same for q/k subsets above config scoring.prefetch_local_max_gb (pretrained `qk_gb`: Llama-3.1-405B's
+# is 72 GB), as a cluster job: a login node is no place for it. Its partition must reach the hub (set
+# scoring.prefetch_slurm_partition where only some nodes have the network).
+use rule prefetch_qk as prefetch_qk_on_cluster with:
+    wildcard_constraints:
+        model=alternation(PLAN.prefetched_on_cluster or ["-"]),
+    resources:
+        mem_mb=config["scoring"]["mem_mb"],
+        runtime=config["scoring"]["runtime"],
+        **PREFETCH_SLURM,
 
 
 rule score_pretrained:
@@ -29,9 +42,13 @@ rule score_pretrained:
         source=lambda w: PRETRAINED[w.model].source,
         args=lambda w: " ".join(shlex_quote(a) for a in PRETRAINED[w.model].args),
         env=lambda w: PRETRAINED[w.model].offline_env,
+        # a packaged model: its recorded sha256, checked in the job (a re-run follows a changed hash, not the
+        # installed files' mtimes)
+        check=lambda w: PRETRAINED[w.model].check_command(),
+        sha256=lambda w: PRETRAINED[w.model].recorded,
     threads: config["scoring"]["threads"]
     resources:
-        mem_mb=config["scoring"]["mem_mb"],
+        mem_mb=lambda w, input, attempt: scoring_mem_mb(PRETRAINED[w.model].hub_id and input[0], config["scoring"]["mem_mb"], attempt),
         runtime=config["scoring"]["runtime"],
     log:
         res("logs", "score_pretrained", "{model}.log"),
@@ -40,7 +57,8 @@ rule score_pretrained:
     conda:
         "../envs/score.yaml"
     shell:
-        "{params.env} python -m attention_geometry score --no-progress {params.source:q} --out {output:q} {params.args} > {log:q} 2>&1"
+        "{params.check} > {log:q} 2>&1;"
+        " {params.env} python -m attention_geometry score --no-progress {params.source:q} --out {output:q} {params.args} >> {log:q} 2>&1"
 
 
 # Grouped-query models scored by the paper's expansion beside the attention's matrix (a known error of the
@@ -54,18 +72,23 @@ rule compare_gqa:
         source=lambda w: PRETRAINED[w.model].source,
         args=lambda w: " ".join(shlex_quote(a) for a in PRETRAINED[w.model].args),
         env=lambda w: PRETRAINED[w.model].offline_env,
+        # a packaged model: its recorded sha256, checked in the job (a re-run follows a changed hash, not the
+        # installed files' mtimes)
+        check=lambda w: PRETRAINED[w.model].check_command(),
+        sha256=lambda w: PRETRAINED[w.model].recorded,
     wildcard_constraints:
         model=alternation(PLAN.gqa_models() or ["-"]),
     threads: config["scoring"]["threads"]
     resources:
-        mem_mb=config["scoring"]["mem_mb"],
+        mem_mb=lambda w, input, attempt: scoring_mem_mb(PRETRAINED[w.model].hub_id and input[0], config["scoring"]["mem_mb"], attempt),
         runtime=config["scoring"]["runtime"],
     log:
         res("logs", "compare_gqa", "{model}.log"),
     conda:
         "../envs/score.yaml"
     shell:
-        "{params.env} python -m attention_geometry compare-gqa --no-progress {params.source:q} --out {output:q} {params.args} > {log:q} 2>&1"
+        "{params.check} > {log:q} 2>&1;"
+        " {params.env} python -m attention_geometry compare-gqa --no-progress {params.source:q} --out {output:q} {params.args} >> {log:q} 2>&1"
 
 
 rule concat_gqa:
@@ -82,21 +105,21 @@ rule concat_gqa:
 
 
 rule join_pretrained_parts:
-    # a GGUF file shipped split over packages (config gguf_parts), joined once and its sha256 checked
-    input:
-        lambda w: PRETRAINED[w.model].parts,
+    # a GGUF file shipped split over packages (config gguf_parts), joined once and its sha256 checked; the parts
+    # are pkg: specs, resolved in the job (the joined file's recorded sha256 is what a re-run follows)
     output:
         res("pretrained", "files", "{model}", "{gguf}"),
     wildcard_constraints:
         gguf=r"[^/]+\.gguf",
     params:
+        parts=lambda w: " ".join(shlex_quote(p) for p in PRETRAINED[w.model].parts),
         sha256=lambda w: PRETRAINED[w.model].sha256,
     log:
         res("logs", "join_pretrained_parts", "{model}-{gguf}.log"),
     conda:
         "../envs/score.yaml"
     shell:
-        "python -m attention_geometry join-parts --no-progress {input:q} --sha256 {params.sha256} --out {output:q} > {log:q} 2>&1"
+        "python -m attention_geometry join-parts --no-progress {params.parts} --sha256 {params.sha256} --out {output:q} > {log:q} 2>&1"
 
 
 rule list_pretrained_models:

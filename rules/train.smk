@@ -4,6 +4,11 @@
 # trainer's checkpoints/, loss.csv and state/ are not outputs, so Snakemake never deletes them: a killed
 # workflow started again with the same command re-runs this job, and the trainer resumes from its newest
 # complete state (or does nothing when the run already finished).
+#
+# Requeues (training.requeues > 0, for runs longer than one job's runtime): the trainer gets `--time-limit` a
+# margin below the job's `runtime` (training/launch.py: time_limit), stops there with its state saved and exits
+# 75 (so does SIGTERM, SLURM's notice at a time limit or preemption); the job fails without train.done, and
+# Snakemake submits it again (`retries`), which resumes from that state. Without requeues: no limit.
 
 
 rule write_run_config:
@@ -42,10 +47,15 @@ rule train_model:
         threads=TRAIN_LAUNCH.threads,
     threads: config["training"]["threads"]
     priority: lambda w: RUNS[w.run].priority
+    # training.requeues (None without: Snakemake's own --retries, e.g. a profile's, stays in force)
+    retries: TRAIN_LAUNCH.retries
     resources:
         **TRAIN_LAUNCH.resources,
         mem_mb=config["training"]["mem_mb"],
         runtime=config["training"]["runtime"],
+        # the trainer's --time-limit in minutes (0: none); a resource, not a param, so that editing
+        # training.runtime or requeues does not make Snakemake re-run finished runs (its params trigger)
+        trainer_time_limit=TRAIN_LAUNCH.time_limit or 0,
         **TRAIN_SLURM,
     log:
         res("logs", "train", "{run}.log"),
@@ -56,6 +66,9 @@ rule train_model:
     shell:
         "{params.launch} python -m attention_geometry train --no-progress --config {input.config:q} --out {params.out:q}"
         " --threads {params.threads}"
-        " --device {params.device} >> {log:q} 2>&1;"
+        " --device {params.device} --time-limit {resources.trainer_time_limit} >> {log:q} 2>&1"
+        " || {{ code=$?; test $code -ne 75 || echo 'train_model {wildcards.run}: the trainer stopped early"
+        " (time limit or SIGTERM) with its state saved (exit 75); a retry of this job resumes it' >> {log:q};"
+        " exit $code; }};"
         " test -d {params.final:q} || {{ echo 'error: training of {wildcards.run} ended without its final"
         " snapshot {params.final}' >> {log:q}; exit 1; }}"

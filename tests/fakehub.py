@@ -1,9 +1,17 @@
 """A local stand-in for the Hugging Face hub: a threaded HTTP server over folders of files, answering the calls
-huggingface_hub makes to read a model repository, and counting the body bytes it sends.
+huggingface_hub makes to read a model or dataset repository, and counting the body bytes it sends. A repository
+is a folder; a dataset repository's key starts with `datasets/` (`datasets/org/name`), as in the hub's URLs.
 
-    /api/models/{repo}/revision/{rev}      model_info: {"id", "sha", "siblings"}
-    /api/models/{repo}/tree/{rev}          list_repo_tree (recursive): files with size and oid
-    HEAD|GET /{repo}/resolve/{rev}/{file}  the file; GET with `Range: bytes=a-b` -> 206 (unless ranges=False: 200)
+    /api/{models|datasets}/{repo}/revision/{rev}    model_info / dataset_info: {"id", "sha", "siblings"}
+    /api/{models|datasets}/{repo}/tree/{rev}[/{path}]  list_repo_tree (`recursive`): files with size, oid (the git
+                                                    blob id) and, for LFS files, lfs {oid: sha256, size}; folders
+    HEAD|GET /[datasets/]{repo}/resolve/{rev}/{file}  the file (ETag: the git blob id, or for an LFS file
+                                                    X-Linked-Etag: its sha256); GET with `Range: bytes=a-b` -> 206
+                                                    (unless ranges=False: 200)
+
+Revisions, URL-quoted as huggingface_hub sends them (`refs%2Fconvert%2Fparquet`): every revision names COMMIT
+unless `refs` (revision -> commit) is set; then a revision that is neither a key nor a value of it is a 404
+RevisionNotFound. An unknown repository is a 404 RepoNotFound, an unknown file or folder a 404 EntryNotFound.
 
 Misbehaviours of real servers (mirrors, proxies, CDNs), switched on per test on the FakeHub (weight files
 only): `whole_after` (ranges honoured that often, then 200 and the whole file), `trickle` (bodies sent 16
@@ -16,6 +24,7 @@ Used by tests/test_hub.py and by hand for the README's measurement (python tests
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -26,10 +35,41 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 _CHUNK = 1 << 20
+# files the hub stores with LFS (its default .gitattributes), and any file of 10 MB or more
+LFS_SUFFIXES = (".parquet", ".safetensors", ".bin", ".arrow", ".gguf", ".h5", ".msgpack", ".pt", ".pth", ".npy", ".zip")
+LFS_MIN_SIZE = 10 * 1000 * 1000
+
+
+def is_lfs(path: Path) -> bool:
+    return path.suffix in LFS_SUFFIXES or path.stat().st_size >= LFS_MIN_SIZE
+
+
+def git_blob_id(path: Path) -> str:
+    """The git blob id (sha1 of `blob SIZE\\0` + content): a regular file's oid and ETag on the hub."""
+    return _digest(path, "blob")
+
+
+def file_sha256(path: Path) -> str:
+    return _digest(path, "sha256")
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_digest(path: Path, kind: str, size: int, mtime_ns: int) -> str:
+    data = path.read_bytes()
+    if kind == "blob":
+        return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
+    return hashlib.sha256(data).hexdigest()
+
+
+def _digest(path: Path, kind: str) -> str:
+    """A file's digest, computed once per content (size and mtime): every ranged answer for a 1 GB shard names
+    its ETag, and hashing the shard at each one made benchmarks/hub_bytes.py 10x slower."""
+    st = path.stat()
+    return _cached_digest(path, kind, st.st_size, st.st_mtime_ns)
 
 
 class FakeHub:
@@ -50,6 +90,20 @@ class FakeHub:
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
         self.lock = threading.Lock()
         self.stopped = False  # set when the server shuts down: a trickling body stops
+        self.refs: dict[str, str] | None = None  # revision -> commit; None: every revision is COMMIT
+
+    def commit(self, revision: str) -> str | None:
+        """The commit a revision names (None: no such revision)."""
+        if self.refs is None:
+            return COMMIT
+        if revision in self.refs:
+            return self.refs[revision]
+        return revision if revision in self.refs.values() else None
+
+    def downloads(self) -> list[str]:
+        """`repo/file` of every file body asked for so far (each GET of a /resolve/ URL that names a file)."""
+        found = [resolve_target(self, p.split("/")) for m, p, r in self.requests if m == "GET" and "/resolve/" in p]
+        return [f[2] for f in found if not isinstance(f, str)]
 
     def answer(self, size: int, weights: bool, range_header: str | None) -> tuple[int, int, int]:
         """(status, first byte, last byte) of the answer to a GET of a file of `size` bytes (a weight file or
@@ -79,6 +133,66 @@ class FakeHub:
         return sorted(p for p in root.rglob("*") if p.is_file())
 
 
+def _tree(root: Path, names: list[str], sub: str, recursive: bool) -> list[dict]:
+    """list_repo_tree's entries under folder `sub` ("" for the root): folders, then files."""
+    under = [n for n in names if not sub or n.startswith(sub + "/")]
+    folders = sorted({"/".join(n.split("/")[:k]) for n in under for k in range(1, n.count("/") + 1)})
+    folders = [d for d in folders if not sub or d.startswith(sub + "/")]
+    depth = sub.count("/") + 1 if sub else 0
+    entries = [
+        {"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "path": d}
+        for d in folders
+        if recursive or d.count("/") == depth
+    ]
+    for n in under:
+        if recursive or n.count("/") == depth:
+            f = root / n
+            entry = {"type": "file", "oid": git_blob_id(f), "size": f.stat().st_size, "path": n}
+            if is_lfs(f):
+                entry["lfs"] = {"oid": file_sha256(f), "size": f.stat().st_size, "pointerSize": 134}
+            entries.append(entry)
+    return entries
+
+
+def api_answer(hub: FakeHub, raw: list[str], query: dict[str, str]) -> tuple[int, object]:
+    """(200, the JSON) or (404, the X-Error-Code) of /api/{models|datasets}/{org}/{name}/{revision|tree}/{rev}
+    [/{path}], each part one URL segment (`raw`, unquoted)."""
+    kind, repo_parts, rest = raw[1], raw[2:4], raw[4:]
+    repo = "/".join(repo_parts) if kind == "models" else "datasets/" + "/".join(repo_parts)
+    if kind not in ("models", "datasets") or repo not in hub.repos or len(rest) < 2:
+        return 404, "RepoNotFound"
+    what, rev, sub = rest[0], rest[1], "/".join(rest[2:])
+    commit = hub.commit(rev)
+    if commit is None:
+        return 404, "RevisionNotFound"
+    root = hub.repos[repo]
+    names = [p.relative_to(root).as_posix() for p in hub.files(repo)]
+    repo_id = "/".join(repo_parts)
+    if what == "revision":
+        info = {"id": repo_id, "modelId": repo_id, "sha": commit, "private": False}
+        return 200, {**info, "siblings": [{"rfilename": n} for n in names]}
+    if what != "tree" or (sub and not (root / sub).is_dir()):
+        return 404, "EntryNotFound"
+    return 200, _tree(root, names, sub, query.get("recursive", "").lower() == "true")
+
+
+def resolve_target(hub: FakeHub, raw: list[str]) -> tuple[Path, str, str] | str:
+    """(the file, its commit, `repo/file`) of /[datasets/]{org}/{name}/resolve/{rev}/{file} (`raw`: the URL's
+    segments, unquoted; the revision is one segment), or the X-Error-Code of the 404."""
+    path = "/".join(raw)
+    repo = next((r for r in hub.repos if path.startswith(r + "/")), None)
+    if repo is None:
+        return "RepoNotFound"
+    skip = repo.count("/") + 1
+    if raw[skip : skip + 1] != ["resolve"] or len(raw) < skip + 3:
+        return "EntryNotFound"
+    commit, name = hub.commit(raw[skip + 1]), "/".join(raw[skip + 2 :])
+    if commit is None:
+        return "RevisionNotFound"
+    file = hub.repos[repo] / name
+    return (file, commit, f"{repo}/{name}") if file.is_file() else "EntryNotFound"
+
+
 def _handler(hub: FakeHub):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -94,17 +208,11 @@ def _handler(hub: FakeHub):
             self.end_headers()
             self.wfile.write(body)
 
-        def _missing(self) -> None:
+        def _missing(self, code: str = "EntryNotFound") -> None:
             self.send_response(404)
             self.send_header("Content-Length", "0")
-            self.send_header("X-Error-Code", "EntryNotFound")
+            self.send_header("X-Error-Code", code)
             self.end_headers()
-
-        def _repo_path(self, path: str) -> tuple[str, str] | None:
-            for repo in hub.repos:
-                if path.startswith(repo + "/"):
-                    return repo, path[len(repo) + 1 :]
-            return None
 
         def do_HEAD(self):
             self._serve(head=True)
@@ -112,44 +220,21 @@ def _handler(hub: FakeHub):
         def do_GET(self):
             self._serve(head=False)
 
+        def _api(self, raw: list[str]) -> None:
+            status, answer = api_answer(hub, raw, dict(parse_qsl(urlsplit(self.path).query)))
+            return self._json(answer) if status == 200 else self._missing(answer)
+
         def _serve(self, head: bool) -> None:
-            path = unquote(urlsplit(self.path).path).lstrip("/")
+            raw = [unquote(x) for x in urlsplit(self.path).path.lstrip("/").split("/")]
+            path = "/".join(raw)
             with hub.lock:
                 hub.requests.append((self.command, path, self.headers.get("Range")))
-            if path.startswith("api/models/"):
-                found = self._repo_path(path[len("api/models/") :])
-                if not found:
-                    return self._missing()
-                repo, rest = found
-                names = [p.relative_to(hub.repos[repo]).as_posix() for p in hub.files(repo)]
-                if rest.startswith("revision/"):
-                    return self._json(
-                        {
-                            "id": repo,
-                            "modelId": repo,
-                            "sha": COMMIT,
-                            "private": False,
-                            "siblings": [{"rfilename": n} for n in names],
-                        }
-                    )
-                if rest.startswith("tree/"):
-                    return self._json(
-                        [
-                            {
-                                "type": "file",
-                                "path": n,
-                                "size": (hub.repos[repo] / n).stat().st_size,
-                                "oid": hashlib.sha1(n.encode()).hexdigest(),
-                            }
-                            for n in names
-                        ]
-                    )
-                return self._missing()
-            found = self._repo_path(path)
-            m = re.fullmatch(r"resolve/([^/]+)/(.+)", found[1]) if found else None
-            file = hub.repos[found[0]] / m.group(2) if m else None
-            if file is None or not file.is_file():
-                return self._missing()
+            if raw[0] == "api":
+                return self._api(raw)
+            found = resolve_target(hub, raw)
+            if isinstance(found, str):
+                return self._missing(found)
+            file, commit, key = found
             if hub.status and file.suffix == ".safetensors":
                 body = b'{"error": "Access to model is restricted."}'
                 self.send_response(hub.status)
@@ -170,8 +255,11 @@ def _handler(hub: FakeHub):
                 return
             self.send_response(status)
             self.send_header("Content-Length", str(end - start + 1))
-            self.send_header("ETag", f'"{hashlib.sha1(str(file).encode()).hexdigest()}"')
-            self.send_header("X-Repo-Commit", COMMIT)
+            self.send_header("ETag", f'"{git_blob_id(file)}"')
+            if is_lfs(file):
+                self.send_header("X-Linked-Etag", f'"{file_sha256(file)}"')
+                self.send_header("X-Linked-Size", str(size))
+            self.send_header("X-Repo-Commit", commit)
             self.send_header("Accept-Ranges", "bytes" if hub.ranges else "none")
             if status == 206:
                 total = size + (hub.total_offset if weights else 0)
@@ -179,7 +267,7 @@ def _handler(hub: FakeHub):
             self.end_headers()
             if head:
                 return
-            self._send_file(file, start, end, f"{found[0]}/{m.group(2)}", weights)
+            self._send_file(file, start, end, key, weights)
 
         def _send_file(self, file: Path, start: int, end: int, key: str, weights: bool) -> None:
             """Bytes start..end of `file` as the body (cut short or trickled as the hub's switches say)."""

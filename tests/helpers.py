@@ -43,13 +43,9 @@ def validated_config(name: str = "smoke.yaml") -> dict:
     return _defaults(yaml.safe_load((REPO / "config" / name).read_text()), schema)
 
 
-def fake_package(package, where):
-    return f"/site-packages/{package}"
-
-
 def config_plan(cfg, **kw):
-    """The workflow's plan for `cfg`, with the offline packages' folders faked (no installed package needed)."""
-    return plan(cfg, str(REPO), kw.pop("configfiles", ()), find_package=fake_package)
+    """The workflow's plan for `cfg` (packaged models stay pkg: specs: no installed package needed)."""
+    return plan(cfg, str(REPO), kw.pop("configfiles", ()))
 
 
 def run_names(cfg: dict) -> set[str]:
@@ -103,6 +99,27 @@ def job_files(output: str) -> list[tuple[str, list[str], list[str]]]:
             if line:
                 files[key] = [p.strip() for p in line.group(1).split(",")]
         jobs.append((m.group(1), files["input"], files["output"]))
+    return jobs
+
+
+def local_rules() -> set[str]:
+    """The rules named by the `localrules:` directives of rules/*.smk (Snakemake runs them on the submitting
+    host; a dry run does not say which jobs are local)."""
+    names = set()
+    for smk in (REPO / "rules").glob("*.smk"):
+        for block in re.findall(r"^localrules:\n((?:[ \t]+\w+,?\n)+)", smk.read_text(), re.M):
+            names |= set(block.replace(",", " ").split())
+    return names
+
+
+def dry_run_shell_commands(output: str) -> list[tuple[str, bool, str]]:
+    """(rule, whether it is a local rule, its shell command) of every job of a `snakemake -n -p` listing."""
+    local = local_rules()
+    jobs = []
+    for block in re.split(r"^(?=(?:local)?rule \S+:$)", output, flags=re.M)[1:]:
+        m = re.match(r"(?:local)?rule (\S+):", block)
+        cmd = re.search(r"^Shell command: (.*)$", block.split("\n\n")[0], re.M)
+        jobs.append((m.group(1), m.group(1) in local, cmd.group(1) if cmd else ""))
     return jobs
 
 

@@ -12,7 +12,16 @@ from helpers import config_plan, validated_config
 
 from attention_geometry.formats.files import atomic_write_text
 from attention_geometry.workflow.plan import expand_runs
-from attention_geometry.workflow.records import record_path, record_text, records, stale_error
+from attention_geometry.workflow.records import (
+    content_current,
+    input_sums_path,
+    read_input_sums,
+    record_path,
+    record_text,
+    records,
+    stale_error,
+    write_input_sums,
+)
 
 
 def _changed(a: dict, b: dict) -> set[str]:
@@ -123,3 +132,61 @@ def test_results_made_with_another_config_stop_with_one_line(tmp_path):
     msg = stale_error(config_plan(cfg))
     assert "symmetry_speedup_runs.csv" in msg and "fig3_emergence.pdf" in msg
     assert "training_scores.csv" not in msg and "null_scores.csv" not in msg
+
+
+def _entry_files(plan, nb):
+    from attention_geometry.workflow.plan import notebook_file
+
+    parameters, _, outputs = plan.notebook_io(nb)
+    inputs = [notebook_file(plan.catalog, nb), *parameters["inputs"].values()]
+    return inputs, [*outputs.values(), input_sums_path(plan, nb)]
+
+
+def test_content_current_marks_only_outputs_whose_inputs_are_unchanged(tmp_path, monkeypatch):
+    """A checkout that leaves an input newer than its outputs: the outputs are marked current (mtime moved past
+    the inputs) only when the notebook and every input have the sha256 the last run recorded; an edited input,
+    a missing record or a record of other files leave them stale for Snakemake."""
+    import hashlib
+
+    monkeypatch.chdir(tmp_path)
+    cfg = validated_config()
+    cfg["results"] = "res"
+    plan = config_plan(cfg)
+    nb = plan.notebooks[0]
+    plan.notebooks = [nb]
+    inputs, made = _entry_files(plan, nb)
+    for i, f in enumerate(inputs + made[:-1]):
+        os.makedirs(os.path.dirname(f) or ".", exist_ok=True)
+        with open(f, "w") as fh:
+            fh.write(f"content {i}\n")
+    write_input_sums(made[-1], inputs)
+    # the record is sha256sum's format, checked against hashlib
+    lines = open(made[-1]).read().splitlines()
+    names = [line.split("  ")[1] for line in lines]
+    assert names == sorted(names) and len(names) == len(set(inputs))
+    for line in lines:
+        digest, name = line.split("  ")
+        assert digest == hashlib.sha256(open(name, "rb").read()).hexdigest()
+
+    def age(files, t):
+        for f in files:
+            os.utime(f, (t, t))
+
+    age(made, 1_000_000)
+    age(inputs, 2_000_000)  # every input "newer" than the outputs, as a checkout may leave them
+    assert content_current(plan) == made
+    assert all(os.stat(o).st_mtime >= os.stat(i).st_mtime for o in made for i in inputs)
+    assert content_current(plan) == []  # nothing looks stale any more
+
+    age(made, 1_000_000)
+    with open(inputs[-1], "a") as fh:
+        fh.write("an edit\n")
+    age(inputs, 2_000_000)
+    assert content_current(plan) == []  # changed content: left to Snakemake, which redraws
+    assert os.stat(made[0]).st_mtime == 1_000_000
+
+    write_input_sums(made[-1], [f for f in inputs if f != inputs[-1]])  # a record of other files
+    age(made, 1_000_000)
+    assert content_current(plan) == []
+    os.remove(made[-1])  # no record at all
+    assert content_current(plan) == [] and read_input_sums(made[-1]) == {}

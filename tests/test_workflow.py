@@ -28,6 +28,7 @@ from helpers import (
     assert_has_content,
     config_plan,
     copy_workflow,
+    dry_run_shell_commands,
     env,
     job_counts,
     job_files,
@@ -38,6 +39,7 @@ from helpers import (
 
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import TABLE_COLUMNS
+from attention_geometry.workflow import plan as workflow_plan
 from attention_geometry.workflow.concat import concat_tables
 from attention_geometry.workflow.plan import expand_runs
 
@@ -115,7 +117,7 @@ def test_dry_run_default_config_has_every_run_and_figure():
 
 @pytest.mark.workflow
 def test_dry_run_paper_config():
-    proc = snakemake("-n", "--configfile", "config/paper.yaml")
+    proc = snakemake("-n", "-p", "--configfile", "config/paper.yaml")
     counts = job_counts(proc.stdout)
     # every run of the config's expansion is trained and scored (its content: tests/test_paper_config.py)
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
@@ -128,14 +130,32 @@ def test_dry_run_paper_config():
     assert counts["score_pretrained"] > 100
     # the default config is not merged into the paper config
     assert "wiki_offline" not in proc.stdout
-    # each hub model (not a GGUF file) is prefetched once, on the submitting host, and scored from that folder
+    # each hub model (not a GGUF file) is prefetched once, on the submitting host (the very large ones by a
+    # cluster job), and scored from that folder
     hub = {k for k, m in cfg["pretrained"].items() if "hub_id" in m and "gguf_file" not in m}
+    big = {k for k in hub if cfg["pretrained"][k].get("qk_gb", 0) > cfg["scoring"]["prefetch_local_max_gb"]}
+    assert "meta-llama--Llama-3.1-405B" in big
     jobs = job_files(proc.stdout + proc.stderr)
-    fetched = {os.path.basename(outs[0]): outs[0] for rule, _, outs in jobs if rule == "prefetch_qk"}
-    assert counts["prefetch_qk"] == len(fetched) == len(hub) > 100 and set(fetched) == hub
+    prefetches = ("prefetch_qk", "prefetch_qk_on_cluster")
+    fetched = {os.path.basename(outs[0]): outs[0] for rule, _, outs in jobs if rule in prefetches}
+    assert counts["prefetch_qk"] + counts["prefetch_qk_on_cluster"] == len(fetched) == len(hub) > 100
+    assert set(fetched) == hub and counts["prefetch_qk_on_cluster"] == len(big)
     assert all(f == os.path.join(cfg["results"], "hub-qk", k) for k, f in fetched.items())
-    local = re.search(r"^localrules:\n((?:    \w+,\n)+)", (REPO / "rules" / "common.smk").read_text(), re.M)
-    assert "prefetch_qk" in local.group(1).replace(",", " ").split()  # a local rule: it runs on the login node
+    # No compute-node job reads the network: every job runs with the hub offline (the shell prefix), and the
+    # only commands that switch it on are local rules' (on the submitting host) or the large prefetches'; every
+    # hub id and hub dataset of the config is named only by such a job.
+    shells = dry_run_shell_commands(proc.stdout)
+    online = {(rule, local) for rule, local, cmd in shells if "HF_HUB_OFFLINE=0" in cmd}
+    assert ("prefetch_qk", True) in online and all(local or rule == "prefetch_qk_on_cluster" for rule, local in online)
+    assert all(local for rule, local, _ in shells if rule == "prefetch_qk")
+    hub_ids = {m["hub_id"] for m in cfg["pretrained"].values() if "hub_id" in m and "gguf_file" not in m}
+    read_from = {}  # hub id -> the jobs whose command reads it (the source right after --no-progress)
+    for rule, local, cmd in shells:
+        for source in re.findall(r"--no-progress (\S+)", cmd):
+            if source in hub_ids:
+                read_from.setdefault(source, set()).add((rule, local))
+    assert set(read_from) == hub_ids and all(jobs <= online for jobs in read_from.values())
+    assert "HF_HUB_OFFLINE=1" in workflow_plan.shell_prefix(str(REPO))
     scored = {os.path.basename(outs[0])[:-4]: ins for rule, ins, outs in jobs if rule == "score_pretrained"}
     assert all(scored[k] == [fetched[k]] for k in hub)
     # the paper's grouped-query models are also scored by its expansion, from the same prefetched q/k subsets

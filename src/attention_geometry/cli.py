@@ -28,6 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "attention_geometry.weights.prefetch",
         "fetch a hub model's q/k tensors and config into a local folder",
     ),
+    "fetch-hub-data": (
+        "attention_geometry.data.fetch",
+        "fetch the hub files a corpus or image set reads (data files, tokenizer) into a folder, for offline prepares",
+    ),
     "prepare-corpus": ("attention_geometry.data.prepare", "tokenize a corpus into fixed-length blocks"),
     "prepare-images": (
         "attention_geometry.data.images",
@@ -49,6 +53,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run a figure notebook with papermill; a failing cell is one error line and its traceback",
     ),
     "join-parts": ("attention_geometry.workflow.pretrained", "join a model file shipped in parts, checking its sha256"),
+    "locate-package": (
+        "attention_geometry.workflow.pretrained",
+        "print the path of a file or folder inside an installed package (pkg:PACKAGE/PATH), checking its sha256",
+    ),
     "symmetry-speedup": (
         "attention_geometry.analysis.figdata",
         "tabulate symmetry vs loss gain and speed-up per ablation run",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attention_geometry.data.hub_data import CONVERTED_PARQUET, NATIVE_PARQUET, HubInput, split_patterns
 from attention_geometry.formats.corpus import CorpusError
 from attention_geometry.formats.files import read_yaml
 from attention_geometry.formats.value_kinds import expected
@@ -26,6 +27,7 @@ __all__ = [
     "MINIMUMS",
     "EXCLUSIVE_MAXIMUMS",
     "HUB_DEFAULTS",
+    "HUB_LAYOUTS",
     "TYPES",
     "TOKENIZER_TYPES",
     "HUB_TYPES",
@@ -34,6 +36,9 @@ __all__ = [
     "CorpusConfig",
     "corpus_config_from_dict",
     "load_corpus_config",
+    "tokenizer_on_hub",
+    "hub_inputs",
+    "fetch_config",
 ]
 
 DATASETS = ("wiki_offline", "text_files", "wikipedia", "red_pajama", "jigsaw")
@@ -58,16 +63,21 @@ MINIMUMS: dict[str, int | float] = {
 EXCLUSIVE_MAXIMUMS: dict[str, int | float] = {"heldout_fraction": 1}
 OPTIONAL = ("max_documents", "max_bytes", "tokenizer.limit_alphabet", "hub.n_documents")  # may be null
 
-# defaults of the hub datasets (a config may override each field)
+# defaults of the hub datasets (a config may override each field). RedPajama-V2's own branch holds only a loading
+# script, which datasets >= 4 no longer runs: its parquet files are the hub's conversion, `refs/convert/parquet`.
 HUB_DEFAULTS: dict[str, dict[str, Any]] = {
     "wikipedia": {"path": "wikimedia/wikipedia", "name": "20231101.en", "text_field": "text"},
     "red_pajama": {
         "path": "togethercomputer/RedPajama-Data-V2",
         "name": "sample",
+        "revision": "refs/convert/parquet",
         "streaming": True,
         "text_field": "raw_content",
     },
 }
+# where a hub dataset keeps a split's parquet files when `hub.data_files` is null (data.hub_data)
+HUB_LAYOUTS: dict[str, tuple[str, ...]] = {"wikipedia": NATIVE_PARQUET, "red_pajama": CONVERTED_PARQUET}
+HUB_DATASETS = tuple(HUB_LAYOUTS)
 
 
 @dataclass(frozen=True)
@@ -88,8 +98,10 @@ class TokenizerConfig:
 
 @dataclass(frozen=True)
 class HubConfig:
-    """`datasets.load_dataset(path, name, revision=, split=, streaming=, data_files=)`; `text_field` is the
-    column with the text; at most `n_documents` rows are read (None: all)."""
+    """The parquet files of split `split` of hub dataset `path` (config `name`) at `revision`: `data_files`
+    (patterns, or a mapping split -> patterns), else the dataset's layout (HUB_LAYOUTS); `text_field` is the
+    column with the text; at most `n_documents` rows are read (None: all). `streaming` is recorded only (the
+    files are always read row group by row group)."""
 
     path: str | None = None
     name: str | None = None
@@ -250,3 +262,59 @@ def load_corpus_config(path: str | os.PathLike) -> CorpusConfig:
         got = "an empty file" if raw is None else f"a {type(raw).__name__}"
         raise CorpusError(f"{p}: a corpus config is a mapping of keys (e.g. `dataset: wiki_offline`), got {got}")
     return corpus_config_from_dict(raw, where=str(p))
+
+
+# ------------------------------------------------------------------------------------------- hub inputs
+
+
+def tokenizer_on_hub(tc: TokenizerConfig) -> bool:
+    """Whether a tokenizer is read from the hub: kind pretrained and `name` neither an existing local file or
+    folder nor a path (absolute, or starting with `.` or `~`), as wordpiece.load_pretrained decides."""
+    if tc.kind != "pretrained" or not tc.name:
+        return False
+    if Path(tc.name).expanduser().exists() or Path(tc.name).is_absolute() or tc.name.startswith((".", "~")):
+        return False
+    return True
+
+
+def hub_inputs(cfg: CorpusConfig) -> list[HubInput]:
+    """What corpus `cfg` reads from the hub (data.hub_data): the parquet files of its split (wikipedia,
+    red_pajama) and a pretrained tokenizer's tokenizer.json; [] for none (wiki_offline, text_files, jigsaw with
+    a WordPiece or local tokenizer). A malformed `hub.data_files`: CorpusError naming it."""
+    where = f"corpus {cfg.name!r}"
+    out = []
+    if cfg.dataset in HUB_DATASETS:
+        hub = cfg.hub
+        if not hub.path:
+            raise CorpusError(f"{where}: `hub.path` is required for dataset {cfg.dataset!r}")
+        layout = HUB_LAYOUTS[cfg.dataset]
+        files = {hub.split: split_patterns(hub.data_files, hub.split, hub.split, layout, hub.name, where, CorpusError)}
+        out.append(HubInput("dataset", hub.path, "dataset", hub.revision, files))
+    if tokenizer_on_hub(cfg.tokenizer):
+        out.append(
+            HubInput(
+                "tokenizer", cfg.tokenizer.name, "model", cfg.tokenizer.revision, {"tokenizer": [["tokenizer.json"]]}
+            )
+        )
+    return out
+
+
+def fetch_config(raw: Mapping) -> dict[str, Any] | None:
+    """The part of corpus config `raw` (a mapping, as in the workflow's `corpora`) that decides its hub inputs,
+    itself a valid CORPUS.yaml with the same hub_inputs: what `attention-geometry fetch-hub-data` is given, so
+    that a change elsewhere in the corpus config (block_len, the tokenizer's vocabulary) fetches nothing again.
+    None where the corpus reads nothing from the hub, or does not validate (prepare-corpus then says why)."""
+    try:
+        cfg = corpus_config_from_dict(raw)
+        if not hub_inputs(cfg):
+            return None
+    except CorpusError:
+        return None
+    out: dict[str, Any] = {"dataset": cfg.dataset}
+    if cfg.dataset in ("text_files", "jigsaw"):
+        out["paths"] = list(cfg.paths)
+    if cfg.dataset in HUB_DATASETS:
+        out["hub"] = {k: getattr(cfg.hub, k) for k in ("path", "name", "revision", "split", "data_files")}
+    if tokenizer_on_hub(cfg.tokenizer):
+        out["tokenizer"] = {"kind": "pretrained", "name": cfg.tokenizer.name, "revision": cfg.tokenizer.revision}
+    return out

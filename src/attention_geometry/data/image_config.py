@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attention_geometry.data.hub_data import NATIVE_PARQUET, HubInput, split_patterns
 from attention_geometry.formats.corpus import CorpusError
 from attention_geometry.formats.files import read_yaml
 from attention_geometry.formats.value_kinds import expected
@@ -32,9 +33,13 @@ __all__ = [
     "ImageConfig",
     "image_config_from_dict",
     "load_image_config",
+    "IMAGE_HUB_LAYOUTS",
+    "hub_local_dir",
+    "hub_inputs",
+    "fetch_config",
 ]
 
-# digits: scikit-learn's 8x8 handwritten digits (offline); the others: datasets.load_dataset from the hub
+# digits: scikit-learn's 8x8 handwritten digits (offline); the others: parquet files of a hub dataset
 IMAGE_DATASETS = ("digits", "cifar10", "imagenet1k")
 HUB_IMAGE_DATASETS = ("cifar10", "imagenet1k")
 CHANNELS = (1, 3)  # grayscale (PIL mode L) or RGB
@@ -65,13 +70,18 @@ IMAGE_HUB_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
+# where a hub dataset keeps a split's parquet files when `hub.data_files` is null (data.hub_data): the
+# push_to_hub layout, `{name}/{split}-NNNNN-of-NNNNN.parquet` (`data/...` without a config name)
+IMAGE_HUB_LAYOUTS: dict[str, tuple[str, ...]] = {"cifar10": NATIVE_PARQUET, "imagenet1k": NATIVE_PARQUET}
+
 
 @dataclass(frozen=True)
 class ImageHubConfig:
-    """`datasets.load_dataset(path, name, revision=, split=, data_files=)` for the train split (`split`) and
-    the held-out split (`heldout_split`; null: a stratified `heldout_fraction` of `split`); `image_field`
-    is the image column ({bytes, path}, decoded with PIL), `label_field` the class id column; at most
-    `n_images` rows of each split are read (null: all). `path` may be a local folder of the dataset's files."""
+    """The parquet files of hub dataset `path` (config `name`) at `revision` (`data_files`: a mapping split ->
+    patterns, else IMAGE_HUB_LAYOUTS) for the train split (`split`) and the held-out split (`heldout_split`;
+    null: a stratified `heldout_fraction` of `split`); `image_field` is the image column ({bytes, path}, decoded
+    with PIL), `label_field` the class id column; at most `n_images` rows of each split are read (null: all).
+    `path` may be a local folder of the dataset's files."""
 
     path: str | None = None
     name: str | None = None
@@ -190,3 +200,48 @@ def load_image_config(path: str | os.PathLike) -> ImageConfig:
         got = "an empty file" if raw is None else f"a {type(raw).__name__}"
         raise CorpusError(f"{p}: an image config is a mapping of keys (e.g. `dataset: digits`), got {got}")
     return image_config_from_dict(raw, where=str(p))
+
+
+# ------------------------------------------------------------------------------------------- hub inputs
+
+
+def hub_local_dir(cfg: ImageConfig) -> Path | None:
+    """`hub.path` as a local folder of the dataset's files, where it is one (read in place, nothing fetched)."""
+    p = Path(cfg.hub.path or "").expanduser()
+    return p if cfg.hub.path and p.is_dir() else None
+
+
+def _splits(cfg: ImageConfig) -> list[str]:
+    return [cfg.hub.split] + ([cfg.hub.heldout_split] if cfg.hub.heldout_split is not None else [])
+
+
+def split_files(cfg: ImageConfig) -> dict[str, list[list[str]]]:
+    """split -> the alternative pattern lists of its parquet files (data.hub_data.split_patterns)."""
+    where = f"image set {cfg.name!r}"
+    layout = IMAGE_HUB_LAYOUTS[cfg.dataset]
+    return {
+        s: split_patterns(cfg.hub.data_files, s, cfg.hub.split, layout, cfg.hub.name, where, CorpusError)
+        for s in _splits(cfg)
+    }
+
+
+def hub_inputs(cfg: ImageConfig) -> list[HubInput]:
+    """What image set `cfg` reads from the hub: the parquet files of its train and held-out splits; [] for the
+    digits and for a hub dataset whose `hub.path` is a local folder."""
+    if cfg.dataset not in HUB_IMAGE_DATASETS or hub_local_dir(cfg) is not None:
+        return []
+    return [HubInput("dataset", cfg.hub.path, "dataset", cfg.hub.revision, split_files(cfg))]
+
+
+def fetch_config(raw: Mapping) -> dict[str, Any] | None:
+    """The part of image config `raw` that decides its hub inputs, itself a valid IMAGES.yaml with the same
+    hub_inputs (what `attention-geometry fetch-hub-data` is given); None where it reads nothing from the hub or
+    does not validate (prepare-images then says why)."""
+    try:
+        cfg = image_config_from_dict(raw)
+        if not hub_inputs(cfg):
+            return None
+    except CorpusError:
+        return None
+    keys = ("path", "name", "revision", "split", "heldout_split", "data_files")
+    return {"dataset": cfg.dataset, "hub": {k: getattr(cfg.hub, k) for k in keys}}

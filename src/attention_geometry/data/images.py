@@ -4,8 +4,9 @@ none of its own), and write it in the prepared image-set format (attention_geome
 
 Sources: `digits` (scikit-learn's 8x8 handwritten digits, read offline from the file scikit-learn ships,
 sklearn/datasets/data/digits.csv.gz, exactly as `sklearn.datasets.load_digits` reads it) and the hub datasets
-`cifar10` / `imagenet1k` (`datasets.load_dataset` at a pinned revision, from their parquet files; the image
-column's encoded bytes are decoded with PIL). Pixels are stored as uint8 0..255 [n, C, H, W]: the digits'
+`cifar10` / `imagenet1k` (their parquet files at a pinned revision, fetched from the hub by data.hub_data, or in
+a local folder, read offline with datasets' parquet builder; the image column's encoded bytes are decoded with
+PIL). Pixels are stored as uint8 0..255 [n, C, H, W]: the digits'
 0..16 counts as round(v * 255 / 16) (an exact, invertible map). As for corpora, the prepare runs in
 OUT.tmp-<pid> and is swapped in whole; the same config and inputs give byte-identical files; a local input
 that changed since OUT was prepared stops it with one line (`--force` prepares it again).
@@ -14,6 +15,7 @@ that changed since OUT was prepared stops it with one line (`--force` prepares i
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import gzip
 import hashlib
 import importlib.util
@@ -28,8 +30,16 @@ from typing import Any
 
 import numpy as np
 
-from attention_geometry.data.image_config import HUB_IMAGE_DATASETS, ImageConfig, load_image_config
-from attention_geometry.data.prepare import _versions, write_prepared
+from attention_geometry.data.hub_data import FetchedData, check_hub_data, fetch_now
+from attention_geometry.data.image_config import (
+    HUB_IMAGE_DATASETS,
+    ImageConfig,
+    hub_inputs,
+    hub_local_dir,
+    load_image_config,
+    split_files,
+)
+from attention_geometry.data.prepare import _versions, offline_hub, write_prepared
 from attention_geometry.formats.corpus import (
     FORMAT_VERSION,
     IMAGE_FILES,
@@ -118,11 +128,6 @@ def stratified_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np
 # ------------------------------------------------------------------------------------------------- hub
 
 
-def _hub_local_dir(cfg: ImageConfig) -> Path | None:
-    p = Path(cfg.hub.path or "").expanduser()
-    return p if cfg.hub.path and p.is_dir() else None
-
-
 def _to_array(data: bytes, cfg: ImageConfig, mode: str, where: str) -> np.ndarray:
     from PIL import Image
 
@@ -142,27 +147,41 @@ def _to_array(data: bytes, cfg: ImageConfig, mode: str, where: str) -> np.ndarra
     return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
 
 
-def _read_hub_split(cfg: ImageConfig, split: str, tmp: Path, out_images: Path) -> dict[str, Any]:
-    """Read one split of a hub dataset into OUT_IMAGES (.npy, uint8 [n, C, H, W]); returns its labels,
-    class names and source record."""
+def _split_paths(cfg: ImageConfig, split: str, fetched: FetchedData | None) -> tuple[list[Path], dict[str, Any]]:
+    """The parquet files of one split, and what the manifest records of where they came from: from the fetched
+    hub data (its commit and files), or matched in the local folder `hub.path`."""
+    if fetched is not None:
+        return fetched.paths("dataset", split), fetched.record("dataset", split)
+    local = hub_local_dir(cfg)
+    assert local is not None  # prepare_images fetches a hub id's files first
+    names = [p.relative_to(local).as_posix() for p in image_inputs(cfg)]
+    for alternative in split_files(cfg)[split]:
+        found = sorted(n for n in names if any(fnmatch.fnmatchcase(n, pat) for pat in alternative))
+        if found:
+            return [local / n for n in found], {}
+    tried = " or ".join(", ".join(a) for a in split_files(cfg)[split])
+    raise CorpusError(f"{local}: no file matches {tried} (split {split}; set `hub.data_files`)")
+
+
+def _read_hub_split(
+    cfg: ImageConfig, split: str, tmp: Path, out_images: Path, fetched: FetchedData | None
+) -> dict[str, Any]:
+    """Read one split of a hub dataset (its parquet files, fetched or in a local folder, read offline) into
+    OUT_IMAGES (.npy, uint8 [n, C, H, W]); returns its labels, class names and source record."""
     from datasets import ClassLabel, load_dataset
     from datasets import Image as ImageFeature
 
     hub = cfg.hub
     where = f"{hub.path} (split {split})"
-    if not hub.revision:
+    if not hub.revision and fetched is not None:
         log.warning("%s: no revision pinned; the dataset may change under the same config", hub.path)
-    kw: dict[str, Any] = {"revision": hub.revision, "split": split}
-    if hub.name:
-        kw["name"] = hub.name
-    if hub.data_files is not None:
-        kw["data_files"] = hub.data_files
-    if _hub_local_dir(cfg) is not None:  # a local copy: its cache lives and dies with the temporary folder
-        kw["cache_dir"] = str(tmp / "hf-cache")
-    try:
-        ds = load_dataset(hub.path, **kw)
-    except Exception as exc:  # datasets raises many kinds (missing split, no network, gated dataset)
-        raise CorpusError(f"{where}: cannot load the dataset ({type(exc).__name__}: {exc})") from None
+    files, origin = _split_paths(cfg, split, fetched)
+    try:  # the packaged parquet builder on local files (its cache lives and dies with the temporary folder)
+        ds = load_dataset(
+            "parquet", data_files={"train": [str(p) for p in files]}, split="train", cache_dir=str(tmp / "hf-cache")
+        )
+    except Exception as exc:  # datasets raises many kinds (a damaged file, files of different columns)
+        raise CorpusError(f"{where}: cannot read the parquet files ({type(exc).__name__}: {exc})") from None
     for col in (hub.image_field, hub.label_field):
         if col not in ds.column_names:
             raise CorpusError(f"{where}: no column {col!r} (columns: {', '.join(ds.column_names)})")
@@ -212,8 +231,10 @@ def _read_hub_split(cfg: ImageConfig, split: str, tmp: Path, out_images: Path) -
         "hub_id": hub.path,
         "name": hub.name,
         "revision": hub.revision,
+        **({"commit": origin["commit"]} if origin else {}),
         "split": split,
         "data_files": hub.data_files,
+        **({"files": origin["files"]} if origin else {}),
         "n_images_read": n,
         "sha256": h.hexdigest(),
     }
@@ -229,7 +250,7 @@ def image_inputs(cfg: ImageConfig) -> list[Path]:
     under it but hidden ones, sorted); nothing for a hub id (its revision pins it)."""
     if cfg.dataset == "digits":
         return [digits_path()]
-    local = _hub_local_dir(cfg)
+    local = hub_local_dir(cfg)
     if local is None:
         return []
     return sorted(
@@ -284,12 +305,18 @@ def images_status(cfg: ImageConfig, out: str | os.PathLike) -> str:
 # -------------------------------------------------------------------------------------------- prepare
 
 
-def prepare_images(cfg: ImageConfig, out: str | os.PathLike, force: bool = False) -> Path:
+def prepare_images(
+    cfg: ImageConfig, out: str | os.PathLike, force: bool = False, hub_data: str | os.PathLike | None = None
+) -> Path:
     """Read, split and write image set `cfg` to OUT (docs/data.md "Image sets"). Nothing is done when OUT
     already holds this config prepared from the same inputs; another image set at OUT, or inputs changed
-    since (images_status), is an error unless force."""
+    since (images_status), is an error unless force. A hub dataset's files come from `hub_data`, a folder
+    fetched by `fetch-hub-data` for this config, read offline; without it, they are fetched now into the
+    temporary folder."""
     out = Path(out)
-    check_out_location(out, [])  # never the current folder or one holding it (the sources are read-only files)
+    # never the current folder or one holding it, nor inside the sources
+    check_out_location(out, [p for p in (hub_local_dir(cfg), hub_data) if p is not None])
+    fetched = check_hub_data(hub_inputs(cfg), hub_data, "images")  # a wrong folder stops here
     status = images_status(cfg, out)
     if status == "current":
         log.info("%s already holds this image set: nothing to do", out)
@@ -306,7 +333,9 @@ def prepare_images(cfg: ImageConfig, out: str | os.PathLike, force: bool = False
             "from the current data"
         )
     t0 = time.perf_counter()
-    manifest = write_prepared(out, lambda tmp: _prepare_into(cfg, tmp))
+    if fetched is not None:
+        fetched.verify()  # a missing or changed file stops before any work
+    manifest = write_prepared(out, lambda tmp: _prepare_into(cfg, tmp, fetched))
     log.info(
         "image set %s (%s) -> %s: %d train + %d held-out images of %dx%dx%d, %d classes (%.1f s)",
         cfg.name,
@@ -339,7 +368,7 @@ def _split_in_place(tmp: Path, images_file: Path, labels: np.ndarray, cfg: Image
     images_file.unlink()
 
 
-def _prepare_into(cfg: ImageConfig, tmp: Path) -> dict[str, Any]:
+def _prepare_into(cfg: ImageConfig, tmp: Path, fetched: FetchedData | None = None) -> dict[str, Any]:
     where = f"image set {cfg.name!r} (dataset {cfg.dataset})"
     sources: list[dict[str, Any]] = []
     names: list[str] | None
@@ -352,8 +381,10 @@ def _prepare_into(cfg: ImageConfig, tmp: Path) -> dict[str, Any]:
         _split_in_place(tmp, tmp / "source_images.npy", labels, cfg)
         split = {"kind": "stratified", "heldout_fraction": cfg.heldout_fraction, "seed": cfg.seed}
     elif cfg.dataset in HUB_IMAGE_DATASETS:
+        if fetched is None and hub_inputs(cfg):
+            fetched = fetch_now(hub_inputs(cfg), tmp / "hub-data", "images")
         sources.extend(_file_source(p) for p in image_inputs(cfg))
-        train = _read_hub_split(cfg, cfg.hub.split, tmp, tmp / "source_images.npy")
+        train = _read_hub_split(cfg, cfg.hub.split, tmp, tmp / "source_images.npy", fetched)
         names = train["names"]
         sources.append(train["source"])
         if cfg.hub.heldout_split is None:
@@ -364,7 +395,7 @@ def _prepare_into(cfg: ImageConfig, tmp: Path) -> dict[str, Any]:
             fi, fl = IMAGE_SPLIT_FILES["train"]
             os.replace(tmp / "source_images.npy", tmp / fi)
             _save(tmp / fl, train["labels"].astype(LABEL_DTYPE))
-            held = _read_hub_split(cfg, cfg.hub.heldout_split, tmp, tmp / IMAGE_SPLIT_FILES["heldout"][0])
+            held = _read_hub_split(cfg, cfg.hub.heldout_split, tmp, tmp / IMAGE_SPLIT_FILES["heldout"][0], fetched)
             if held["names"] != names:
                 raise CorpusError(f"{where}: splits {cfg.hub.split} and {cfg.hub.heldout_split} name other classes")
             _save(tmp / IMAGE_SPLIT_FILES["heldout"][1], held["labels"].astype(LABEL_DTYPE))
@@ -373,6 +404,7 @@ def _prepare_into(cfg: ImageConfig, tmp: Path) -> dict[str, Any]:
     else:  # pragma: no cover - the config validator admits only the datasets above
         raise CorpusError(f"{where}: unknown dataset")
     shutil.rmtree(tmp / "hf-cache", ignore_errors=True)
+    shutil.rmtree(tmp / "hub-data", ignore_errors=True)
     return _manifest(cfg, tmp, names, sources, split, where)
 
 
@@ -432,16 +464,25 @@ def add_arguments_prepare_images(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, metavar="IMAGES.yaml", help="image set config (docs/data.md)")
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder (written atomically)")
     parser.add_argument("--force", action="store_true", help="replace DIR if it holds another config or changed inputs")
+    parser.add_argument(
+        "--hub-data",
+        metavar="DIR",
+        help="read a hub dataset's files only from DIR, written by fetch-hub-data for this config, with the hub "
+        "offline (default: fetch them now)",
+    )
 
 
 def run_prepare_images(args: argparse.Namespace) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.hub_data is not None:
+        offline_hub()
     cfg = load_image_config(args.config)
     if images_status(cfg, args.out) == "current":
+        check_hub_data(hub_inputs(cfg), args.hub_data, "images")  # a wrong --hub-data is an error still
         print(f"{args.out} already holds this image set: nothing to do")
         return 0
-    out = prepare_images(cfg, args.out, force=args.force)
+    out = prepare_images(cfg, args.out, force=args.force, hub_data=args.hub_data)
     m = read_manifest(out)
     print(
         f"{out}: {m['n_train']} train + {m['n_heldout']} held-out images of {m['num_channels']}x{m['image_size']}x"

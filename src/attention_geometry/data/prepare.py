@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from attention_geometry.data import blocks, wordpiece
-from attention_geometry.data.corpus_config import CorpusConfig, load_corpus_config
+from attention_geometry.data.corpus_config import CorpusConfig, hub_inputs, load_corpus_config
+from attention_geometry.data.hub_data import FetchedData, check_hub_data, fetch_now
 from attention_geometry.data.sources import READERS, local_inputs, wiki_offline_path
 from attention_geometry.formats.corpus import (
     FORMAT_VERSION,
@@ -146,13 +147,18 @@ def write_prepared(out: Path, build: Callable[[Path], dict[str, Any]]) -> dict[s
     return manifest
 
 
-def prepare_corpus(cfg: CorpusConfig, out: str | os.PathLike, force: bool = False) -> Path:
+def prepare_corpus(
+    cfg: CorpusConfig, out: str | os.PathLike, force: bool = False, hub_data: str | os.PathLike | None = None
+) -> Path:
     """Read, clean, split (by document), tokenize and write the corpus to OUT (see docs/data.md). Nothing is
     done when OUT already holds this config prepared from the same input text; another corpus at OUT, or
     input text changed since (corpus_status), is an error unless force. OUT is never one of the inputs, a
-    folder holding one or a path inside one, nor the current folder (files.check_out_location), force or not."""
+    folder holding one or a path inside one, nor the current folder (files.check_out_location), force or not.
+    What the corpus reads from the hub (corpus_config.hub_inputs) comes from `hub_data`, a folder fetched by
+    `fetch-hub-data` for this config, read offline; without it, it is fetched now into the temporary folder."""
     out = Path(out)
-    check_out_location(out, _input_paths(cfg))
+    check_out_location(out, [*_input_paths(cfg), *([hub_data] if hub_data is not None else [])])
+    fetched = check_hub_data(hub_inputs(cfg), hub_data, "corpus")  # a wrong folder stops here
     status = corpus_status(cfg, out)
     if status == "current":
         log.info("%s already holds this corpus config: nothing to do", out)
@@ -168,8 +174,10 @@ def prepare_corpus(cfg: CorpusConfig, out: str | os.PathLike, force: bool = Fals
             f"{out} was prepared from input text that changed since ({why}): use --force to "
             "prepare it again from the current text"
         )
+    if fetched is not None:
+        fetched.verify()  # a missing or changed file stops before any work
     t0 = time.perf_counter()
-    manifest = write_prepared(out, lambda tmp: _prepare_into(cfg, tmp))
+    manifest = write_prepared(out, lambda tmp: _prepare_into(cfg, tmp, fetched))
     log.info(
         "corpus %s (%s) -> %s: %d documents, %d tokens, %d train + %d held-out blocks of %d, vocab %d (%.1f s)",
         cfg.name,
@@ -202,10 +210,14 @@ def _refuse_shared_documents(docs: blocks.Documents, heldout: np.ndarray, train:
         )
 
 
-def _prepare_into(cfg: CorpusConfig, tmp: Path) -> dict[str, Any]:
+def _prepare_into(cfg: CorpusConfig, tmp: Path, fetched: FetchedData | None = None) -> dict[str, Any]:
     sources: list[dict[str, Any]] = []
+    scratch = tmp / "hub-data"  # the hub inputs fetched now, where no fetched folder was given; removed below
+    inputs = hub_inputs(cfg)
+    if fetched is None and inputs:
+        fetched = fetch_now(inputs, scratch, "corpus")
     docs = blocks.Documents(tmp / "documents.bin")
-    docs.collect(READERS[cfg.dataset](cfg, sources), cfg)
+    docs.collect(READERS[cfg.dataset](cfg, sources, fetched), cfg)
     n = len(docs)
     where = f"corpus {cfg.name!r} (dataset {cfg.dataset})"
     if n == 0:
@@ -221,7 +233,8 @@ def _prepare_into(cfg: CorpusConfig, tmp: Path) -> dict[str, Any]:
     pretrained_info: dict[str, Any] = {}
     tok = None
     if cfg.tokenizer.kind == "pretrained":
-        tok, pretrained_info = wordpiece.load_pretrained(cfg.tokenizer)
+        tok, pretrained_info = wordpiece.load_pretrained(cfg.tokenizer, fetched)
+    shutil.rmtree(scratch, ignore_errors=True)  # all of the hub's is read: a fetch of this prepare's own is freed
     while True:
         if k >= n:
             raise CorpusError(
@@ -272,7 +285,7 @@ def _prepare_into(cfg: CorpusConfig, tmp: Path) -> dict[str, Any]:
         tok_info["trained_on"] = "train split"
     else:
         tok_info.update(pretrained_info)
-    extra = ["datasets"] if cfg.dataset in ("wikipedia", "red_pajama") else []
+    extra = ["pyarrow"] if cfg.dataset in ("wikipedia", "red_pajama") else []
     return {
         "format_version": FORMAT_VERSION,
         "dataset": cfg.dataset,
@@ -306,17 +319,33 @@ def add_arguments_prepare_corpus(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, metavar="CORPUS.yaml", help="corpus config (docs/data.md)")
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder (written atomically)")
     parser.add_argument("--force", action="store_true", help="replace DIR if it holds another corpus config")
+    parser.add_argument(
+        "--hub-data",
+        metavar="DIR",
+        help="read the corpus's hub inputs (dataset files, tokenizer) only from DIR, written by fetch-hub-data "
+        "for this config, with the hub offline (default: fetch them now)",
+    )
+
+
+def offline_hub() -> None:
+    """Switch huggingface_hub, datasets and transformers offline for this process (before they are imported):
+    with --hub-data a prepare reads only that folder."""
+    os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
 
 def run_prepare_corpus(args: argparse.Namespace) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.hub_data is not None:
+        offline_hub()
     cfg = load_corpus_config(args.config)
-    check_out_location(args.out, [args.config, *_input_paths(cfg)])
+    hub = [args.hub_data] if args.hub_data is not None else []
+    check_out_location(args.out, [args.config, *_input_paths(cfg), *hub])
     if corpus_status(cfg, args.out) == "current":
+        check_hub_data(hub_inputs(cfg), args.hub_data, "corpus")  # a wrong --hub-data is an error still
         print(f"{args.out} already holds this corpus config: nothing to do")
         return 0
-    out = prepare_corpus(cfg, args.out, force=args.force)
+    out = prepare_corpus(cfg, args.out, force=args.force, hub_data=args.hub_data)
     m = read_manifest(out)
     print(
         f"{out}: {m['n_documents']} documents, {m['n_tokens']} tokens, {m['n_train_blocks']} train + "

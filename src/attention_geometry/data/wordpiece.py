@@ -1,5 +1,6 @@
 """The tokenizer of a prepared corpus: a WordPiece vocabulary learned on the train split (deterministically,
-`learn_wordpiece_vocab`), or a pretrained tokenizer loaded from a local file or the hub (docs/data.md)."""
+`learn_wordpiece_vocab`), or a pretrained tokenizer loaded from a local file or from the files fetched from the
+hub (data.hub_data; docs/data.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from attention_geometry.data.corpus_config import TokenizerConfig
+from attention_geometry.data.corpus_config import TokenizerConfig, tokenizer_on_hub
 from attention_geometry.formats.corpus import SPECIAL_TOKENS, CorpusError
 from attention_geometry.formats.files import file_sha256
 
@@ -156,29 +157,33 @@ def train_wordpiece(docs, idx: np.ndarray, tc: TokenizerConfig):
     return tok
 
 
-def load_pretrained(tc: TokenizerConfig) -> tuple[Any, dict[str, Any]]:
+def load_pretrained(tc: TokenizerConfig, fetched=None) -> tuple[Any, dict[str, Any]]:
+    """(tokenizer, its manifest record) of a pretrained tokenizer: a local tokenizer.json (or a folder holding
+    one), or a hub id's tokenizer.json from `fetched` (a data.hub_data.FetchedData), read offline."""
     from tokenizers import Tokenizer
 
-    local = Path(tc.name).expanduser()
-    if local.is_dir():
-        local = local / "tokenizer.json"
-    if local.is_file():
-        try:
-            tok = Tokenizer.from_file(str(local))
-        except Exception as exc:
-            raise CorpusError(f"`tokenizer.name` {tc.name!r}: cannot read {local} ({exc})") from None
-        info = {"path": str(local), "sha256": file_sha256(local)}
-    elif Path(tc.name).is_absolute() or tc.name.startswith((".", "~")):
-        raise CorpusError(f"`tokenizer.name` {tc.name!r}: no tokenizer.json there")
+    if tokenizer_on_hub(tc):
+        if fetched is None:  # pragma: no cover - prepare_corpus fetches (or opens --hub-data) first
+            raise CorpusError(f"`tokenizer.name` {tc.name!r}: a hub tokenizer needs its fetched files")
+        (local,) = fetched.paths("tokenizer", "tokenizer")
+        record = fetched.record("tokenizer", "tokenizer")
+        info = {
+            "hub_id": tc.name,
+            "revision": tc.revision,
+            "commit": record["commit"],
+            "sha256": record["files"][0]["sha256"],
+        }
     else:
-        if tc.revision is None:
-            log.warning("pretrained tokenizer %s without a pinned `tokenizer.revision`", tc.name)
-        try:
-            tok = Tokenizer.from_pretrained(tc.name, revision=tc.revision or "main")
-        except Exception as exc:
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise CorpusError(f"`tokenizer.name` {tc.name!r} (revision {tc.revision!r}): cannot load: {msg}") from None
-        info = {"hub_id": tc.name, "revision": tc.revision}
+        local = Path(tc.name).expanduser()
+        if local.is_dir():
+            local = local / "tokenizer.json"
+        if not local.is_file():
+            raise CorpusError(f"`tokenizer.name` {tc.name!r}: no tokenizer.json there")
+        info = {"path": str(local), "sha256": file_sha256(local)}
+    try:
+        tok = Tokenizer.from_file(str(local))
+    except Exception as exc:
+        raise CorpusError(f"`tokenizer.name` {tc.name!r}: cannot read {local} ({exc})") from None
     tok.no_truncation()
     tok.no_padding()
     return tok, info

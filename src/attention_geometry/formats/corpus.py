@@ -28,9 +28,10 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from attention_geometry.errors import UserError
 from attention_geometry.formats.files import atomic_write_text, csv_text, file_sha256
@@ -82,6 +83,8 @@ class CorpusError(UserError):
 
 def block_dtype(vocab_size: int) -> np.dtype:
     """The dtype of the block arrays: little-endian uint16 when every id fits, else int32."""
+    import numpy as np  # lazily: the workflow's parse reads corpus configs without numpy
+
     return np.dtype("<u2") if vocab_size <= 65536 else np.dtype("<i4")
 
 
@@ -183,6 +186,8 @@ def _check_manifest(manifest: dict[str, Any], mf: Path, key: str) -> None:
 
 
 def _load_blocks(p: Path, split: str, manifest: dict[str, Any], key: str) -> np.ndarray:
+    import numpy as np  # lazily: the workflow's parse reads corpus configs without numpy
+
     f = p / f"{split}.npy"
     if not f.is_file():
         raise CorpusError(f"{key}: {f} is missing")
@@ -356,6 +361,8 @@ def _check_image_manifest(manifest: dict[str, Any], mf: Path, key: str) -> None:
 
 
 def _load_array(f: Path, key: str) -> np.ndarray:
+    import numpy as np  # lazily: the workflow's parse reads corpus configs without numpy
+
     if not f.is_file():
         raise CorpusError(f"{key}: {f} is missing")
     try:
@@ -365,6 +372,8 @@ def _load_array(f: Path, key: str) -> np.ndarray:
 
 
 def _load_image_split(p: Path, split: str, manifest: dict[str, Any], key: str) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np  # lazily: the workflow's parse reads corpus configs without numpy
+
     fi, fl = (p / name for name in IMAGE_SPLIT_FILES[split])
     images, labels = _load_array(fi, key), _load_array(fl, key)
     shape = (manifest["num_channels"], manifest["image_size"], manifest["image_size"])

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+import time
 
 from attention_geometry.errors import UserError
+from attention_geometry.training.budget import EXIT_STOPPED, Budget
 
 
 def add_arguments_train(parser) -> None:
@@ -18,20 +21,42 @@ def add_arguments_train(parser) -> None:
         default=None,
         help="default: RUN.yaml device (auto = cuda when available)",
     )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="wall-clock budget of this process (default, or 0: none): before it runs out the run stops between "
+        f"two updates, saves its state and exits with status {EXIT_STOPPED}; the same command resumes it",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run_train(args) -> int:
+    started = time.monotonic()  # the budget counts the imports and the loading too
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads: must be >= 1, got {args.threads}")
+    limit = args.time_limit
+    if limit is not None and not (math.isfinite(limit) and limit >= 0):
+        raise UserError(f"--time-limit: must be a number of minutes (0: no limit), got {limit:g}")
+    budget = Budget(limit * 60 if limit else None, started)
     from attention_geometry.training.loop import train  # torch: imported only when training runs
     from attention_geometry.training.run_config import load_run_config
 
     cfg = load_run_config(args.config)
-    summary = train(cfg, args.out, threads=args.threads, device=args.device, progress=not args.no_progress)
+    summary = train(
+        cfg, args.out, threads=args.threads, device=args.device, progress=not args.no_progress, budget=budget
+    )
+    code = EXIT_STOPPED if summary["status"] == "stopped" else 0  # every DDP process alike
     if os.environ.get("RANK", "0") != "0":
-        return 0
-    if summary["status"] == "finished":
+        return code
+    if summary["status"] == "stopped":
+        print(
+            f"{summary['run']}: stopped {summary['reason']} at step {summary['step']}, state saved; the same "
+            f"command resumes it (exit status {EXIT_STOPPED})",
+            file=sys.stderr,
+        )
+    elif summary["status"] == "finished":
         print(f"{summary['run']}: already finished at step {summary['step']}, nothing to do", file=sys.stderr)
     else:
         print(
@@ -39,4 +64,4 @@ def run_train(args) -> int:
             f"({summary['s_per_step']:.4f} s/step)",
             file=sys.stderr,
         )
-    return 0
+    return code

@@ -1,17 +1,31 @@
 """How rule train_model starts the trainer: one process, one DDP process per GPU under torchrun, or one torchrun
-per node under srun (the `training` section's gpus, nodes, threads). Torch-free: rules/common.smk calls it at
-parse time; the tests check the commands (tests/test_workflow_logic.py) and run the rule with two CPU
-processes (tests/test_workflow.py)."""
+per node under srun (the `training` section's gpus, nodes, threads); and, where the config asks for requeues,
+the trainer's `--time-limit` (from the job's runtime) and the rule's `retries` (training/budget.py).
+Torch-free: rules/common.smk calls it at parse time; the tests check the commands (tests/test_workflow_logic.py,
+tests/test_training_stop.py) and run the rule with two CPU processes (tests/test_workflow.py)."""
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["TORCHRUN_PORT", "TrainLaunch", "train_launch"]
+__all__ = ["TORCHRUN_PORT", "TrainLaunch", "time_limit", "train_launch"]
 
 TORCHRUN_PORT = 29500  # the rendezvous port on a multi-node job's first node
+MARGIN_MINUTES = 15  # the most a training job's runtime keeps back from the trainer's --time-limit
+
+
+def time_limit(runtime: int, requeues: int) -> int | None:
+    """The trainer's `--time-limit` in minutes for a job of `runtime` minutes: None (no limit) without requeues,
+    since a run stopped early would then wait for someone to start it again; else the runtime less 10 % of it,
+    at least 1 and at most MARGIN_MINUTES minutes (job start-up, environment, imports, the exit), never below
+    1. The trainer keeps its own reserve for the last update and the state save (budget.out_of_time)."""
+    if requeues < 1:
+        return None
+    margin = min(MARGIN_MINUTES, max(1, math.ceil(runtime / 10)))
+    return max(1, runtime - margin)
 
 
 @dataclass(frozen=True)
@@ -22,6 +36,8 @@ class TrainLaunch:
     processes: int  # trainer processes per node: training.gpus, at least 1
     threads: int  # `--threads` of each process: training.threads shared among a node's processes
     resources: dict  # the rule's `gpu` resource, and on several nodes the SLURM executor's task layout
+    time_limit: int | None = None  # the trainer's --time-limit in minutes (time_limit); None: no limit
+    retries: int | None = None  # the rule's `retries` (training.requeues); None: Snakemake's --retries
 
 
 def train_launch(section: Mapping) -> TrainLaunch:
@@ -30,14 +46,25 @@ def train_launch(section: Mapping) -> TrainLaunch:
     per node, which meet at a c10d rendezvous on the step's first node (`--no-python`: torchrun runs the
     command that follows the prefix, not a Python file)."""
     gpus, nodes, threads = int(section.get("gpus", 0)), int(section.get("nodes", 1)), int(section.get("threads", 1))
+    # requeues: the trainer stops before the job's runtime and the rule's retries resume it; none: no limit,
+    # and the rule leaves its retries to Snakemake's --retries (a profile's), not 0
+    requeues = int(section.get("requeues", 0))
+    budget = {
+        "time_limit": time_limit(int(section["runtime"]), requeues) if requeues else None,
+        "retries": requeues or None,
+    }
     procs = max(gpus, 1)
     per_process = max(1, threads // procs)
     resources: dict = {"gpu": gpus}
     if nodes == 1 and procs == 1:
-        return TrainLaunch("", 1, per_process, resources)
+        return TrainLaunch("", 1, per_process, resources, **budget)
     if nodes == 1:
         return TrainLaunch(
-            f"torchrun --standalone --nnodes 1 --nproc-per-node {procs} --no-python", procs, per_process, resources
+            f"torchrun --standalone --nnodes 1 --nproc-per-node {procs} --no-python",
+            procs,
+            per_process,
+            resources,
+            **budget,
         )
     # snakemake-executor-plugin-slurm: `nodes` and `tasks` go to sbatch; the job step runs an `mpi` job's
     # command as it is (any other under `srun -n1`, which would leave every node but one idle) and strips the
@@ -56,4 +83,4 @@ def train_launch(section: Mapping) -> TrainLaunch:
         f"srun --nodes {nodes} --ntasks {nodes} --ntasks-per-node 1 --cpus-per-task {threads}{gpu_opt}"
         f" sh -c {shlex.quote(script)} torchrun"
     )
-    return TrainLaunch(prefix, procs, per_process, resources)
+    return TrainLaunch(prefix, procs, per_process, resources, **budget)

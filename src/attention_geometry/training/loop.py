@@ -19,7 +19,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from attention_geometry.training.batches import (
     mask_keys,
     n_loss_tokens,
 )
+from attention_geometry.training.budget import Budget, TermSignal
 from attention_geometry.training.hyper import Hyper
 from attention_geometry.training.models import build_model, hidden_states, lm_loss, symmetry_penalty
 from attention_geometry.training.run_config import (
@@ -72,6 +73,7 @@ from attention_geometry.training.snapshots import (
     check_loss_rows,
     load_state,
     read_loss_rows,
+    read_loss_window,
     remove_leftovers,
     save_snapshot,
     save_state,
@@ -188,6 +190,7 @@ class _Run:
     autocast: Callable[[], Any] = contextlib.nullcontext
     fwd: Any = None
     qk_pairs: Any = None  # the ViT's (query, key) layers for the regularizer; None: the BERT model's
+    budget: Budget = field(default_factory=Budget)  # the wall-clock limit (training/budget.py)
 
     @property
     def image(self) -> bool:
@@ -261,13 +264,14 @@ class _LossLog:
     """loss.csv: the per-update losses of this process pending until a flush, turned into one row at every
     row step (the mean train loss of the updates since the previous row), one all-reduce per flush."""
 
-    def __init__(self, run: _Run, rows: list[dict], row_steps: set[int]):
+    def __init__(self, run: _Run, rows: list[dict], row_steps: set[int], window: list[float] | None = None):
         self.run, self.rows, self.row_steps = run, rows, row_steps
         self.ident = run.resolved.labels()
         self.columns = IMAGE_LOSS_COLUMNS if run.image else LOSS_COLUMNS
         self.blank = {c: "" for c in self.columns if c.startswith("eval_")}  # a row without evaluation
         self.pending: list[tuple] = []  # (step, token-summed loss of this process, lr, global token count)
-        self.window: list[float] = []  # per-update mean losses since the last row
+        # per-update mean losses since the last row (a state saved inside a window carries it: save_state)
+        self.window: list[float] = list(window or [])
 
     def write(self) -> None:
         if self.run.rank == 0:
@@ -387,26 +391,65 @@ def _optimizer_step(run: _Run) -> None:
     run.opt.zero_grad(set_to_none=True)
 
 
-def _checkpoint(run: _Run, step: int, is_snap: bool, is_state: bool) -> None:
-    """The snapshot and / or the resumable state of `step` (process 0 writes, every process waits)."""
+def _checkpoint(run: _Run, step: int, is_snap: bool, is_state: bool, held_out: dict | None = None) -> None:
+    """The snapshot and / or the resumable state of `step` (process 0 writes, every process waits); `held_out`:
+    the step's held-out columns, for the snapshot's model card."""
     if run.rank == 0 and is_snap:
-        save_snapshot(run.model, run.out, step, run.resolved)
-    if run.rank == 0 and is_state:
-        save_state(run.model, run.opt, run.scaler, run.out, step, run.resolved)
-        log.info("step %d: state written%s", step, " and snapshot" if is_snap else "")
-    if is_snap or is_state:
+        save_snapshot(run.model, run.out, step, run.resolved, _fmt_eval(held_out) if held_out else None)
+    if is_state:
+        _save_state(run, step, " and snapshot" if is_snap else "")
+    elif is_snap:
         run.barrier()
+
+
+def _save_state(run: _Run, step: int, note: str = "", window: list[float] | None = None) -> None:
+    """The resumable state of `step` (process 0 writes, every process waits), with the loss window since the
+    last row (`window`, for a state saved between rows); its duration goes to the run's budget."""
+    t0 = run.budget.clock()
+    if run.rank == 0:
+        save_state(run.model, run.opt, run.scaler, run.out, step, run.resolved, loss_window=window)
+        log.info("step %d: state written%s", step, note)
+    run.barrier()
+    run.budget.saved(run.budget.clock() - t0)
+
+
+class _Stop:
+    """Whether the loop stops before its next update: SIGTERM received or the time budget spent (Budget), by
+    any process (under DDP one all-reduce per update over a CPU group, so all stop after the same step)."""
+
+    NO, TIME, SIGNAL = 0, 1, 2
+
+    def __init__(self, run: _Run, term: TermSignal):
+        self.run, self.budget, self.term = run, run.budget, term
+        self.group = None
+        if run.dist is not None and run.dist.get_backend() != "gloo":  # nccl: a CPU flag needs a gloo group
+            self.group = run.dist.new_group(backend="gloo")
+
+    def why(self) -> int:
+        local = self.SIGNAL if self.term.received else self.TIME if self.budget.exhausted() else self.NO
+        if self.run.dist is None:
+            return local
+        flag = torch.tensor([local], dtype=torch.int32)
+        self.run.dist.all_reduce(flag, op=self.run.dist.ReduceOp.MAX, group=self.group)
+        return int(flag.item())
 
 
 # ---------------------------------------------------------------------------------------------- train
 
 
 def train(
-    cfg: RunConfig, out: str | Path, threads: int | None = None, device: str | None = None, progress: bool = True
+    cfg: RunConfig,
+    out: str | Path,
+    threads: int | None = None,
+    device: str | None = None,
+    progress: bool = True,
+    budget: Budget | None = None,
 ) -> dict:
     """Train (or resume, or do nothing for a finished) run `cfg` into run dir `out`. Returns a summary
-    {run, step, status: trained|resumed|finished, seconds, s_per_step}. Every input is validated before
-    anything is written."""
+    {run, step, status: trained|resumed|finished|stopped, seconds, s_per_step}. Every input is validated
+    before anything is written. `budget`: a wall-clock limit (training/budget.py; None: none); when it is
+    spent, or on SIGTERM, the run stops between two updates with its state saved (status `stopped`, `step`
+    the state's step; the same call again resumes from it)."""
     corpus = read_run_data(cfg.corpus, cfg.objective)
     resolved = resolve_run(cfg, corpus)
     h = resolved.hyper
@@ -437,7 +480,9 @@ def train(
     try:  # one writer per run dir: process 0 holds {out}.lock (the other processes are its DDP peers)
         lock = pid_lock(lock_path(out), f"run {out}", warn=warn_stderr) if rank == 0 else contextlib.nullcontext()
         with lock:
-            return _train(_Run(cfg, corpus, resolved, out, dev, world, rank, dist), progress)
+            run = _Run(cfg, corpus, resolved, out, dev, world, rank, dist, budget=budget or Budget())
+            with TermSignal() as term:
+                return _train(run, progress, term)
     finally:
         if dist is not None and dist.is_initialized():
             dist.destroy_process_group()
@@ -463,6 +508,32 @@ def _resume_state(run: _Run) -> Path | None:
     return state if run.rank == 0 else find_state(run.out, warn=lambda _m: None)
 
 
+def _stopped(run: _Run, losses: _LossLog, step: int, saved: int, why: int, t_start: float) -> dict:
+    """Stop after update `step` (time limit or SIGTERM): its state is saved as a periodic one is (with the loss
+    window since the last row) unless it is on disk already, and the summary says `stopped`."""
+    if step > saved:
+        losses.flush(step, None)
+        _save_state(run, step, window=losses.window)
+    reason = "on SIGTERM" if why == _Stop.SIGNAL else f"for the {run.budget.describe()}"
+    if run.rank == 0:
+        log.warning(
+            "run %s: stopped %s at step %d, %s: running the same command resumes from step %d",
+            run.resolved.run,
+            reason,
+            step,
+            "its state saved" if step > 0 else "before its first update",
+            step,
+        )
+    return {
+        "run": run.resolved.run,
+        "step": step,
+        "status": "stopped",
+        "reason": reason,
+        "seconds": time.perf_counter() - t_start,
+        "s_per_step": None,
+    }
+
+
 def _rebuild_final_snapshot(run: _Run, state_dir: Path, step: int) -> bool:
     """A finished run whose final snapshot is gone: the training state holds the same weights, so the snapshot
     is written again from it (True). A missing earlier snapshot cannot be rebuilt: one UserError saying so."""
@@ -477,27 +548,35 @@ def _rebuild_final_snapshot(run: _Run, state_dir: Path, step: int) -> bool:
             f"can be rewritten (from the training state at step {step}): move the run aside and train it again"
         )
     _build(run, state_dir)
-    save_snapshot(run.model, run.out, step, run.resolved)
+    # the card's held-out columns as loss.csv has them (the same card as the lost snapshot's)
+    row = next((r for r in read_loss_rows(run.out) if int(r["step"]) == step), {})
+    held_out = {k: v for k, v in row.items() if k.startswith("eval_") and v}
+    save_snapshot(run.model, run.out, step, run.resolved, held_out or None)
     return True
 
 
-def _train(run: _Run, progress: bool) -> dict:
+def _write_run_yaml(run: _Run) -> str | None:
+    """Process 0 writes run.yaml (or compares it with the run dir's); returns what changed, for the log."""
+    resolved, out = run.resolved, run.out
+    out.mkdir(parents=True, exist_ok=True)
+    action, keys = write_run_yaml(out, resolved)
+    if action == "restart":  # other settings: the old run is kept beside, the new one starts afresh
+        aside = set_aside(out)
+        out.mkdir(parents=True)
+        write_run_yaml(out, resolved)
+        return f"settings changed ({', '.join(keys)}): the previous run is kept at {aside}; starting afresh"
+    if action == "extend":
+        return f"max_steps raised to {resolved.max_steps} under a constant schedule: continuing from the newest state"
+    if action == "moved":
+        return f"corpus moved ({keys[0]}), the same content (corpus_sha256): continuing"
+    return None
+
+
+def _train(run: _Run, progress: bool, term: TermSignal) -> dict:
     t_start = time.perf_counter()
     resolved, out = run.resolved, run.out
     name, max_steps = resolved.run, resolved.max_steps
-    change = None
-    if run.rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-        action, keys = write_run_yaml(out, resolved)
-        if action == "restart":  # other settings: the old run is kept beside, the new one starts afresh
-            aside = set_aside(out)
-            out.mkdir(parents=True)
-            write_run_yaml(out, resolved)
-            change = f"settings changed ({', '.join(keys)}): the previous run is kept at {aside}; starting afresh"
-        elif action == "extend":
-            change = f"max_steps raised to {max_steps} under a constant schedule: continuing from the newest state"
-        elif action == "moved":
-            change = f"corpus moved ({keys[0]}), the same content (corpus_sha256): continuing"
+    change = _write_run_yaml(run) if run.rank == 0 else None
     run.barrier()
     handler = _setup_logging(out, run.rank)
     if change:
@@ -537,7 +616,9 @@ def _train(run: _Run, progress: bool) -> dict:
                 {s for s in range(1, start + 1) if row_step(s)} | ({0} if resolved.eval_blocks > 0 else set()),
             )
         prec = _build(run, state_dir)
-        losses = _LossLog(run, kept, row_steps)  # a resumed run drops the rows after its state's step
+        # a resumed run drops the rows after its state's step, and takes up the window of updates since its
+        # last row where the state was saved inside one (a run stopped early)
+        losses = _LossLog(run, kept, row_steps, read_loss_window(state_dir) if state_dir is not None else None)
         losses.write()
         if run.rank == 0:
             if state_dir is not None:
@@ -549,7 +630,7 @@ def _train(run: _Run, progress: bool) -> dict:
         if start == 0:
             e0 = _eval_at(run, 0)
             if run.rank == 0 and 0 in snaps:
-                save_snapshot(run.model, out, 0, resolved)
+                save_snapshot(run.model, out, 0, resolved, _fmt_eval(e0) if e0 else None)
             if run.rank == 0 and e0 is not None:
                 losses.add_eval0(e0)
 
@@ -561,7 +642,15 @@ def _train(run: _Run, progress: bool) -> dict:
 
             bar = tqdm(total=max_steps, initial=start, desc=name, unit="step", dynamic_ncols=True)
         t_loop = time.perf_counter()
+        budget = run.budget
+        stop, saved = _Stop(run, term), start  # saved: the step of the newest state on disk
         for step in range(start + 1, max_steps + 1):
+            why = stop.why()
+            if why != _Stop.NO:
+                if bar is not None:
+                    bar.close()
+                return _stopped(run, losses, step - 1, saved, why, t_start)
+            budget.start_step()
             step_sum, lr, n_tokens = _update(run, order, step, lam)
             losses.pending.append((step, step_sum, lr, n_tokens))
             if bar is not None:
@@ -569,8 +658,12 @@ def _train(run: _Run, progress: bool) -> dict:
             is_eval, is_snap = step in evals, step in snaps
             is_state = is_snap or (state_every and step % state_every == 0) or step == max_steps
             if is_eval or is_snap or is_state or len(losses.pending) >= 100:
-                losses.flush(step, _eval_at(run, step) if is_eval else None)
-                _checkpoint(run, step, is_snap, is_state)
+                held_out = _eval_at(run, step) if is_eval else None
+                losses.flush(step, held_out)
+                _checkpoint(run, step, is_snap, is_state, held_out)
+            if is_state:
+                saved = step
+            budget.end_step()
         if bar is not None:
             bar.close()
         n_steps = max_steps - start

@@ -45,6 +45,7 @@ __all__ = [
     "save_snapshot",
     "save_state",
     "load_state",
+    "read_loss_window",
     "adopt_state",
     "remove_leftovers",
 ]
@@ -236,9 +237,10 @@ def write_loss_rows(out: Path, rows: list[dict], columns: list[str] = LOSS_COLUM
 # ----------------------------------------------------------------------------------------------- snapshots
 
 
-def save_snapshot(model, out: Path, step: int, resolved: ResolvedRun) -> Path:
+def save_snapshot(model, out: Path, step: int, resolved: ResolvedRun, held_out: dict | None = None) -> Path:
     """OUT/checkpoints/step-XXXXXXX/: the model's save_pretrained (model.safetensors, config.json),
-    run.yaml, the corpus's tokenizer (an image classifier: its image processor), a model card, and
+    run.yaml, the corpus's tokenizer (an image classifier: its image processor), a model card (with the step's
+    held-out loss when it is an eval step: `held_out`, loss.csv's eval columns as written there), and
     checksums.json over all of them."""
     final = snapshot_dir(out, step)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -258,7 +260,7 @@ def save_snapshot(model, out: Path, step: int, resolved: ResolvedRun) -> Path:
             _save_image_processor(resolved, tmp)
         else:
             _save_tokenizer(resolved, tmp)
-        (tmp / "README.md").write_text(model_card(resolved, step), encoding="utf-8")
+        (tmp / "README.md").write_text(model_card(resolved, step, held_out), encoding="utf-8")
 
     _write_dir(final, write)
     return final
@@ -341,9 +343,24 @@ def _usage(task: str, auto: str, preprocessor: str) -> str:
     )
 
 
-def model_card(resolved: ResolvedRun, step: int) -> str:
-    """A snapshot's README.md: what was trained, on what, to which step (its scores live in the workflow's
-    tables, not here)."""
+def _held_out_line(resolved: ResolvedRun, held_out: dict | None) -> str:
+    """The card's evaluation sentence: the step's held-out loss (and accuracy) when it was evaluated, as loss.csv
+    writes them (`held_out`: its eval columns, strings)."""
+    if not held_out or not held_out.get("eval_loss"):
+        return ""  # not an eval step: the usage section points to loss.csv
+    line = (
+        f"\n## Evaluation\n\nHeld-out loss at this step: **{held_out['eval_loss']}** nats per "
+        f"{'image' if is_image_run(resolved.objective) else 'predicted token'} (mean over the first "
+        f"{resolved.eval_blocks} held-out {'images' if is_image_run(resolved.objective) else 'blocks'}"
+    )
+    if held_out.get("eval_accuracy"):
+        line += f"; accuracy {held_out['eval_accuracy']}"
+    return line + ").\n"
+
+
+def model_card(resolved: ResolvedRun, step: int, held_out: dict | None = None) -> str:
+    """A snapshot's README.md: what was trained, on what, to which step, and the step's held-out loss when it
+    was evaluated (its scores live in the workflow's tables, not here)."""
     objective = resolved.objective
     task = {"encoder": "fill-mask", "decoder": "text-generation", "classifier": "image-classification"}.get(
         objective, ""
@@ -361,6 +378,7 @@ def model_card(resolved: ResolvedRun, step: int) -> str:
             "The full run config is `run.yaml` beside this file; the image processor (preprocessor_config.json) "
             "normalizes as in training; the symmetry and directionality scores of this snapshot are in the "
             "workflow's tables (results/tables/).\n"
+            + _held_out_line(resolved, held_out)
             + _usage(task, "AutoModelForImageClassification", "AutoImageProcessor")
         )
     auto = "AutoModelForMaskedLM" if objective == "encoder" else "AutoModelForCausalLM"
@@ -373,13 +391,18 @@ def model_card(resolved: ResolvedRun, step: int) -> str:
         f"{resolved.seed}, trained on the `{resolved.dataset}` corpus; step {step} of "
         f"{resolved.max_steps}. The full run config is `run.yaml` beside this file; the symmetry and "
         "directionality scores of this snapshot are in the workflow's tables (results/tables/).\n"
+        + _held_out_line(resolved, held_out)
         + _usage(task, auto, "AutoTokenizer")
     )
 
 
-def save_state(model, opt, scaler, out: Path, step: int, resolved: ResolvedRun) -> None:
+def save_state(
+    model, opt, scaler, out: Path, step: int, resolved: ResolvedRun, loss_window: list[float] | None = None
+) -> None:
     """OUT/state/: the weights, optimizer, scaler and RNG of `step`, with checksums.json; the state it
-    replaces is kept as OUT/state.prev/ (the one before that is removed): files.rotate_dir."""
+    replaces is kept as OUT/state.prev/ (the one before that is removed): files.rotate_dir. `loss_window`: the
+    per-update mean train losses since the last loss.csv row (state.json `loss_window`; empty at a periodic
+    state, whose step is a row step; a state written when the run stopped early may fall inside a window)."""
     from safetensors.torch import save_file
 
     def write(tmp):
@@ -399,6 +422,7 @@ def save_state(model, opt, scaler, out: Path, step: int, resolved: ResolvedRun) 
                     "run": resolved.run,
                     "examples_seen": step * resolved.hyper.batch_size,
                     "lr_schedule": {"kind": resolved.hyper.schedule, "last_update": step},
+                    "loss_window": list(loss_window or []),
                 },
                 indent=1,
             ),
@@ -406,6 +430,17 @@ def save_state(model, opt, scaler, out: Path, step: int, resolved: ResolvedRun) 
         )
 
     _write_dir(out / STATE, write, previous=out / STATE_PREV)
+
+
+def read_loss_window(state_dir: Path) -> list[float]:
+    """The state's `loss_window` (save_state; [] for a state written before it was recorded)."""
+    try:
+        window = json.loads((state_dir / "state.json").read_text(encoding="utf-8")).get("loss_window") or []
+        return [float(x) for x in window]
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        raise UserError(
+            f"{state_dir / 'state.json'}: unreadable loss_window ({exc}); move {state_dir.parent} aside to restart"
+        ) from None
 
 
 def adopt_state(out: Path, chosen: Path) -> Path:

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from attention_geometry.errors import UserError
+from attention_geometry.formats.packages import is_spec, resolve
 from attention_geometry.scoring.extract import get_family, qk_keys
 from attention_geometry.weights.base import LoadError, StateDictSource, TensorSource, first_line
 from attention_geometry.weights.safetensors_io import SafetensorsSource, _index_files
@@ -169,6 +170,7 @@ def open_source(
 ) -> TensorSource:
     """A TensorSource for a TensorSource, a transformers model, a local directory, a .gguf path or a hub id.
 
+    source: also `pkg:PACKAGE/PATH`, a file or folder inside an installed package (formats.packages).
     gguf_file: a GGUF file name inside the directory / hub repo (or a full path when `source` is None).
     revision: hub revision (branch, tag or commit), default "main"; ignored for local paths.
     """
@@ -181,6 +183,11 @@ def open_source(
     if not isinstance(source, (str, os.PathLike)):
         return _from_model(source, name)
     text = os.fspath(source)
+    if is_spec(text):  # pkg:PACKAGE/PATH, a model shipped in an installed package
+        try:
+            text = resolve(text)
+        except UserError as exc:
+            raise LoadError(str(exc)) from None
     path = Path(text).expanduser()
     if path.is_file() and path.suffix == ".gguf" and not gguf_file:
         return _open_gguf(str(path.parent), path.name, None, trust_remote_code, name)

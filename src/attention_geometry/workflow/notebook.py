@@ -5,6 +5,11 @@ command prints one `error:` line naming the notebook, the cell and the exception
 traceback (not papermill's Python stack, not the notebook's JSON), and exits 1; the executed copy, with every
 cell's output up to the failure, is kept for reading. The kernel talks to papermill over local IPC sockets
 (under the temporary folder), not TCP ports, so no kernel warns about unencrypted TCP in every log.
+
+With --input-sums, a run that succeeds then writes the sha256 of the notebook and of every input it read
+(`sha256sum` lines): the committed record of what made its outputs, by content (workflow.records.content_current
+reads it, so a fresh clone, whose checkout order leaves some inputs newer than their outputs, re-runs nothing
+whose inputs are unchanged).
 """
 
 from __future__ import annotations
@@ -26,6 +31,12 @@ def add_arguments_run_notebook(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("executed", metavar="EXECUTED", help="where the executed copy goes")
     parser.add_argument(
         "--parameters", required=True, metavar="JSON", help="the parameters cell's values, as a JSON object"
+    )
+    parser.add_argument(
+        "--input-sums",
+        metavar="FILE",
+        help="after a successful run, write the sha256 of the notebook and of each input (the parameters' "
+        "`inputs`) here, as `sha256sum` lines",
     )
 
 
@@ -64,4 +75,8 @@ def run_run_notebook(args: argparse.Namespace) -> int:
         )
         print(re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(exc.traceback)), file=sys.stderr)  # no terminal colours
         return 1
+    if args.input_sums:
+        from attention_geometry.workflow.records import write_input_sums
+
+        write_input_sums(args.input_sums, [args.notebook, *(parameters.get("inputs") or {}).values()])
     return 0

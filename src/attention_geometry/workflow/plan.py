@@ -9,7 +9,8 @@
     update_runs  the runs whose W_qk updates are scored (`updates.group` x `updates.inits`)
     pretrained   model key -> Pretrained (where the files are, the CLI arguments, the pinned revision); a hub
                  model is scored offline from {results}/hub-qk/{key}/, its q/k subset (rule prefetch_qk)
-    prefetched   the keys of those hub models
+    prefetched   the keys of those hub models (prefetched_on_cluster: those whose q/k subset is too large for
+                 the submitting host, config scoring.prefetch_local_max_gb)
     catalog      notebooks/catalog.yaml; `notebooks` the entries made with this config (not in figures.skip,
                  and with every required input made: CONDITIONAL_PLACEHOLDERS)
 
@@ -42,7 +43,6 @@ from attention_geometry.workflow.pretrained import (
     PRETRAINED_COLUMNS,
     ConfigError,
     code_version,
-    package_dir,
     pretrained_rows,
     resolve_pretrained,
 )
@@ -60,6 +60,8 @@ __all__ = [
     "slurm_resources",
     "yaml_text",
     "shell_prefix",
+    "OFFLINE_ENV",
+    "ONLINE_ENV",
 ]
 
 
@@ -256,7 +258,6 @@ class Plan:
         config: Mapping,
         repo: str,
         configfiles: Sequence[str] = (),
-        find_package: Callable[[str, str], str] = package_dir,
     ):
         self.config = config
         self.repo = repo
@@ -272,9 +273,12 @@ class Plan:
                 raise ConfigError(f"config: group {group!r} is not a key of training.groups ({', '.join(self.groups)})")
         self.update_runs = select_update_runs(self.runs, self.groups, config["updates"])
         self.pretrained = resolve_pretrained(
-            config["pretrained"], find_package, self.res("hub-qk"), joined_dir=self.res("pretrained", "files")
+            config["pretrained"], self.res("hub-qk"), joined_dir=self.res("pretrained", "files")
         )
-        self.prefetched = [k for k, m in self.pretrained.items() if m.hub_id]  # rule prefetch_qk's models
+        self.prefetched = [k for k, m in self.pretrained.items() if m.hub_id]  # rules prefetch_qk*'s models
+        # very large q/k subsets are fetched by a cluster job, not on the submitting host
+        limit = config["scoring"].get("prefetch_local_max_gb", 10)
+        self.prefetched_on_cluster = [k for k in self.prefetched if self.pretrained[k].qk_gb > limit]
         self.catalog = load_catalog(os.path.join(repo, "notebooks", "catalog.yaml"))
         for nb in f["skip"]:
             if nb not in self.catalog:
@@ -538,10 +542,15 @@ def caption_rst(catalog: Mapping, entry: str) -> str:
     )
 
 
-def slurm_resources(section: Mapping) -> dict[str, str]:
-    """The SLURM resources a config section sets for its rules' jobs (`slurm_partition`, `slurm_account`),
-    only those given: an absent key leaves the profile's default-resources in force."""
-    return {k: str(section[k]) for k in ("slurm_partition", "slurm_account") if section.get(k)}
+def slurm_resources(section: Mapping, prefix: str = "") -> dict[str, str]:
+    """The SLURM resources a config section sets for its rules' jobs (`slurm_partition`, `slurm_account`, each
+    read as PREFIX + key), only those given: an absent key leaves the profile's default-resources in force."""
+    return {k: str(section[prefix + k]) for k in ("slurm_partition", "slurm_account") if section.get(prefix + k)}
+
+
+OFFLINE_ENV = "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1"
+# what a fetching rule (prefetch_qk, the hub-data fetches) puts before its command: the hub on again
+ONLINE_ENV = "env HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 TRANSFORMERS_OFFLINE=0"
 
 
 def shell_prefix(repo: str) -> str:
@@ -551,13 +560,17 @@ def shell_prefix(repo: str) -> str:
     environment (the venv of `make setup`, or the rule's env under `--sdm conda`). A conda env built from
     envs/*.yaml does not contain the package (conda runs its pip section from a copy under .snakemake/conda/,
     where no path to the checkout can be written), and Snakemake removes PYTHONPATH from a conda job's
-    environment; the prefix runs after the env's activation. Braces are doubled: Snakemake formats it."""
-    words = f"set -euo pipefail; export PYTHONPATH={shlex.quote(os.path.join(os.path.abspath(repo), 'src'))}; "
+    environment; the prefix runs after the env's activation. Every job runs with the Hugging Face hub and
+    datasets offline (OFFLINE_ENV): a compute node may have no internet, and whatever a job reads from the hub
+    was fetched before by a local rule, whose own command switches them on again for itself (ONLINE_ENV).
+    Braces are doubled: Snakemake formats it."""
+    words = (
+        f"set -euo pipefail; export PYTHONPATH={shlex.quote(os.path.join(os.path.abspath(repo), 'src'))}; "
+        f"export {OFFLINE_ENV}; "
+    )
     return words.replace("{", "{{").replace("}", "}}")
 
 
-def plan(
-    config: Mapping, repo: str, configfiles: Sequence[str] = (), find_package: Callable[[str, str], str] = package_dir
-) -> Plan:
+def plan(config: Mapping, repo: str, configfiles: Sequence[str] = ()) -> Plan:
     """The workflow's plan for a validated config (see Plan); ConfigError on keys that disagree."""
-    return Plan(config, repo, configfiles, find_package)
+    return Plan(config, repo, configfiles)

@@ -1,20 +1,23 @@
 """Pretrained models of the workflow config (`pretrained:`): where each model's files are, how `attention-geometry
 score` is called on them, and their provenance (machine-independent origin, sha256 of the weight files read);
-and the code's own
-provenance, `code_version` (the git commit).
-Torch-free; `workflow.plan` uses it at Snakemake's parse time."""
+and the code's own provenance, `code_version` (the git commit).
+Torch-free; `workflow.plan` uses it at Snakemake's parse time. A model shipped in an installed package is passed
+to its jobs as a `pkg:` spec (formats.packages), resolved and checked against the config's sha256 in the job:
+the parse needs no package installed, and no file's mtime decides a re-run (the sha256 is the parameter)."""
 
 from __future__ import annotations
 
-import importlib.util
+import json
 import os
-from collections.abc import Callable, Mapping
+import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from attention_geometry.errors import UserError
 from attention_geometry.formats.files import file_sha256, join_files
+from attention_geometry.formats.packages import check_sha256, is_spec, resolve, spec
 
-__all__ = ["Pretrained", "PRETRAINED_COLUMNS", "package_dir", "resolve_pretrained", "pretrained_rows"]
+__all__ = ["Pretrained", "PRETRAINED_COLUMNS", "resolve_pretrained", "pretrained_rows", "scoring_mem_mb"]
 
 
 class ConfigError(UserError):
@@ -25,9 +28,9 @@ class ConfigError(UserError):
 class Pretrained:
     """Where a pretrained model's files are and how `attention-geometry score` is called on them."""
 
-    source: str  # a local folder or a hub id
+    source: str  # a local folder, a pkg: spec (formats.packages) or a hub id
     file: str | None  # the GGUF file, when there is one
-    inputs: list[str]  # the local files the scoring rule depends on (none for a hub id)
+    inputs: list[str]  # the local files the scoring rule depends on (none for a hub id or a package)
     args: list[str]  # the score CLI's arguments after the source
     revision: str  # hub revision ("" for a local copy)
     pinned: bool
@@ -37,11 +40,27 @@ class Pretrained:
     fetch_args: list[str] = field(default_factory=list)  # prefetch-qk's arguments after the hub id
     parts: list[str] = field(default_factory=list)  # a GGUF file shipped split: its parts, joined into `file`
     sha256: str = ""  # the joined file's recorded sha256 (config `sha256`), checked when the parts are joined
+    recorded: dict[str, str] = field(default_factory=dict)  # a package's weight file -> its sha256 (config)
+    qk_gb: float = 0.0  # the config's estimate of a hub model's q/k bytes (0: not given, small)
+
+    @property
+    def packaged(self) -> bool:
+        return is_spec(self.path)
+
+    def check_command(self) -> str:
+        """The shell command a rule runs before reading the model: for a packaged model, `locate-package` with
+        the recorded sha256 (the installed files are the recorded ones, or one error line); else `:`."""
+        if not self.packaged:
+            return ":"
+        words = ["python", "-m", "attention_geometry", "locate-package", self.path]
+        words += [w for f, h in sorted(self.recorded.items()) for w in ("--sha256", f"{f}={h}")]
+        return " ".join(shlex.quote(w) for w in words)
 
     def weight_files(self) -> list[str]:
         """The local weight files read (the GGUF file, or the folder's *.safetensors / *.bin); none for a hub
-        id (its origin names it; a prefetched subset is not hashed at each parse)."""
-        if self.hub_id:
+        id (its origin names it; a prefetched subset is not hashed at each parse) or a package (its recorded
+        sha256 is checked in the job)."""
+        if self.hub_id or self.packaged:
             return []
         if self.file:
             return [self.file] if os.path.isfile(self.file) else []
@@ -57,7 +76,7 @@ class Pretrained:
     def offline_env(self) -> str:
         """Environment assignments for the scoring job: a model read from local files only (a package, a path,
         a prefetched hub model) is scored with the hub switched off, so a compute node never waits on it."""
-        return "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1" if self.inputs else ""
+        return "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1" if self.inputs or self.packaged else ""
 
     @property
     def path(self) -> str:
@@ -65,20 +84,8 @@ class Pretrained:
         return self.file or self.source
 
 
-def package_dir(package: str, where: str) -> str:
-    """The folder of an installed Python package, located without importing it."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(
-            f"config {where}: Python package {package!r} is not installed (it ships the model "
-            "files; `make setup` installs it)"
-        )
-    return list(spec.submodule_search_locations)[0]
-
-
 def resolve_pretrained(
     models: Mapping,
-    find_package: Callable[[str, str], str] = package_dir,
     prefetch_root: str | None = None,
     joined_dir: str | None = None,
 ) -> dict[str, Pretrained]:
@@ -93,7 +100,7 @@ def resolve_pretrained(
         if len(sources) != 1:
             raise ConfigError(f"config {where}: give exactly one of package, path, hub_id (got {sources or 'none'})")
         if "gguf_parts" in m:
-            out[key] = _joined_gguf(key, m, find_package, joined_dir)
+            out[key] = _joined_gguf(key, m, joined_dir)
             continue
         args, inputs = [], []
         if "hub_id" in m:
@@ -103,19 +110,23 @@ def resolve_pretrained(
             pinned = revision != "main"
         else:
             if "package" in m:
-                source = os.path.join(find_package(m["package"], where), m.get("subdir", ""))
-                origin = "/".join(x for x in (f"pip:{_distribution(m['package'])}", m.get("subdir", "")) if x)
+                # resolved in the job (no package needed to parse; no mtime in the re-run decision)
+                source = spec(m["package"], m.get("subdir", ""))
+                origin = "/".join(x for x in (f"pip:{m['package']}", m.get("subdir", "")) if x)
             else:
-                source = origin = m["path"]
-            source = os.path.normpath(source)
-            inputs.append(source)
+                source = origin = os.path.normpath(m["path"])
+                inputs.append(source)
             revision, pinned = "", True  # a local copy: the files are what they are (hashed in the provenance)
         file = None
         if "gguf_file" in m:
-            file = os.path.join(source, m["gguf_file"])
+            file = (
+                spec(m["package"], m.get("subdir", ""), m["gguf_file"])
+                if "package" in m
+                else os.path.join(source, m["gguf_file"])
+            )
             origin = f"{origin}/{m['gguf_file']}"
             args += ["--gguf-file", m["gguf_file"]]
-            if "hub_id" not in m:
+            if "path" in m:
                 inputs = [file]
         if m.get("trust_remote_code", False):
             args.append("--trust-remote-code")
@@ -137,11 +148,23 @@ def resolve_pretrained(
             origin=origin,
             hub_id=hub_id,
             fetch_args=fetch_args,
+            recorded=_recorded(m, where),
+            qk_gb=float(m.get("qk_gb", 0.0)),
         )
     return out
 
 
-def _joined_gguf(key: str, m: Mapping, find_package: Callable[[str, str], str], joined_dir: str | None) -> Pretrained:
+def _recorded(m: Mapping, where: str) -> dict[str, str]:
+    """A package entry's `sha256` (weight file -> sha256); other sources hash what they read."""
+    recorded = m.get("sha256") or {}
+    if recorded and "package" not in m:
+        raise ConfigError(f"config {where}.sha256: recorded hashes are for package sources (with gguf_parts: hex)")
+    if not isinstance(recorded, Mapping):
+        raise ConfigError(f"config {where}.sha256: give WEIGHT_FILE: SHA256 pairs (the hex form is for gguf_parts)")
+    return {str(f): str(h).lower() for f, h in recorded.items()}
+
+
+def _joined_gguf(key: str, m: Mapping, joined_dir: str | None) -> Pretrained:
     """A GGUF file whose parts ship in packages: `gguf_parts` are PACKAGE/PATH, in order; `package` is the one
     that names the whole (its distribution goes into the origin); `sha256` the whole file's, recorded."""
     where = f"pretrained.{key}"
@@ -151,14 +174,15 @@ def _joined_gguf(key: str, m: Mapping, find_package: Callable[[str, str], str], 
             f"config {where}: gguf_parts needs package, gguf_file and sha256 "
             f"(missing: {', '.join(missing) or 'the folder to join into'})"
         )
-    find_package(m["package"], where)
+    if not isinstance(m["sha256"], str):
+        raise ConfigError(f"config {where}.sha256: with gguf_parts, the joined file's sha256 (hex)")
     parts, origins = [], []
-    for spec in m["gguf_parts"]:
-        package, _, sub = spec.partition("/")
+    for part in m["gguf_parts"]:
+        package, _, sub = part.partition("/")
         if not sub:
-            raise ConfigError(f"config {where}.gguf_parts: {spec!r} is not PACKAGE/PATH")
-        parts.append(os.path.normpath(os.path.join(find_package(package, where), sub)))
-        origins.append(f"pip:{_distribution(package)}/{sub}")
+            raise ConfigError(f"config {where}.gguf_parts: {part!r} is not PACKAGE/PATH")
+        parts.append(spec(package, sub))  # resolved by join-parts, in the job
+        origins.append(f"pip:{package}/{sub}")
     source = os.path.join(joined_dir, key)
     file = os.path.join(source, m["gguf_file"])
     name = m.get("name", m["gguf_file"])
@@ -172,30 +196,81 @@ def _joined_gguf(key: str, m: Mapping, find_package: Callable[[str, str], str], 
         name=name,
         parts=parts,
         sha256=m["sha256"],
-        origin=f"pip:{_distribution(m['package'])}/{m['gguf_file']} (joined: {' + '.join(origins)})",
+        origin=f"pip:{m['package']}/{m['gguf_file']} (joined: {' + '.join(origins)})",
     )
 
 
+def add_arguments_locate_package(parser) -> None:
+    parser.add_argument("spec", metavar="SPEC", help="pkg:PACKAGE[/PATH], a file or folder inside an installed package")
+    parser.add_argument(
+        "--sha256",
+        action="append",
+        default=[],
+        metavar="FILE=HEX",
+        help="the recorded sha256 of a weight file under SPEC (repeat for each); any other weight file there is "
+        "an error",
+    )
+
+
+def run_locate_package(args) -> int:
+    """Print the path SPEC names; with --sha256, first check that its weight files are exactly the recorded ones."""
+    path = resolve(args.spec)
+    recorded = {}
+    for pair in args.sha256:
+        name, sep, digest = pair.partition("=")
+        if not sep or len(digest) != 64:
+            raise UserError(f"--sha256 {pair!r}: give FILE=HEX (64 hex digits)")
+        recorded[name] = digest
+    if recorded:
+        check_sha256(path, recorded, args.spec)
+    print(path)
+    return 0
+
+
 def add_arguments_join_parts(parser) -> None:
-    parser.add_argument("parts", nargs="+", metavar="PART", help="the parts, in order")
+    parser.add_argument("parts", nargs="+", metavar="PART", help="the parts, in order (files or pkg:PACKAGE/PATH)")
     parser.add_argument("--sha256", required=True, help="the joined file's recorded sha256 (hex)")
     parser.add_argument("--out", required=True, help="the joined file")
 
 
 def run_join_parts(args) -> int:
-    join_files(args.parts, args.out, args.sha256.lower())
+    join_files([resolve(p) for p in args.parts], args.out, args.sha256.lower())
     print(f"{args.out}: {len(args.parts)} parts joined, sha256 {args.sha256.lower()}")
     return 0
 
 
-def _distribution(package: str) -> str:
-    """`dist==version` of the installed distribution that ships import package `package` (the name alone when
-    the metadata does not say)."""
-    from importlib import metadata
+# the config.json keys that give a model's width (the size of its W_qk), in any nested config (text_config,
+# encoder/decoder configs)
+_WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "hidden_dim")
 
-    for dist in metadata.packages_distributions().get(package, []):
-        return f"{dist}=={metadata.version(dist)}"
-    return package
+
+def scoring_mem_mb(folder: str | None, floor_mb: int, attempt: int = 1) -> int:
+    """The memory a scoring job asks for: `floor_mb` (config scoring.mem_mb: the interpreter, torch and one
+    small model) plus what the largest layer of the model in `folder` (a prefetched q/k subset, read from its
+    config.json) needs, times the attempt (a job killed for memory asks for more when retried). The scorer
+    streams one layer at a time (docs/cli.md, "Memory and time": ~400 MiB for a 1 B model, nothing accumulating
+    across layers); per layer it holds the float64 queries and keys (at most two width x width matrices), M
+    itself and one M-sized temporary: 4 matrices of width^2 float64, taken as 6 for the bf16 tensors and
+    slack. Llama-3.1-405B (width 16384): 12 GiB over the floor; a 7 B model (4096): 0.75 GiB. Without a
+    readable config.json (no folder yet: Snakemake asks again when the job is ready) the floor."""
+    width = 0
+    try:
+        with open(os.path.join(folder or "", "config.json"), encoding="utf-8") as fh:
+            stack = [json.load(fh)]
+    except (OSError, ValueError):
+        stack = []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in _WIDTH_KEYS and isinstance(v, int) and not isinstance(v, bool):
+                    width = max(width, v)
+                elif isinstance(v, (dict, list)):
+                    stack.append(v)
+        elif isinstance(node, list):
+            stack.extend(node)
+    model_mb = -(-6 * width * width * 8 // (1 << 20))
+    return (int(floor_mb) + model_mb) * max(1, int(attempt))
 
 
 # origin: where the files came from, without this machine's paths; sha256: name:hash of every weight file read
@@ -216,6 +291,8 @@ def pretrained_rows(pretrained: Mapping[str, Pretrained]) -> list[dict]:
             "sha256": (
                 f"{os.path.basename(m.file)}:{m.sha256}"
                 if m.parts and m.file
+                else " ".join(f"{f}:{h}" for f, h in sorted(m.recorded.items()))
+                if m.packaged
                 else " ".join(f"{os.path.basename(f)}:{file_sha256(f)}" for f in m.weight_files())
             ),
         }

@@ -36,7 +36,17 @@ from attention_geometry.workflow.plan import yaml_text
 if TYPE_CHECKING:
     from attention_geometry.workflow.plan import Plan
 
-__all__ = ["RECORD_DIR", "records", "record_path", "record_text", "stale_error"]
+__all__ = [
+    "RECORD_DIR",
+    "records",
+    "record_path",
+    "record_text",
+    "stale_error",
+    "input_sums_path",
+    "write_input_sums",
+    "read_input_sums",
+    "content_current",
+]
 
 RECORD_DIR = "config"
 # notebook parameters that are provenance, not inputs of the science (they change with every commit or with
@@ -124,3 +134,80 @@ def stale_error(plan: Plan, table: dict[str, tuple[list[str], dict]] | None = No
         f"`rm {' '.join(remove)}` and then the workflow again (or remake everything with --forceall), or restore "
         "the config"
     )
+
+
+# ------------------------------------------------------------------ what made a notebook's outputs, by content
+def input_sums_path(plan: Plan, notebook: str) -> str:
+    """{results}/config/make_NOTEBOOK.inputs.sha256: the sha256 of the notebook and of each input its last
+    successful run read (`sha256sum` lines), written by run-notebook and committed with the outputs."""
+    return plan.res(RECORD_DIR, f"make_{notebook}.inputs.sha256")
+
+
+def _sums(files) -> dict[str, str]:
+    from attention_geometry.formats.files import file_sha256
+
+    return {os.path.normpath(f): file_sha256(f) for f in files}
+
+
+def write_input_sums(path: str, files) -> None:
+    """`sha256sum`-format lines (`HEX  PATH`, sorted by path) of `files`, written atomically."""
+    from attention_geometry.formats.files import atomic_write_text
+
+    sums = _sums(files)
+    atomic_write_text(path, "".join(f"{h}  {f}\n" for f, h in sorted(sums.items())))
+
+
+def read_input_sums(path: str) -> dict[str, str]:
+    """path -> sha256 of a file written by write_input_sums; {} when it is missing or not in that format."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
+        digest, sep, name = line.partition("  ")
+        if not sep or len(digest) != 64:
+            return {}
+        out[os.path.normpath(name)] = digest
+    return out
+
+
+def content_current(plan: Plan) -> list[str]:
+    """The outputs of notebook rules that are current by content although an input is newer by mtime, touched
+    so that Snakemake's mtime rule agrees (returned). A fresh clone checks files out in an arbitrary order, so
+    a committed figure can be older than the committed table it was drawn from; Snakemake would redraw it, and
+    a redraw on another host changes bytes (and the report's commit line) although nothing it reads changed.
+    An entry counts as current when its outputs and its input-sums record exist and the notebook and every
+    input have exactly the recorded sha256; anything else (an edited notebook or table, a missing record) is
+    left to Snakemake. Files are hashed only when some input is newer than an output."""
+    import time
+
+    from attention_geometry.workflow.plan import notebook_file
+
+    now = time.time_ns()  # one time for every touch: an output touched now is never newer than another
+    entries = []
+    for nb in plan.notebooks:
+        parameters, _, outputs = plan.notebook_io(nb)
+        made = [*outputs.values(), input_sums_path(plan, nb)]
+        inputs = [notebook_file(plan.catalog, nb), *parameters["inputs"].values()]
+        if all(os.path.isfile(f) for f in made + inputs):
+            entries.append((made, inputs))
+    touched: list[str] = []
+    changed = True
+    while changed:  # again after a touch: a touched output may be another entry's input
+        changed = False
+        for made, inputs in entries:
+            if made[0] in touched:
+                continue
+            oldest = min(os.stat(f).st_mtime_ns for f in made)
+            if all(os.stat(f).st_mtime_ns <= oldest for f in inputs):
+                continue  # nothing looks stale
+            recorded = read_input_sums(made[-1])
+            if set(recorded) != {os.path.normpath(f) for f in inputs} or _sums(inputs) != recorded:
+                continue
+            for f in made:
+                os.utime(f, ns=(now, now))
+            touched += made
+            changed = True
+    return touched

@@ -1,0 +1,91 @@
+"""When the trainer stops before its last step: a wall-clock budget (`train --time-limit MINUTES`) and SIGTERM
+(what SLURM sends before it kills a job at its time limit or on preemption, SIGKILL following after KillWait,
+30 s by default). Either way the loop stops between two updates, writes its resumable state as a periodic state
+save does, and the command exits with EXIT_STOPPED, so that a requeued job (rule train_model's `retries`)
+running the same command resumes from that state. Torch-free: the CLI imports it before torch."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["EXIT_STOPPED", "Budget", "TermSignal", "out_of_time"]
+
+EXIT_STOPPED = 75  # os.EX_TEMPFAIL: "try again later"; the state is saved and the same command resumes
+
+
+def out_of_time(elapsed: float, limit: float | None, longest_step: float, longest_save: float) -> bool:
+    """Whether to stop now, before the next update: True when the next update (as long as the longest one so
+    far, evaluation and checkpoints included) and the state save after it (as long as the longest so far)
+    could end past `limit` seconds. No limit: never."""
+    return limit is not None and elapsed + longest_step + longest_save > limit
+
+
+@dataclass
+class Budget:
+    """The wall-clock budget of one trainer process: `limit` seconds (None: none) counted from `started`
+    (a `clock()` value: the CLI's start, so that imports and loading count too); it keeps the longest
+    update and the longest state save seen, which `out_of_time` reserves."""
+
+    limit: float | None = None
+    started: float | None = None
+    clock: Callable[[], float] = time.monotonic
+    longest_step: float = 0.0
+    longest_save: float = 0.0
+    _mark: float | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.limit is not None and not self.limit > 0:
+            raise ValueError(f"time limit must be above 0 seconds, got {self.limit}")
+        if self.started is None:
+            self.started = self.clock()
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def start_step(self) -> None:
+        self._mark = self.clock()
+
+    def end_step(self) -> None:
+        """The update since start_step() (with its evaluation, loss flush and checkpoints) is done."""
+        if self._mark is not None:
+            self.longest_step = max(self.longest_step, self.clock() - self._mark)
+            self._mark = None
+
+    def saved(self, seconds: float) -> None:
+        """A state save took `seconds`."""
+        self.longest_save = max(self.longest_save, seconds)
+
+    def exhausted(self) -> bool:
+        """out_of_time now. Only once an update has been timed: a job always trains at least one update,
+        so a limit shorter than the start-up still makes progress from one requeue to the next."""
+        return self.longest_step > 0 and out_of_time(self.elapsed(), self.limit, self.longest_step, self.longest_save)
+
+    def describe(self) -> str:
+        return f"time limit ({self.limit / 60:.4g} min; {self.elapsed() / 60:.4g} min elapsed)"
+
+
+class TermSignal:
+    """Within `with TermSignal() as term:`, SIGTERM sets `term.received` instead of ending the process (the loop
+    then stops between updates); the previous handler is restored on exit. Outside the main thread (where
+    Python cannot set handlers) it does nothing."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self._previous = None
+
+    def _handle(self, signum, frame) -> None:
+        self.received = True
+
+    def __enter__(self) -> TermSignal:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
