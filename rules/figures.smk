@@ -77,6 +77,8 @@ rule tabulate_symmetry_speedup:
             category="Tables",
             subcategory="fig_symmetry_speedup",
         ),
+        # the sha256 of the two tables read, by content (committed; workflow.records.content_current)
+        input_sums=res("config", "symmetry_speedup.inputs.sha256"),
     params:
         runs=lambda w: " ".join(PLAN.ablation_runs()),
         baseline=config["figures"]["baseline_init"],
@@ -90,8 +92,9 @@ rule tabulate_symmetry_speedup:
     shell:
         "python -m attention_geometry symmetry-speedup --no-progress --scores {input.scores:q} --loss {input.loss:q} --runs {params.runs}"
         " --baseline-init {params.baseline} --ci-level {params.level} --bootstrap-resamples {params.resamples}"
-        " --bootstrap-seed {params.seed} --out-runs {output.runs:q} --out-correlations {output.correlations:q}"
-        " > {log:q} 2>&1"
+        " --bootstrap-seed {params.seed} --out-runs {output.runs:q} --out-correlations {output.correlations:q} > {log:q} 2>&1;"
+        " python -c 'import sys; from attention_geometry.workflow.records import write_input_sums as w; w(sys.argv[1], sys.argv[2:])'"
+        " {output.input_sums:q} {input.scores:q} {input.loss:q} >> {log:q} 2>&1"
 
 
 # The one fact of the prepared corpus the reproduction report cites (its manifest's sha256, with its counts),

@@ -45,6 +45,7 @@ __all__ = [
     "input_sums_path",
     "write_input_sums",
     "read_input_sums",
+    "content_entries",
     "content_current",
 ]
 
@@ -173,6 +174,26 @@ def read_input_sums(path: str) -> dict[str, str]:
     return out
 
 
+def content_entries(plan: Plan) -> list[tuple[list[str], list[str]]]:
+    """(outputs with the input-sums record last, inputs) of every rule whose inputs are all committed files: each
+    notebook rule (its notebook and inputs) and tabulate_symmetry_speedup (the two tidy tables it reads)."""
+    from attention_geometry.workflow.plan import notebook_file
+
+    out = []
+    for nb in plan.notebooks:
+        parameters, _, outputs = plan.notebook_io(nb)
+        out.append(
+            (
+                [*outputs.values(), input_sums_path(plan, nb)],
+                [notebook_file(plan.catalog, nb), *parameters["inputs"].values()],
+            )
+        )
+    results, _ = records(plan)["symmetry_speedup"]
+    tables = [plan.res("tables", "training_scores.csv"), plan.res("tables", "training_loss.csv")]
+    out.append(([*results, plan.res(RECORD_DIR, "symmetry_speedup.inputs.sha256")], tables))
+    return out
+
+
 def content_current(plan: Plan) -> list[str]:
     """The outputs of notebook rules that are current by content although an input is newer by mtime, touched
     so that Snakemake's mtime rule agrees (returned). A fresh clone checks files out in an arbitrary order, so
@@ -183,16 +204,8 @@ def content_current(plan: Plan) -> list[str]:
     left to Snakemake. Files are hashed only when some input is newer than an output."""
     import time
 
-    from attention_geometry.workflow.plan import notebook_file
-
     now = time.time_ns()  # one time for every touch: an output touched now is never newer than another
-    entries = []
-    for nb in plan.notebooks:
-        parameters, _, outputs = plan.notebook_io(nb)
-        made = [*outputs.values(), input_sums_path(plan, nb)]
-        inputs = [notebook_file(plan.catalog, nb), *parameters["inputs"].values()]
-        if all(os.path.isfile(f) for f in made + inputs):
-            entries.append((made, inputs))
+    entries = [(made, inputs) for made, inputs in content_entries(plan) if all(map(os.path.isfile, made + inputs))]
     touched: list[str] = []
     changed = True
     while changed:  # again after a touch: a touched output may be another entry's input
