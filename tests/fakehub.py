@@ -378,3 +378,19 @@ if __name__ == "__main__":  # serve folders by hand: python tests/fakehub.py org
                 time.sleep(5)
         except KeyboardInterrupt:
             print(json.dumps(dict(hub.sent)))
+
+
+def point_hub(monkeypatch, cache: Path):
+    """huggingface_hub online, with an empty cache at `cache` and no token, in this process (its constants are
+    read at import, so they are set here rather than through HF_ENDPOINT / HF_HUB_OFFLINE); returns
+    point(url), which aims it at a stand-in's endpoint."""
+    from huggingface_hub import constants
+
+    def point(url: str) -> None:
+        monkeypatch.setattr(constants, "ENDPOINT", url)
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    return point

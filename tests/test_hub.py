@@ -33,16 +33,7 @@ def checkpoint(tmp_path):
 def online(monkeypatch, tmp_path):
     """huggingface_hub pointed at a local endpoint, online, with an empty cache (its constants are read at
     import, so they are set here rather than through HF_ENDPOINT / HF_HUB_OFFLINE)."""
-    from huggingface_hub import constants
-
-    def point(url):
-        monkeypatch.setattr(constants, "ENDPOINT", url)
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
-
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    return point
+    return fakehub.point_hub(monkeypatch, tmp_path / "hub-cache")
 
 
 def expected_bytes(d):

@@ -119,19 +119,9 @@ def online(monkeypatch, tmp_path):
     """huggingface_hub pointed at a local endpoint, online, with an empty cache, in this process (its constants
     are read at import, so they are set here rather than through HF_ENDPOINT / HF_HUB_OFFLINE); the variables a
     prepare with --hub-data sets are restored afterwards."""
-    from huggingface_hub import constants
-
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.setenv(var, os.environ.get(var, "1"))
-
-    def point(url):
-        monkeypatch.setattr(constants, "ENDPOINT", url)
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
-
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    return point
+    return fakehub.point_hub(monkeypatch, tmp_path / "hub-cache")
 
 
 def online_env(url: str, tmp_path: Path) -> dict:
