@@ -199,6 +199,9 @@ def rule_families() -> dict[str, str]:
             env = re.search(r'conda:\s*"\.\./envs/(\w+)\.yaml"', block)
             if env:
                 out[name] = env.group(1)
+    for smk in (REPO / "rules").glob("*.smk"):  # `use rule A as B with:` runs in A's env
+        for base, derived in re.findall(r"^use rule (\w+) as (\w+)", smk.read_text(), flags=re.M):
+            out[derived] = out[base]
     return out
 
 
