@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import SNAKEMAKE, assert_has_content, config_plan, copy_workflow, job_counts, validated_config
+from helpers import assert_has_content, config_plan, copy_workflow, job_counts, validated_config
 from helpers import env as _env
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -316,7 +316,7 @@ def test_each_env_builds_a_venv_that_runs_its_rules(tmp_path):
     results = wf / "results-smoke"
     assert (
         "Nothing to be done"
-        in subprocess.run([SNAKEMAKE, *base, "-n"], cwd=wf, env=_env(), capture_output=True, text=True).stdout
+        in subprocess.run([snakemake_only, *base, "-n"], cwd=wf, env=bare, capture_output=True, text=True).stdout
     )
     catalog = yaml.safe_load((wf / "notebooks" / "catalog.yaml").read_text())
     made = config_plan(validated_config("smoke.yaml")).notebooks  # without the entries of absent inputs
