@@ -86,3 +86,18 @@ def test_score_reads_a_pkg_spec_as_its_folder(site, tmp_path):
     assert cli_in_process(["score", "pkg:agtest_weights/model", "--name", "m", "--out", by_spec])[0] == 0
     assert cli_in_process(["score", str(site / "model"), "--name", "m", "--out", by_path])[0] == 0
     assert by_spec.read_text() == by_path.read_text() and len(by_spec.read_text().splitlines()) > 1
+
+
+def test_a_local_path_model_is_hashed_at_parse_time(tmp_path):
+    """A `path:` model's weight files (not its config) are hashed into pretrained_models.csv's sha256 column."""
+    from attention_geometry.workflow.pretrained import pretrained_rows, resolve_pretrained
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "model.safetensors").write_bytes(b"w1")
+    (tmp_path / "m" / "extra.bin").write_bytes(b"w2")
+    (tmp_path / "m" / "config.json").write_text("{}")
+    m = resolve_pretrained({"local": {"path": str(tmp_path / "m")}})
+    want = " ".join(
+        f"{n}:{hashlib.sha256(b).hexdigest()}" for n, b in [("extra.bin", b"w2"), ("model.safetensors", b"w1")]
+    )
+    assert pretrained_rows(m)[0]["sha256"] == want

@@ -72,7 +72,8 @@ def resolve(text: str, where: str = "") -> str:
 
 
 def weight_files(path: str | os.PathLike) -> list[Path]:
-    """The weight files a model path reads: the file itself, or a folder's *.safetensors / *.bin / *.gguf."""
+    """The weight files a model path reads, sorted: the file itself, or a folder's *.safetensors / *.bin /
+    *.gguf (what a package's recorded sha256 and pretrained_models.csv's `sha256` column name)."""
     path = Path(path)
     if path.is_file():
         return [path]

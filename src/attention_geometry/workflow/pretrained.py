@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from attention_geometry.errors import UserError
 from attention_geometry.formats.files import file_sha256, join_files
-from attention_geometry.formats.packages import check_sha256, is_spec, resolve, spec
+from attention_geometry.formats.packages import check_sha256, is_spec, resolve, spec, weight_files
 
 __all__ = ["Pretrained", "PRETRAINED_COLUMNS", "resolve_pretrained", "pretrained_rows", "scoring_mem_mb"]
 
@@ -62,15 +62,8 @@ class Pretrained:
         sha256 is checked in the job)."""
         if self.hub_id or self.packaged:
             return []
-        if self.file:
-            return [self.file] if os.path.isfile(self.file) else []
-        if not self.inputs or not os.path.isdir(self.source):
-            return []
-        return sorted(
-            os.path.join(self.source, f)
-            for f in os.listdir(self.source)
-            if f.endswith((".safetensors", ".bin", ".gguf"))
-        )
+        path = self.file or (self.source if self.inputs else "")
+        return [str(f) for f in weight_files(path)] if path and os.path.exists(path) else []
 
     @property
     def offline_env(self) -> str:
