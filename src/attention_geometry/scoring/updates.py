@@ -55,7 +55,7 @@ from attention_geometry.formats.files import atomic_write_table, check_table_pat
 from attention_geometry.formats.rundir import list_snapshots, read_run_yaml, verify_snapshots
 from attention_geometry.scoring.measures import ScoreError, check_num_std, scores
 from attention_geometry.training.batches import IGNORE_INDEX, corrupt, make_batch, maskable
-from attention_geometry.training.hyper import OBJECTIVES, Hyper, resolve_hyper
+from attention_geometry.training.hyper import CAUSAL_OBJECTIVES, MASKED_OBJECTIVES, OBJECTIVES, Hyper, resolve_hyper
 from attention_geometry.training.models import self_attentions
 from attention_geometry.weights.safetensors_io import read_safetensors_header
 
@@ -167,7 +167,7 @@ def make_batches(corpus: Corpus, objective: str, config: UpdateConfig) -> list[d
     for b in range(config.batches):
         ids = blocks[b * config.batch_size : (b + 1) * config.batch_size]
         attention_mask = (ids != st["pad"]).long()
-        if objective == "encoder":
+        if objective in MASKED_OBJECTIVES:  # decoder-paper: the model's causal shift applies to these labels
             inputs, labels = mask_heldout(ids, st, corpus.vocab_size, config.masking, generator)
         else:  # next-token loss (training's labels: -100 at [PAD]); the model shifts labels by one position
             inputs, labels = (
@@ -339,13 +339,14 @@ def _snapshot_config(path: Path) -> dict[str, Any]:
 def load_snapshot_model(
     path: str | os.PathLike, objective: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
 ):
-    """The snapshot as BertForMaskedLM (encoder) or BertLMHeadModel (decoder, is_decoder=True), in eval mode."""
+    """The snapshot as BertForMaskedLM (encoder) or BertLMHeadModel (decoder, decoder-paper: is_decoder=True),
+    in eval mode."""
     from transformers import BertForMaskedLM, BertLMHeadModel
 
     path = Path(path)
     cfg = _snapshot_config(path)
     is_decoder = bool(cfg.get("is_decoder", False))
-    if is_decoder != (objective == "decoder"):
+    if is_decoder != (objective in CAUSAL_OBJECTIVES):
         raise UserError(f"{path}/config.json: is_decoder={is_decoder} does not fit objective {objective!r} of the run")
     cls = BertLMHeadModel if is_decoder else BertForMaskedLM
     read_safetensors_header(path / "model.safetensors")  # a truncated or malformed file: one LoadError line

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attention_geometry.training.hyper import Hyper
+from attention_geometry.training.hyper import CAUSAL_OBJECTIVES, MASKED_OBJECTIVES, Hyper
 
 __all__ = [
     "lr_at",
@@ -111,9 +111,10 @@ def corrupt(ids: np.ndarray, sel: np.ndarray, w: np.ndarray, r: np.ndarray, h: H
 
 
 def make_batch(blocks: np.ndarray, objective: str, keys, h: Hyper, special: dict, vocab_size: int):
-    """(inputs, labels) int64 numpy arrays of one batch of blocks."""
+    """(inputs, labels) int64 numpy arrays of one batch of blocks: the masked-LM corruption for `encoder` and
+    `decoder-paper`, the clean ids (pad ignored) for `decoder`."""
     ids = np.asarray(blocks, dtype=np.int64)
-    if objective == "encoder":
+    if objective in MASKED_OBJECTIVES:
         return mask_tokens(ids, keys, h, special, vocab_size)
     return ids, np.where(ids == special["pad"], IGNORE_INDEX, ids)
 
@@ -130,4 +131,4 @@ def eval_keys(idx: np.ndarray) -> list[list[int]]:
 
 def n_loss_tokens(labels: np.ndarray, objective: str) -> int:
     """The positions with a loss (a decoder predicts from the second position on)."""
-    return int(((labels[:, 1:] if objective == "decoder" else labels) != IGNORE_INDEX).sum())
+    return int(((labels[:, 1:] if objective in CAUSAL_OBJECTIVES else labels) != IGNORE_INDEX).sum())

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from attention_geometry.errors import UserError
 from attention_geometry.formats.value_kinds import expected
 
-OBJECTIVES = ("encoder", "decoder")  # the language-model objectives of BERT runs on a text corpus
+# the language-model objectives of BERT runs on a text corpus (docs/training.md, "Objectives"):
+# `encoder` masked LM; `decoder` next-token prediction at every position of clean text; `decoder-paper` the
+# authors' decoder objective: causal attention over the masked-LM corruption of the input, next-token labels
+# only where the next position was selected for masking (their script's DataCollatorForLanguageModeling, which
+# masks by default, in front of BertLMHeadModel, whose loss shifts the labels by one)
+OBJECTIVES = ("encoder", "decoder", "decoder-paper")
+CAUSAL_OBJECTIVES = ("decoder", "decoder-paper")  # causal attention, BertLMHeadModel, labels shifted by one
+MASKED_OBJECTIVES = ("encoder", "decoder-paper")  # inputs corrupted by BERT's masking, labels at the selection
 IMAGE_OBJECTIVES = ("classifier",)  # a ViT image classifier on a prepared image set (training/vit.py)
 RUN_OBJECTIVES = OBJECTIVES + IMAGE_OBJECTIVES  # what RUN.yaml `objective` takes
 INITS = ("standard", "symmetric", "symmetric-fresh", "fresh")

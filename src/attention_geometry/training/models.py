@@ -26,7 +26,7 @@ __all__ = [
     "symmetry_penalty",
 ]
 
-from attention_geometry.training.hyper import INITS, OBJECTIVES, Hyper, resolve_hyper
+from attention_geometry.training.hyper import CAUSAL_OBJECTIVES, INITS, OBJECTIVES, Hyper, resolve_hyper
 
 
 def bert_config(h: Hyper, objective: str, special_tokens: dict | None = None):
@@ -50,11 +50,11 @@ def bert_config(h: Hyper, objective: str, special_tokens: dict | None = None):
         type_vocab_size=2,
         initializer_range=h.initializer_range,
         layer_norm_eps=h.layer_norm_eps,
-        is_decoder=objective == "decoder",
+        is_decoder=objective in CAUSAL_OBJECTIVES,
         pad_token_id=special_tokens.get("pad", 0),
         attn_implementation="sdpa",
     )
-    if objective == "decoder":
+    if objective in CAUSAL_OBJECTIVES:
         cfg.use_cache = False
     return cfg
 
@@ -103,8 +103,8 @@ def build_model(
     **overrides,
 ):
     """The initialized transformers model of a run: BertForMaskedLM (`encoder`) or BertLMHeadModel with
-    is_decoder=True (`decoder`), of the named size with `overrides` (Hyper fields, e.g. vocab_size=2048),
-    initialized under `seed` with `init`. Deterministic for a given (size, objective, init, seed,
+    is_decoder=True (`decoder`, `decoder-paper`), of the named size with `overrides` (Hyper fields, e.g.
+    vocab_size=2048), initialized under `seed` with `init`. Deterministic for a given (size, objective, init, seed,
     overrides); the global torch RNG is restored afterwards."""
     if objective not in OBJECTIVES:
         raise UserError(f"objective: unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
@@ -214,6 +214,8 @@ def lm_loss(
     encoder: `input_ids` are the corrupted inputs, `labels` the original ids at masked positions and -100
     elsewhere; logits are computed only at masked positions. decoder: `labels` are the token ids (usually
     `input_ids` itself, -100 where ignored); position i predicts labels[i + 1] under a causal mask.
+    decoder-paper: the encoder's (inputs, labels) under the decoder's causal mask and shift; logits only where
+    labels[i + 1] is set (BertLMHeadModel's loss on the masking collator's batch).
     `pad_id`: keys equal to it are masked out of attention (None: the batch has no padding).
     `hidden_fn`: a drop-in for the transformer stack (e.g. torch.compile(hidden_states))."""
     key_padding = None
@@ -221,7 +223,7 @@ def lm_loss(
         real = input_ids != pad_id
         if not bool(real.all()):
             key_padding = real
-    causal = objective == "decoder"
+    causal = objective in CAUSAL_OBJECTIVES
     h = (hidden_fn or hidden_states)(model, input_ids, key_padding, causal)
     if causal:
         h = h[:, :-1]

