@@ -175,6 +175,7 @@ def build(seeds=(0, 1, 2), swap=False, null=True, n_models=1, training=None, pre
 
 
 CORE = ["a", "b", "c1", "c2", "d1", "d2", "e", "f", "f2", "v1", "v2", "v3", "v4"]
+CORE += ["a_paper", "b_paper", "e_paper", "p_sym", "p_dir", "p_tie"]  # the authors' decoder objective's arm
 FAMILY = ["a", "b", "c1", "c2", "d1", "d2", "e"]  # the text family; the vision family (v1, v4) is apart
 VISION_FAMILY = ["v1", "v4"]
 
@@ -780,3 +781,111 @@ def test_gqa_expansion_claim_on_models_by_hand():
     )
     untested = C.reproduction_claims(C.ClaimTables(), C.ClaimSettings()).set_index("id").loc["g3"]
     assert untested["verdict"] == "not tested" and "no gqa table" in untested["note"]
+
+
+# ------------------------------------------------------------------ the authors' decoder objective (study 2)
+PAPER_DEC = {  # per seed: (symmetry, directionality) of the standard run, symmetry of the symmetric-fresh run
+    "standard": lambda s: (0.12 + 0.015 * s, -0.1 + 0.02 * s),
+    "symmetric-fresh": lambda s: (0.41 + 0.005 * s, -0.2),
+}
+
+
+def paper_decoder_rows(seeds):
+    rows = []
+    for init, f in PAPER_DEC.items():
+        for s in seeds:
+            sym, d = f(s)
+            for step in STEPS[:4]:
+                for layer, off in enumerate((-0.01, 0.01)):
+                    rows.append(
+                        dict(
+                            run=run_name("decoder-paper", init, s),
+                            size="tiny",
+                            dataset="w",
+                            objective="decoder-paper",
+                            init=init,
+                            seed=s,
+                            step=step,
+                            layer=layer,
+                            head="all",
+                            symmetry=(sym + off) if step else 5.0,
+                            directionality=(d + off) if step else 5.0,
+                        )
+                    )
+    return pd.DataFrame(rows)
+
+
+def build_with_paper_decoder(seeds=(0, 1, 2, 3), **kw):
+    training = pd.concat([score_rows(seeds), paper_decoder_rows(seeds)], ignore_index=True)
+    loss = loss_rows(seeds)
+    decoder = loss[loss["objective"] == "decoder"]
+    paper = decoder.assign(objective="decoder-paper", run=decoder["run"].str.replace("-decoder-", "-decoder-paper-"))
+    loss = pd.concat([loss, paper], ignore_index=True)
+    tables = C.ClaimTables(
+        training=training,
+        loss=loss,
+        updates=update_rows(seeds),
+        pretrained=pretrained_rows(1),
+        null=null_rows(),
+        emergence_runs={
+            o: [run_name(o, "standard", s) for s in seeds] for o in ("encoder", "decoder", "decoder-paper")
+        },
+        ablation_runs=sorted(loss["run"].unique()),
+    )
+    settings = C.ClaimSettings(margins=MARGINS, horizon_snapshots=3, level=0.95, **kw)
+    return C.reproduction_claims(tables, settings).set_index("id")
+
+
+def test_the_paper_decoder_claims_are_the_per_seed_differences_against_each_arm():
+    seeds = (0, 1, 2, 3)
+    c = build_with_paper_decoder(seeds)
+    enc = {s: (0.5 + 0.01 * s, 0.0 + 0.01 * s) for s in seeds}
+    dec = {s: (0.1 + 0.02 * s, -0.4 - 0.01 * s) for s in seeds}
+    decp = {s: PAPER_DEC["standard"](s) for s in seeds}
+    tied = {"encoder": {s: 0.8 - 0.01 * s for s in seeds}, "decoder": {s: 0.4 + 0.01 * s for s in seeds}}
+    tied["decoder-paper"] = {s: PAPER_DEC["symmetric-fresh"](s)[0] for s in seeds}
+    want = {
+        "a_paper": [enc[s][0] - decp[s][0] for s in seeds],
+        "b_paper": [decp[s][1] - enc[s][1] for s in seeds],
+        "e_paper": [tied["decoder-paper"][s] - tied["encoder"][s] for s in seeds],
+        "p_sym": [decp[s][0] - dec[s][0] for s in seeds],
+        "p_dir": [decp[s][1] - dec[s][1] for s in seeds],
+        "p_tie": [tied["decoder-paper"][s] - tied["decoder"][s] for s in seeds],
+    }
+    for cid, diffs in want.items():
+        ci = sps.ttest_1samp(diffs, 0).confidence_interval(0.95)
+        assert c.loc[cid, "n"] == len(seeds), cid
+        assert (c.loc[cid, "estimate"], c.loc[cid, "low"], c.loc[cid, "high"]) == pytest.approx(
+            (np.mean(diffs), ci.low, ci.high)
+        ), cid
+    # a_paper and e_paper clear their margins with tiny spread: they hold (Holm over the paper-decoder family)
+    assert c.loc["a_paper", "verdict"] == "holds" and c.loc["e_paper", "verdict"] == "holds"
+    # b_paper: -0.10, -0.09, -0.08, -0.07 per seed, beyond the -0.05 margin with little spread: holds
+    assert c.loc["b_paper", "verdict"] == "holds"
+    # p_dir: the two decoders differ by ~0.35 in directionality: equivalence is contradicted
+    assert c.loc["p_dir", "verdict"] == "contradicted" and c.loc["p_dir", "rule"] == "equivalence"
+    fam = ["a_paper", "b_paper", "e_paper"]
+    p = S.holm([c.loc[i, "p_value"] for i in fam])
+    assert list(c.loc[fam, "p_holm"]) == pytest.approx(list(p))
+
+
+def test_configured_families_decide_which_claims_are_adjusted_together():
+    fams = {"primary": ["a", "b", "d1"], "secondary": ["c1", "c2", "d2", "e"], "paper": ["a_paper", "b_paper"]}
+    c = build_with_paper_decoder(families=fams)
+    assert c.loc[[i for m in fams.values() for i in m], "p_value"].notna().all()
+    for members in fams.values():
+        p = S.holm([c.loc[i, "p_value"] for i in members])
+        assert list(c.loc[members, "p_holm"]) == pytest.approx(list(p))
+    # a directional core claim in no family is tested alone: its p is not adjusted
+    assert math.isnan(c.loc["e_paper", "p_holm"])
+    assert "Holm" not in c.loc["e_paper", "test"] and "primary" in c.loc["a", "test"]
+    with pytest.raises(UserError, match="unknown claim id"):
+        build_with_paper_decoder(families={"x": ["a", "zz"]})
+    with pytest.raises(UserError, match="several families"):
+        build_with_paper_decoder(families={"x": ["a"], "y": ["a"]})
+
+
+def test_without_paper_decoder_runs_its_claims_are_not_tested():
+    c = build()
+    for cid in ("a_paper", "b_paper", "e_paper", "p_sym", "p_dir", "p_tie"):
+        assert c.loc[cid, "verdict"] == "not tested", cid

@@ -86,8 +86,10 @@ OPPOSITE = "The estimate has the opposite sign to the prediction."
 RULES = ("directional", "equivalence", "descriptive")
 VERDICT_ORDER = ("holds", "contradicted", "inconclusive", "descriptive", "not tested")
 # the Holm families (docs/preregistration.md): the text runs' core claims, and apart from them the vision runs'
-# (so that adding the vision runs changes no text verdict)
-FAMILIES = ("text", "vision")
+# (so that adding the vision runs changes no text verdict). A config may name its own families instead
+# (ClaimSettings.families, config figures.claim_families: docs/preregistration-2.md).
+FAMILIES = ("text", "vision", "paper-decoder")
+PAPER_DECODER = "decoder-paper"  # the authors' decoder objective (training.hyper.OBJECTIVES)
 VISION = "classifier"  # the objective of the ViT runs
 TABLES = (
     "training",
@@ -139,13 +141,53 @@ class ClaimTables:
 class ClaimSettings:
     """margins: smallest effects of interest by key (DEFAULT_MARGINS fill the missing ones); horizon_snapshots:
     the per-seed statistic's last K snapshots; level: of every interval (alpha = 1 - level); speedup_target:
-    the pre-declared target of the speed-up claims (summaries.check_speedup_target; None = the default)."""
+    the pre-declared target of the speed-up claims (summaries.check_speedup_target; None = the default);
+    families: {family name: [claim id, ...]}, the Holm families of the directional core claims as a
+    pre-registration names them (None: each claim's own `family`, FAMILIES). With families given, a directional
+    core claim listed in none of them is tested alone (its p unadjusted), and a listed id that is no claim, or is
+    listed twice, is an error."""
 
     margins: dict | None = None
     horizon_snapshots: int = 3
     baseline_init: str = "standard"
     level: float = 0.95
     speedup_target: dict | None = None
+    families: dict | None = None
+
+    def family(self, claim: Claim) -> str | None:
+        """The Holm family of `claim` (None: not Holm adjusted)."""
+        if not claim.in_family:
+            return None
+        if self.families is None:
+            return claim.family
+        for name, ids in self.families.items():
+            if claim.id in ids:
+                return str(name)
+        return None
+
+    def family_names(self) -> tuple[str, ...]:
+        return FAMILIES if self.families is None else tuple(str(f) for f in self.families)
+
+    def check_families(self, ids: Sequence[str]) -> None:
+        if self.families is None:
+            return
+        if not isinstance(self.families, dict):
+            raise UserError(f"claim families: expected a mapping of family name to claim ids, got {self.families!r}")
+        listed = [str(i) for v in self.families.values() for i in (v or [])]
+        unknown = sorted(set(listed) - set(ids))
+        twice = sorted({i for i in listed if listed.count(i) > 1})
+        if unknown or twice:
+            raise UserError(
+                "claim families: "
+                + "; ".join(
+                    x
+                    for x in (
+                        f"unknown claim id(s) {', '.join(unknown)}" if unknown else "",
+                        f"listed in several families: {', '.join(twice)}" if twice else "",
+                    )
+                    if x
+                )
+            )
 
     @property
     def alpha(self) -> float:
@@ -220,6 +262,7 @@ class _Context:
         self.t, self.s = tables, settings
         em = tables.emergence_runs or {}
         self.enc_runs, self.dec_runs = A.as_list(em.get("encoder")), A.as_list(em.get("decoder"))
+        self.emergence_by_objective = {o: A.as_list(r) for o, r in em.items()}
         self.abl = A.as_list(tables.ablation_runs)
         self.vision = A.as_list(tables.vision_runs)
         self._cache: dict = {}
@@ -363,6 +406,23 @@ def _gap(score: str, sign: int, ctx: _Context) -> Effect:
     return Effect(_series(m, eff), f"effect = {what} {score} at the horizon, paired by seed", notes)
 
 
+def _objective_gap(score: str, first: str, second: str, ctx: _Context) -> Effect:
+    """Per seed: `first` - `second` objective's `score` at the horizon, standard init, paired by seed (the runs of
+    both objectives of one seed share their initial weights where their models are of one class)."""
+    runs = {o: ctx.emergence_by_objective.get(o) or [] for o in (first, second)}
+    h = {o: ctx.horizon(runs[o], f"{o} emergence") for o in (first, second)}
+    m, notes = paired_by_seed(h[first], h[second], score)
+    return Effect(
+        _series(m, m[f"{score}_a"] - m[f"{score}_b"]),
+        f"effect = {first} - {second} {score} at the horizon, paired by seed",
+        [
+            f"Means over seeds: {first} {m[f'{score}_a'].mean():+.3f}, {second} {m[f'{score}_b'].mean():+.3f}.",
+            _horizon_note(pd.concat(list(h.values()))),
+            *notes,
+        ],
+    )
+
+
 def _change(objective: str, score: str, ctx: _Context) -> Effect:
     """Per seed: `score` at the horizon minus the run's own step-0 value (standard init)."""
     runs = ctx.enc_runs if objective == "encoder" else ctx.dec_runs
@@ -490,23 +550,23 @@ def _speedup(objective: str, ref: str | None, how: str, treatment: str, ctx: _Co
     )
 
 
-def _retained(ctx: _Context) -> Effect:
-    """Per seed: decoder - encoder symmetry of the symmetric-fresh runs at their common horizon."""
+def _retained(ctx: _Context, objective: str = "decoder", ref: str = "encoder") -> Effect:
+    """Per seed: `objective` - `ref` symmetry of the symmetric-fresh runs at their common horizon."""
     training = ctx.table("training")
-    runs = {o: _runs_of(training, ctx.abl, o, SYMMETRIC) for o in ("encoder", "decoder")}
-    if not runs["encoder"] or not runs["decoder"]:
+    runs = {o: _runs_of(training, ctx.abl, o, SYMMETRIC) for o in (ref, objective)}
+    if not runs[ref] or not runs[objective]:
         raise UserError(f"need {SYMMETRIC} training scores of both objectives among the ablation runs")
     # one horizon for both: the last snapshot step every compared run has (a shorter decoder run is compared
     # with the encoder's snapshots up to its own last step)
-    both = training[training["run"].isin(runs["encoder"] + runs["decoder"])]
+    both = training[training["run"].isin(runs[ref] + runs[objective])]
     upto = int(both.groupby("run")["step"].max().min())
-    he, hd = ctx.horizon(runs["encoder"], "encoder", upto), ctx.horizon(runs["decoder"], "decoder", upto)
+    he, hd = ctx.horizon(runs[ref], ref, upto), ctx.horizon(runs[objective], objective, upto)
     m, notes = paired_by_seed(he, hd, "symmetry")
     return Effect(
         _series(m, m["symmetry_b"] - m["symmetry_a"]),
-        f"effect = decoder - encoder symmetry of the {SYMMETRIC} runs at the horizon, paired by seed",
+        f"effect = {objective} - {ref} symmetry of the {SYMMETRIC} runs at the horizon, paired by seed",
         [
-            f"Retained symmetry (starts at 1): encoder {m['symmetry_a'].mean():+.3f}, decoder "
+            f"Retained symmetry (starts at 1): {ref} {m['symmetry_a'].mean():+.3f}, {objective} "
             f"{m['symmetry_b'].mean():+.3f} (means).",
             _horizon_note(pd.concat([he, hd])),
             *notes,
@@ -676,6 +736,9 @@ def _claim(cid, text, kind, inputs, effect, sign, margin, rule, paper="", unit="
 _NO_FRESH = "not measured in the paper (no untied fresh control)"
 _THEORY = "predicted by Theorems 2.3/2.4; not measured in the paper"
 _REBUTTAL_DEC = "the rebuttal: no gain for decoders (no published numbers)"
+_SAME_OBJECTIVE = (
+    "implicit: the paper reports its decoders as causal LMs (its script trains them on the masking collator)"
+)
 _REBUTTAL_VIT = "the rebuttal: no significant speed-up for ViTs on CIFAR-10 / ImageNet-1k (no published numbers)"
 _FIG_S1 = "Fig. S1: pretrained vision Transformers have symmetric W_qk (not trained from scratch in the paper)"
 SEED_TABLES = ("training",)
@@ -865,6 +928,81 @@ CLAIMS: tuple[Claim, ...] = (
         "speedup",
         "equivalence",
         _REBUTTAL_DEC,
+    ),
+    # the authors' decoder objective (decoder-paper) as a third arm (docs/preregistration-2.md): the paper's claims
+    # a, b and e with their decoder, and its symmetry, directionality and tied-init retention against ours
+    _claim(
+        "a_paper",
+        f"encoders are more symmetric than the authors' decoders ({PAPER_DECODER} objective; standard init, at the "
+        "horizon)",
+        "core",
+        SEED_TABLES,
+        partial(_objective_gap, "symmetry", "encoder", PAPER_DECODER),
+        1,
+        "symmetry",
+        "directional",
+        partial(_paper_gap, "symmetry", 1),
+        family="paper-decoder",
+    ),
+    _claim(
+        "b_paper",
+        f"the authors' decoders ({PAPER_DECODER}) are more column-dominant than encoders (standard init, at the "
+        "horizon)",
+        "core",
+        SEED_TABLES,
+        partial(_objective_gap, "directionality", PAPER_DECODER, "encoder"),
+        -1,
+        "directionality",
+        "directional",
+        partial(_paper_gap, "directionality", -1),
+        family="paper-decoder",
+    ),
+    _claim(
+        "e_paper",
+        f"the authors' decoders ({PAPER_DECODER}) keep less of a tied initialization than encoders",
+        "core",
+        SEED_TABLES,
+        partial(_retained, objective=PAPER_DECODER),
+        -1,
+        "symmetry",
+        "directional",
+        "the rebuttal: decoders lose a symmetric initialization (no published numbers)",
+        family="paper-decoder",
+    ),
+    _claim(
+        "p_sym",
+        f"the authors' decoder objective ({PAPER_DECODER}) gives the same symmetry as ours (standard init, at the "
+        "horizon)",
+        "core",
+        SEED_TABLES,
+        partial(_objective_gap, "symmetry", PAPER_DECODER, "decoder"),
+        0,
+        "symmetry",
+        "equivalence",
+        _SAME_OBJECTIVE,
+    ),
+    _claim(
+        "p_dir",
+        f"the authors' decoder objective ({PAPER_DECODER}) gives the same directionality as ours (standard init, "
+        "at the horizon)",
+        "core",
+        SEED_TABLES,
+        partial(_objective_gap, "directionality", PAPER_DECODER, "decoder"),
+        0,
+        "directionality",
+        "equivalence",
+        _SAME_OBJECTIVE,
+    ),
+    _claim(
+        "p_tie",
+        f"the authors' decoder objective ({PAPER_DECODER}) keeps as much of a tied initialization as ours",
+        "core",
+        SEED_TABLES,
+        partial(_retained, objective=PAPER_DECODER, ref="decoder"),
+        0,
+        "symmetry",
+        "equivalence",
+        _SAME_OBJECTIVE,
     ),
     _claim(
         "v1",
@@ -1061,8 +1199,9 @@ def _test_text(claim: Claim, eff: Effect, s: ClaimSettings, m_family: int) -> st
     if eff.other is not None:
         return f"{s.level:.0%} Welch t-interval over models; Welch t-test p; {eff.test}"
     parts = [f"{s.level:.0%} t-interval over {claim.unit}s; two-sided t-test p"]
-    if claim.in_family:
-        parts[0] += f", Holm-adjusted over the {m_family} {claim.family} core directional claims tested"
+    family = s.family(claim)
+    if family is not None:
+        parts[0] += f", Holm-adjusted over the {m_family} {family} core directional claims tested"
     if claim.rule == "equivalence":
         parts.append(f"TOST against ±margin at alpha {s.alpha:g} (the {1 - 2 * s.alpha:.0%} interval decides)")
     parts.append("exact two-sided sign-flip p")
@@ -1071,7 +1210,7 @@ def _test_text(claim: Claim, eff: Effect, s: ClaimSettings, m_family: int) -> st
 
 def _row(claim: Claim, eff: Effect, st: dict, p_holm: float, v: str, s: ClaimSettings, m_family: int) -> dict:
     margin, iv = s.margin(claim.margin), st["iv"]
-    p_used, p_name = (p_holm, "p_holm") if claim.in_family else (st["p"], "p")
+    p_used, p_name = (p_holm, "p_holm") if s.family(claim) is not None else (st["p"], "p")
     notes = [_why(claim, st, v, p_used, p_name, s)]
     if eff.descriptive:
         notes = [eff.descriptive]
@@ -1118,12 +1257,12 @@ def _row(claim: Claim, eff: Effect, st: dict, p_holm: float, v: str, s: ClaimSet
 def _family_verdicts(done: dict, s: ClaimSettings, stats: dict) -> tuple[dict, dict]:
     """(p_holm, verdict) by claim id, each family's p-values from `stats` (id -> _stats) adjusted together."""
     adj = {}
-    for family in FAMILIES:
-        fam = [cid for cid, (c, _e) in done.items() if c.in_family and c.family == family]
+    for family in s.family_names():
+        fam = [cid for cid, (c, _e) in done.items() if s.family(c) == family]
         adj.update(zip(fam, holm([stats[cid]["p"] for cid in fam])))
     verdicts = {}
     for cid, (c, e) in done.items():
-        p_used = adj[cid] if c.in_family else stats[cid]["p"]
+        p_used = adj[cid] if s.family(c) is not None else stats[cid]["p"]
         verdicts[cid] = _decide(c, e, stats[cid], p_used, s)
     return adj, verdicts
 
@@ -1145,7 +1284,8 @@ def _loo_stability(done: dict, s: ClaimSettings, full: dict) -> dict:
         for u in e.units():
             stats = dict(base)
             for oid, (oc, oe) in done.items():
-                if (oid == cid or (c.in_family and oc.in_family and oc.family == c.family)) and u in units[oid]:
+                same_family = s.family(c) is not None and s.family(oc) == s.family(c)
+                if (oid == cid or same_family) and u in units[oid]:
                     stats[oid] = _stats(oc, oe.without(u), s, exact=False)
             # the effects' flags (descriptive, censored) do not change with a unit left out
             _adj, verdicts = _family_verdicts(done, s, stats)
@@ -1186,6 +1326,7 @@ def evaluate(claims: Sequence[Claim], tables: ClaimTables, settings: ClaimSettin
     Holm over the family (the directional core claims tested), the verdict and its leave-one-out stability."""
     check_level(settings.level)
     check_speedup_target(settings.speedup_target)
+    settings.check_families([c.id for c in claims])
     ctx = _Context(tables, settings)
     done: dict[str, tuple[Claim, Effect]] = {}
     untested: dict[str, str] = {}
@@ -1202,7 +1343,7 @@ def evaluate(claims: Sequence[Claim], tables: ClaimTables, settings: ClaimSettin
     stats = {cid: _stats(c, e, settings) for cid, (c, e) in done.items()}
     adj, verdicts = _family_verdicts(done, settings, stats)
     loo = _loo_stability(done, settings, verdicts)
-    m_family = {f: sum(c.in_family and c.family == f for c, _e in done.values()) for f in FAMILIES}
+    m_family = {f: sum(settings.family(c) == f for c, _e in done.values()) for f in settings.family_names()}
     rows = []
     for c in claims:
         paper = _paper_text(c, ctx)
@@ -1210,7 +1351,8 @@ def evaluate(claims: Sequence[Claim], tables: ClaimTables, settings: ClaimSettin
             rows.append(_untested(c, untested[c.id], paper, settings))
             continue
         _c, e = done[c.id]
-        row = _row(c, e, stats[c.id], adj.get(c.id, math.nan), verdicts[c.id], settings, m_family[c.family])
+        family = settings.family(c)
+        row = _row(c, e, stats[c.id], adj.get(c.id, math.nan), verdicts[c.id], settings, m_family.get(family, 0))
         rows.append(
             {
                 "id": c.id,
@@ -1245,7 +1387,6 @@ def reproduction_claims(
 
 # ------------------------------------------------------------------------------------------ report
 _BY_ID = {c.id: c for c in CLAIMS}
-_BY_ID_FAMILY = {f: sum(c.in_family and c.family == f for c in CLAIMS) for f in FAMILIES}
 
 
 def _pct(r: pd.Series) -> bool:
@@ -1310,10 +1451,12 @@ def verdict_counts(claims: pd.DataFrame, kind: str = "core") -> str:
 def rule_text(settings: ClaimSettings, claims: pd.DataFrame | None = None) -> str:
     """The verdict rule in one paragraph (the report's), with the margins and the family's size."""
     m = settings.margin
-    families = " and ".join(f"{f} ({_BY_ID_FAMILY.get(f, 0)})" for f in FAMILIES)
+    names = settings.family_names()
+    members = {f: sum(settings.family(c) == f for c in CLAIMS) for f in names}
     if claims is not None:
-        fam = claims[claims["p_holm"].notna()]["id"].map(lambda i: _BY_ID[i].family if i in _BY_ID else "")
-        families = " and ".join(f"{f} ({int((fam == f).sum())})" for f in FAMILIES)
+        fam = claims[claims["p_holm"].notna()]["id"].map(lambda i: settings.family(_BY_ID[i]) if i in _BY_ID else "")
+        members = {f: int((fam == f).sum()) for f in names}
+    families = " and ".join(f"{f} ({members[f]})" for f in names if members[f] or claims is None)
     a = settings.alpha
     return (
         f"**Verdict rule** (alpha = {a:g}; {settings.level:.0%} t-intervals over the units). A directional claim "

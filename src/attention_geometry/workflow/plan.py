@@ -346,15 +346,16 @@ class Plan:
 
     # ---------------------------------------------------------------- runs the figures draw
     def emergence_runs(self) -> dict[str, list[str]]:
-        """{objective: [run, ...]}: the baseline-init runs of the emergence group per objective, every seed,
-        sorted by seed (seeds are the unit of every claim; encoder and decoder of one seed share their
-        initial weights)."""
+        """{objective: [run, ...]}: the baseline-init runs of the emergence group per objective (encoder and
+        decoder always, decoder-paper where the group has it), every seed, sorted by seed (seeds are the unit of
+        every claim; encoder and decoder of one seed share their initial weights)."""
         f = self.config["figures"]
         out = {"encoder": [], "decoder": []}
         for run in self.groups[f["emergence_group"]]:
-            if self.runs[run].init == f["baseline_init"] and self.runs[run].objective in out:
-                out[self.runs[run].objective].append(run)
-        for objective, runs in out.items():
+            objective = self.runs[run].objective
+            if self.runs[run].init == f["baseline_init"] and objective in (*out, "decoder-paper"):
+                out.setdefault(objective, []).append(run)
+        for objective, runs in list(out.items())[:2]:  # the authors' decoder objective is an optional third arm
             if not runs:
                 raise ConfigError(
                     f"config figures.emergence_group {f['emergence_group']!r} has no {objective} run "
