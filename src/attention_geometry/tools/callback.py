@@ -1,0 +1,133 @@
+"""Watch the structures emerge in anyone's training: per-layer symmetry and directionality in a Trainer's logs.
+
+`SymmetryCallback(every=N)` is a transformers `TrainerCallback`. Every N optimizer steps it scores the model's
+W_qk = sum_h W_q,h^T W_k,g(h) of every self-attention layer (the scorer's own layer_matrices and measures, so every
+supported family, grouped-query included) and adds the values to the logs the Trainer writes at that step, so
+they reach whatever `report_to` names (TensorBoard, Weights & Biases, MLflow, ...) and `trainer.state.log_history`:
+
+    symmetry/{component}/layer_{i:02d}, directionality/{component}/layer_{i:02d}   (one per applied layer)
+    symmetry/{component}/median, directionality/{component}/median                (over the stack's layers)
+
+(component: encoder or decoder; the TensorBoard tags get the Trainer's `train/` prefix). `symmetry_logs(model)`
+returns the same dict for any model, outside a Trainer.
+
+Cost: it reads only the q/k weights (no forward pass, no data) and computes one d x d matrix per layer in float64
+on the weights' device; benchmarks/callback_cost.py times one call on BERT-base shapes. On the main process only,
+so under DDP each call costs one process that time; sharded weights (FSDP, DeepSpeed ZeRO-3) are not gathered.
+
+The Trainer hands its logs to the callbacks in list order and the reporting callbacks come before the ones a user
+adds, so the callback moves itself to the front of the Trainer's callback list when the Trainer starts it
+(on_init_end, on_train_begin); its values are then in the logs before any reporter sees them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import statistics
+import warnings
+from typing import Any
+
+from transformers import TrainerCallback
+
+from attention_geometry.errors import UserError
+from attention_geometry.scoring.measures import check_num_std, scores
+from attention_geometry.scoring.scorer import layer_matrices
+
+__all__ = ["SymmetryCallback", "symmetry_logs"]
+
+
+def _unwrap(model: Any) -> Any:
+    while hasattr(model, "module") and not hasattr(model, "config"):  # DDP and similar wrappers
+        model = model.module
+    return model
+
+
+def symmetry_logs(model: Any, num_std: float = 2.0, device: Any = None) -> dict[str, float]:
+    """Per applied self-attention layer, s and d of W_qk (docs/contracts.md), and their medians per stack, keyed
+    `symmetry/{component}/layer_{i:02d}`, `.../median` (and the same for directionality). `device`: where the
+    float64 matrices are computed (default: the device of the model's weights)."""
+    model = _unwrap(model)
+    if device is None:
+        device = next(model.parameters()).device
+    out: dict[str, float] = {}
+    per_stack: dict[str, tuple[list[float], list[float]]] = {}
+    for lm in layer_matrices(model, device=device):
+        s, d = scores(lm.M, num_std)
+        s, d = float(s), float(d)
+        out[f"symmetry/{lm.component}/layer_{lm.layer:02d}"] = s
+        out[f"directionality/{lm.component}/layer_{lm.layer:02d}"] = d
+        ss, ds = per_stack.setdefault(lm.component, ([], []))
+        ss.append(s)
+        ds.append(d)
+    for component, (ss, ds) in per_stack.items():
+        out[f"symmetry/{component}/median"] = statistics.median(ss)
+        out[f"directionality/{component}/median"] = statistics.median(ds)
+    return out
+
+
+class SymmetryCallback(TrainerCallback):
+    """Adds `symmetry_logs(model)` to the Trainer's logs every `every` optimizer steps (and at the last step).
+
+    every: steps between two measurements (a log is forced at those steps, whatever `logging_steps` says);
+    num_std: directionality's threshold (docs/contracts.md; 2 as in the paper); device: where the matrices are
+    computed (default: the weights' device)."""
+
+    def __init__(self, every: int = 100, num_std: float = 2.0, device: Any = None):
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise UserError(f"SymmetryCallback: every must be an integer >= 1, got {every!r}")
+        self.every = every
+        self.num_std = check_num_std(num_std)
+        self.device = device
+        self._pending: dict[str, float] | None = None
+        self._placed = False
+
+    # ----------------------------------------------------------------------------------- placement
+    def _go_first(self) -> None:
+        """Move this callback to the front of the calling CallbackHandler's list (see the module docstring)."""
+        if self._placed:
+            return
+        frame = inspect.currentframe()
+        try:
+            for _ in range(6):
+                frame = frame.f_back if frame is not None else None
+                handler = frame.f_locals.get("self") if frame is not None else None
+                callbacks = getattr(handler, "callbacks", None)
+                if isinstance(callbacks, list) and any(c is self for c in callbacks):
+                    callbacks.remove(self)
+                    callbacks.insert(0, self)
+                    self._placed = True
+                    return
+        finally:
+            del frame
+        warnings.warn(
+            "SymmetryCallback: could not find the Trainer's callback list; reporters listed before it will miss "
+            "its values (add it with trainer.callback_handler.callbacks.insert(0, callback))",
+            stacklevel=3,
+        )
+        self._placed = True
+
+    def on_init_end(self, args, state, control, **kwargs):
+        self._go_first()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._go_first()
+
+    # ------------------------------------------------------------------------------------ measuring
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        step = state.global_step
+        if model is None or not (step % self.every == 0 or step == state.max_steps):
+            return control
+        if state.is_world_process_zero:
+            self._pending = symmetry_logs(model, self.num_std, self.device)
+        control.should_log = True
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self._pending is None or logs is None:
+            return control
+        logs.update(self._pending)
+        # the Trainer appended a copy of these logs to log_history before calling the callbacks
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(self._pending)
+        self._pending = None
+        return control

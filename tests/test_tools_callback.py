@@ -1,0 +1,106 @@
+"""SymmetryCallback in a real transformers Trainer run (a tiny random BERT, a tiny in-memory dataset, CPU) with
+report_to tensorboard: the event files, read back with TensorBoard's own EventAccumulator, hold s and d per layer
+and their medians at the callback's steps, equal to a float64 computation from the trained model's q/k weights.
+symmetry_logs on other families (grouped-query, GPT-2's Conv1D, an encoder-decoder) agrees with score_model."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+import torch
+from test_tools_inits import _built
+
+from attention_geometry.errors import UserError
+from attention_geometry.scoring.scorer import score_model
+from attention_geometry.tools.callback import SymmetryCallback, symmetry_logs
+from attention_geometry.tools.inits import symmetric_init
+
+
+def _reference_symmetry(q: torch.Tensor, k: torch.Tensor) -> float:
+    M = q.double().t() @ k.double()
+    sym, anti = (M + M.t()) / 2, (M - M.t()) / 2
+    return float((sym.norm() ** 2 - anti.norm() ** 2) / M.norm() ** 2)
+
+
+class _Blocks(torch.utils.data.Dataset):
+    def __init__(self, n: int = 16, seq: int = 12, vocab: int = 60):
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(5, vocab, (n, seq), generator=g)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "attention_mask": torch.ones_like(self.ids[i]), "labels": self.ids[i]}
+
+
+def test_trainer_run_writes_symmetry_to_tensorboard(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from transformers import BertConfig, BertForMaskedLM, Trainer, TrainingArguments
+
+    torch.manual_seed(0)
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=60)
+    model = symmetric_init(BertForMaskedLM(cfg), "symmetric")
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=6,
+        per_device_train_batch_size=4,
+        learning_rate=1e-2,
+        logging_steps=100,  # the trainer's own logging would not fall on steps 2 and 4: the callback forces them
+        report_to=["tensorboard"],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    callback = SymmetryCallback(every=2)
+    trainer = Trainer(model=model, args=args, train_dataset=_Blocks(), callbacks=[callback])
+    assert trainer.callback_handler.callbacks[0] is callback  # before the reporters, which read the same logs
+    trainer.train()
+
+    events = glob.glob(str(tmp_path / "out" / "**" / "events.out.tfevents.*"), recursive=True)
+    assert len(events) == 1, events
+    acc = EventAccumulator(os.path.dirname(events[0]))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    per_layer = [f"train/{m}/encoder/layer_{i:02d}" for m in ("symmetry", "directionality") for i in range(2)]
+    medians = ["train/symmetry/encoder/median", "train/directionality/encoder/median"]
+    assert set(per_layer + medians) <= tags, sorted(tags)
+    for tag in per_layer + medians:
+        assert [e.step for e in acc.Scalars(tag)] == [2, 4, 6], tag
+    # the step-6 values are those of the trained weights (float64 from the model's own q/k parameters)
+    for i, layer in enumerate(trainer.model.bert.encoder.layer):
+        att = layer.attention.self
+        want = _reference_symmetry(att.query.weight.detach(), att.key.weight.detach())
+        got = acc.Scalars(f"train/symmetry/encoder/layer_{i:02d}")[-1].value
+        assert got == pytest.approx(want, abs=1e-6)  # TensorBoard stores float32
+        assert got < 1 - 1e-6  # training moved W_qk away from the symmetric init
+    first = acc.Scalars("train/symmetry/encoder/median")[0].value
+    assert 0.5 < first < 1
+    # the same values are in the Trainer's own log history
+    logged = [h for h in trainer.state.log_history if "symmetry/encoder/median" in h]
+    assert [h["step"] for h in logged] == [2, 4, 6]
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt2", "t5", "albert"])
+def test_symmetry_logs_agree_with_the_scorer(model_type):
+    model, _ = _built(model_type)
+    logs = symmetry_logs(model)
+    df = score_model(model, progress=False)
+    for (comp, layer), row in df.set_index(["component", "layer"]).iterrows():
+        assert logs[f"symmetry/{comp}/layer_{layer:02d}"] == pytest.approx(row["symmetry"], abs=1e-12)
+        assert logs[f"directionality/{comp}/layer_{layer:02d}"] == pytest.approx(row["directionality"], abs=1e-12)
+    for comp, g in df.groupby("component"):
+        assert logs[f"symmetry/{comp}/median"] == pytest.approx(g["symmetry"].median(), abs=1e-12)
+    assert all(isinstance(v, float) for v in logs.values())
+
+
+def test_bad_settings_are_one_line():
+    with pytest.raises(UserError, match="every must be an integer >= 1"):
+        SymmetryCallback(every=0)
+    with pytest.raises(UserError, match="num_std must be"):
+        SymmetryCallback(num_std=-1)
