@@ -88,6 +88,8 @@ TABLES = {
 }
 if PLAN.gqa_models():
     TABLES["gqa_paper_method"] = PLAN.gqa_table()
+if config["training"]["provenance_table"]:
+    TABLES["run_provenance"] = res("tables", "run_provenance.csv")
 
 
 # Committed results whose config record differs from this config stop the parse with one line (never drawn

@@ -250,6 +250,23 @@ rule concat_training_loss:
         "python -m attention_geometry concat-tables --no-progress {params.files:q} --kind training_loss --out {output:q} > {log:q} 2>&1"
 
 
+# per run, each start or resume of its trainer: the git commit and CPU each run's steps were trained at
+# (training.provenance_table; formats.columns.PROVENANCE_COLUMNS)
+rule tabulate_run_provenance:
+    input:
+        [train_done(run) for run in RUNS],
+    output:
+        res("tables", "run_provenance.csv"),
+    params:
+        files=lambda w, input: [os.path.join(os.path.dirname(d), "provenance.csv") for d in input],
+    log:
+        res("logs", "tables", "run_provenance.log"),
+    conda:
+        "../envs/score.yaml"
+    shell:
+        "python -m attention_geometry concat-tables --no-progress {params.files:q} --kind run_provenance --out {output:q} > {log:q} 2>&1"
+
+
 rule concat_update_scores:
     input:
         expand(res("runs", "{run}", "update_scores.csv"), run=UPDATE_RUNS),

@@ -20,6 +20,7 @@ __all__ = [
     "UPDATE_KINDS",
     "TABLE_COLUMNS",
     "GQA_COLUMNS",
+    "PROVENANCE_COLUMNS",
 ]
 
 # the two scores, in the paper's convention (docs/contracts.md, "Scores")
@@ -74,12 +75,18 @@ GQA_COLUMNS = [
     "relative_distance",
 ]
 
+# a run's provenance.csv, run_provenance.csv: one row each time the trainer started or resumed a run, with the
+# steps it went on to train, the git commit of the code (`+ uncommitted changes` where the checkout differed from
+# it) and the CPU it ran on (training/snapshots.py: record_provenance)
+PROVENANCE_COLUMNS = ["run", "started_utc", "from_step", "to_step", "code_version", "cpu"]
+
 # table kind (`concat-tables --kind`) -> its required columns
 TABLE_COLUMNS: dict[str, list[str]] = {
     "pretrained_scores": SCORE_COLUMNS,
     "training_scores": TRAINING_COLUMNS,
     "training_loss": LOSS_COLUMNS,
     "update_scores": UPDATE_COLUMNS,
+    "run_provenance": PROVENANCE_COLUMNS,
 }
 
 # table kind -> columns some of its inputs have and others lack (left empty where lacking): a training_loss

@@ -74,6 +74,7 @@ from attention_geometry.training.snapshots import (
     load_state,
     read_loss_rows,
     read_loss_window,
+    record_provenance,
     remove_leftovers,
     save_snapshot,
     save_state,
@@ -621,6 +622,7 @@ def _train(run: _Run, progress: bool, term: TermSignal) -> dict:
         losses = _LossLog(run, kept, row_steps, read_loss_window(state_dir) if state_dir is not None else None)
         losses.write()
         if run.rank == 0:
+            record_provenance(out, name, start, max_steps)
             if state_dir is not None:
                 log.info("resuming run %s from %s at step %d", name, state_dir, start)
             else:

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from attention_geometry.errors import UserError
-from attention_geometry.formats.columns import LOSS_COLUMNS
+from attention_geometry.formats.columns import LOSS_COLUMNS, PROVENANCE_COLUMNS
 from attention_geometry.formats.files import (
     atomic_write_text,
     fsync_path,
@@ -40,6 +40,8 @@ from attention_geometry.training.run_config import RUNTIME_KEYS, ResolvedRun, is
 
 __all__ = [
     "write_run_yaml",
+    "record_provenance",
+    "PROVENANCE_CSV",
     "read_loss_rows",
     "check_loss_rows",
     "write_loss_rows",
@@ -187,6 +189,47 @@ def write_run_yaml(out: Path, resolved: ResolvedRun) -> tuple[str, list[str]]:
     if action in ("extend", "moved"):
         atomic_write_text(path, _yaml_dump(new))
     return action, keys
+
+
+# ----------------------------------------------------------------------------------------- provenance.csv
+PROVENANCE_CSV = "provenance.csv"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def record_provenance(out: Path, run: str, from_step: int, to_step: int, when: str | None = None) -> None:
+    """Append one row (formats.columns.PROVENANCE_COLUMNS) to OUT/provenance.csv: the trainer started or resumed
+    `run` at `from_step` to train up to `to_step`, at UTC time `when` (now), with the git commit of the checkout
+    this package runs from (workflow.pretrained.code_version: " + uncommitted changes" where it differed) and the
+    CPU model. The workflow gathers these rows into {results}/tables/run_provenance.csv, the committed record of
+    the commit and host each run's steps were trained at."""
+    import datetime
+
+    from attention_geometry.workflow.pretrained import code_version
+
+    checkout = Path(__file__).resolve().parents[3]
+    version = code_version(str(checkout)) if (checkout / ".git").exists() else "unknown (not a git checkout)"
+    when = when or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    path = out / PROVENANCE_CSV
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    row = dict(zip(PROVENANCE_COLUMNS, (run, when, int(from_step), int(to_step), version, _cpu_model())))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=PROVENANCE_COLUMNS, lineterminator="\n")
+    if not old:
+        writer.writeheader()
+    writer.writerow(row)
+    atomic_write_text(path, old + buf.getvalue())
 
 
 # ----------------------------------------------------------------------------------------------- loss.csv

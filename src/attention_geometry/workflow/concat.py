@@ -31,6 +31,7 @@ TABLE_KEYS: dict[str, list[str]] = {
     "training_scores": ["run", "step", "component", "layer", "head"],
     "training_loss": ["run", "step"],
     "update_scores": ["run", "step", "layer", "kind"],
+    "run_provenance": ["run", "started_utc", "from_step"],
 }
 assert set(TABLE_KEYS) == set(TABLE_COLUMNS) and all(
     set(keys) <= set(TABLE_COLUMNS[kind]) for kind, keys in TABLE_KEYS.items()
