@@ -14,7 +14,7 @@ import numpy as np
 from attention_geometry.data.corpus_config import CorpusConfig
 from attention_geometry.data.sources import clean
 
-__all__ = ["Documents", "encode", "BlockWriter", "raw_to_npy", "count_blocks"]
+__all__ = ["Documents", "encode", "BlockWriter", "DocumentWriter", "writer", "raw_to_npy", "count_blocks"]
 
 
 class Documents:
@@ -38,6 +38,8 @@ class Documents:
                 doc = clean(text)
                 if not doc:
                     continue
+                if cfg.split_characters:  # what the tokenizer, the split and the duplicate check all see
+                    doc = " ".join(doc)
                 b = doc.encode("utf-8")
                 if cfg.max_bytes is not None and total + len(b) > cfg.max_bytes:
                     break
@@ -121,6 +123,48 @@ class BlockWriter:
         return self.n_blocks
 
 
+class DocumentWriter:
+    """One row per document (layout `documents`): [CLS] + its first block_len - 2 ids + [SEP], then [PAD] up
+    to block_len, as a BERT tokenizer's `truncation=True, padding='max_length', max_length=block_len` lays it
+    out. `n_tokens` counts the ids kept."""
+
+    def __init__(self, path: Path, block_len: int, cls: int, sep: int, pad: int, dtype: np.dtype) -> None:
+        self.f = open(path, "wb")
+        self.block_len, self.cls, self.sep, self.pad, self.dtype = block_len, cls, sep, pad, dtype
+        self.rows: list[np.ndarray] = []
+        self.n_blocks = self.n_tokens = self.n_documents = 0
+
+    def add(self, ids: list[int]) -> None:
+        body = np.asarray(ids[: self.block_len - 2], dtype=self.dtype)
+        row = np.full(self.block_len, self.pad, dtype=self.dtype)
+        row[0] = self.cls
+        row[1 : 1 + len(body)] = body
+        row[1 + len(body)] = self.sep
+        self.rows.append(row)
+        self.n_tokens += len(body)
+        self.n_documents += 1
+        if len(self.rows) >= 4096:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.rows:
+            self.f.write(np.stack(self.rows).tobytes())
+            self.n_blocks += len(self.rows)
+            self.rows = []
+
+    def close(self) -> int:
+        self._flush()
+        self.f.close()
+        return self.n_blocks
+
+
+def writer(cfg: CorpusConfig, path: Path, special: dict[str, int], dtype: np.dtype) -> BlockWriter | DocumentWriter:
+    """The writer of the corpus's layout (CorpusConfig.layout)."""
+    if cfg.layout == "documents":
+        return DocumentWriter(path, cfg.block_len, special["cls"], special["sep"], special["pad"], dtype)
+    return BlockWriter(path, cfg.block_len, special["cls"], special["sep"], dtype)
+
+
 def raw_to_npy(raw: Path, npy: Path, n_rows: int, n_cols: int, dtype: np.dtype) -> None:
     """A .npy file (the header np.save writes) followed by the raw rows."""
     with open(npy, "wb") as out:
@@ -132,6 +176,9 @@ def raw_to_npy(raw: Path, npy: Path, n_rows: int, n_cols: int, dtype: np.dtype) 
     raw.unlink()
 
 
-def count_blocks(tok, docs: Documents, idx: np.ndarray, block_len: int) -> int:
+def count_blocks(tok, docs: Documents, idx: np.ndarray, block_len: int, layout: str = "packed") -> int:
+    """The rows documents idx give: packed blocks, or one per document (layout `documents`)."""
+    if layout == "documents":
+        return len(idx)
     n = sum(len(ids) for ids in encode(tok, docs, idx, "counting held-out")) + max(len(idx) - 1, 0)
     return n // (block_len - 2)

@@ -21,6 +21,7 @@ from attention_geometry.formats.value_kinds import expected
 __all__ = [
     "DATASETS",
     "TOKENIZER_KINDS",
+    "LAYOUTS",
     "ONE_DOCUMENT_PER",
     "MIN_BLOCK_LEN",
     "MIN_VOCAB_SIZE",
@@ -44,6 +45,12 @@ __all__ = [
 DATASETS = ("wiki_offline", "text_files", "wikipedia", "red_pajama", "jigsaw")
 TOKENIZER_KINDS = ("wordpiece", "pretrained")
 ONE_DOCUMENT_PER = ("file", "line")
+# `packed`: one stream of documents cut into full blocks; `documents`: one row per document, [CLS] + its first
+# block_len - 2 ids + [SEP], then [PAD] to block_len (the authors' `truncation=True, padding='max_length'`)
+LAYOUTS = ("packed", "documents")
+# the keys that came with the authors' recipe: left out of to_dict (and so of the manifest's config) at their
+# defaults, so a packed corpus's manifest is what it was before they existed
+RECIPE_KEYS = {"layout": "packed", "split_characters": False}
 MIN_BLOCK_LEN = 8  # [CLS] + at least 6 ids + [SEP]
 MIN_VOCAB_SIZE = 32  # a trained WordPiece vocabulary: the 5 special tokens and an alphabet
 # the bounds of the numeric keys (dotted: a sub-mapping's key): the inclusive minimum, and for
@@ -136,12 +143,24 @@ class CorpusConfig:
     max_documents: int | None = None
     max_bytes: int | None = None
     seed: int = 0
+    layout: str = "packed"  # LAYOUTS
+    # each document's characters joined by spaces before tokenizing (the authors' `" ".join(x)` over a
+    # document string in their train.py for Wikipedia and RedPajama: BERT's tokenizer then sees single
+    # characters, one token per non-space character)
+    split_characters: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["paths"] = list(self.paths)
         d["suffixes"] = list(self.suffixes)
+        for key, default in RECIPE_KEYS.items():
+            if d[key] == default:
+                del d[key]
         return d
+
+    def recipe_keys(self) -> dict[str, Any]:
+        """The recipe keys (layout, split_characters) away from their defaults: what the manifest records."""
+        return {k: getattr(self, k) for k, default in RECIPE_KEYS.items() if getattr(self, k) != default}
 
 
 def _check_type(value: Any, kind: str, key: str, where: str) -> Any:
@@ -187,6 +206,8 @@ TYPES = {
     "max_documents": "opt_int",
     "max_bytes": "opt_int",
     "seed": "int",
+    "layout": "str",
+    "split_characters": "bool",
 }
 TOKENIZER_TYPES = {
     "kind": "str",
@@ -221,6 +242,9 @@ def corpus_config_from_dict(raw: Any, where: str = "corpus config") -> CorpusCon
         top["paths"] = _str_list(raw["paths"], "paths", where)
     if "suffixes" in raw:
         top["suffixes"] = _str_list(raw["suffixes"], "suffixes", where)
+    layout = top.get("layout", "packed")
+    if layout not in LAYOUTS:
+        raise CorpusError(f"{where}: unknown `layout` {layout!r} (one of {', '.join(LAYOUTS)})")
     odp = top.get("one_document_per", "file")
     if odp not in ONE_DOCUMENT_PER:
         raise CorpusError(f"{where}: unknown `one_document_per` {odp!r} (one of {', '.join(ONE_DOCUMENT_PER)})")

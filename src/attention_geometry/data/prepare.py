@@ -245,7 +245,7 @@ def _prepare_into(cfg: CorpusConfig, tmp: Path, fetched: FetchedData | None = No
             tok = wordpiece.train_wordpiece(docs, perm[k:], cfg.tokenizer)
         if cfg.min_heldout_blocks == 0:
             break
-        have = blocks.count_blocks(tok, docs, perm[:k], cfg.block_len)
+        have = blocks.count_blocks(tok, docs, perm[:k], cfg.block_len, cfg.layout)
         if have >= cfg.min_heldout_blocks:
             break
         # grow the held-out documents in proportion to the shortfall (+10 %), retrain on the rest
@@ -262,7 +262,7 @@ def _prepare_into(cfg: CorpusConfig, tmp: Path, fetched: FetchedData | None = No
     stats: dict[str, dict[str, int]] = {}
     for split, idx in (("train", perm[k:]), ("heldout", perm[:k])):
         raw = tmp / f"{split}.raw"
-        w = blocks.BlockWriter(raw, cfg.block_len, special["cls"], special["sep"], dtype)
+        w = blocks.writer(cfg, raw, special, dtype)
         for ids in blocks.encode(tok, docs, idx, f"tokenizing {split}"):
             w.add(ids)
         n_blocks = w.close()
@@ -305,6 +305,7 @@ def _prepare_into(cfg: CorpusConfig, tmp: Path, fetched: FetchedData | None = No
         "n_bytes": n_bytes,
         "documents_sha256": docs.sha256,
         "files_sha256": content_sha256(tmp),
+        **cfg.recipe_keys(),
         "sources": sources,
         "tokenizer": tok_info,
         "config": cfg.to_dict(),

@@ -27,17 +27,29 @@ __all__ = [
     "EVAL_SEED",
     "IGNORE_INDEX",
     "NEVER_MASKED",
+    "NEVER_MASKED_AUTHORS",
 ]
 
 MASK_STREAM, EVAL_STREAM, ORDER_STREAM = 0, 1, 2
 EVAL_SEED = 20250214  # eval masks do not depend on the run's seed: one fixed held-out set for all runs
 IGNORE_INDEX = -100  # the label of a position without loss
 NEVER_MASKED = ("cls", "sep", "pad", "mask")  # special tokens never selected for masked LM ([UNK] can be)
+# under the authors' recipe: every special token, as DataCollatorForLanguageModeling's special-tokens mask
+NEVER_MASKED_AUTHORS = ("cls", "sep", "pad", "mask", "unk")
 
 
 def lr_at(h: Hyper, step: int) -> float:
     """Learning rate of update `step` (1-based): linear warmup over warmup_steps to h.lr, then linear decay
-    reaching lr / (max_steps - warmup_steps + 1) at the last update ('linear'), or flat ('constant')."""
+    reaching lr / (max_steps - warmup_steps + 1) at the last update ('linear'), or flat ('constant').
+    'trainer-linear': transformers' get_linear_schedule_with_warmup as the Trainer steps it, whose update t
+    uses lr * lambda(t - 1), lambda(s) = s / warmup below warmup, else max(0, (max_steps - s) / (max_steps -
+    warmup)): 0 at the first update, lr / (max_steps - warmup) at the last, 0 at max_steps (tested against the
+    Trainer's own scheduler)."""
+    if h.schedule == "trainer-linear":
+        s = step - 1
+        if s < h.warmup_steps:
+            return h.lr * float(s) / float(max(1, h.warmup_steps))
+        return h.lr * max(0.0, float(h.max_steps - s) / float(max(1, h.max_steps - h.warmup_steps)))
     if h.warmup_steps > 0 and step <= h.warmup_steps:
         return h.lr * step / h.warmup_steps
     if h.schedule == "constant":
@@ -90,12 +102,13 @@ def mask_tokens(ids: np.ndarray, keys: list[list[int]], h: Hyper, special: dict[
         w[i] = rng.random(L)
         r[i] = rng.integers(0, vocab_size, L)
     ids = ids.astype(np.int64)
-    return corrupt(ids, maskable(ids, special) & (u < h.mlm_probability), w, r, h, special)
+    never = NEVER_MASKED_AUTHORS if h.recipe == "authors" else NEVER_MASKED
+    return corrupt(ids, maskable(ids, special, never) & (u < h.mlm_probability), w, r, h, special)
 
 
-def maskable(ids: np.ndarray, special: dict[str, int]) -> np.ndarray:
-    """Where masked LM may select a position: not a NEVER_MASKED special token."""
-    return ~np.isin(ids, [special[k] for k in NEVER_MASKED])
+def maskable(ids: np.ndarray, special: dict[str, int], never: tuple[str, ...] = NEVER_MASKED) -> np.ndarray:
+    """Where masked LM may select a position: not one of the special tokens `never` (NEVER_MASKED)."""
+    return ~np.isin(ids, [special[k] for k in never])
 
 
 def corrupt(ids: np.ndarray, sel: np.ndarray, w: np.ndarray, r: np.ndarray, h: Hyper, special: dict[str, int]):

@@ -23,7 +23,22 @@ MASKED_OBJECTIVES = ("encoder", "decoder-paper")  # inputs corrupted by BERT's m
 IMAGE_OBJECTIVES = ("classifier",)  # a ViT image classifier on a prepared image set (training/vit.py)
 RUN_OBJECTIVES = OBJECTIVES + IMAGE_OBJECTIVES  # what RUN.yaml `objective` takes
 INITS = ("standard", "symmetric", "symmetric-fresh", "fresh")
-SCHEDULES = ("linear", "constant")
+# linear: warmup, then linear decay to lr / (max_steps - warmup + 1) at the last update; constant: flat after
+# warmup; trainer-linear: transformers' get_linear_schedule_with_warmup as the Trainer steps it (update t uses
+# lr * lambda(t - 1): 0 at the first update, lr at update warmup + 1, lr / (max_steps - warmup) at the last)
+SCHEDULES = ("linear", "constant", "trainer-linear")
+# the two training recipes (docs/paper-code.md): `packed` (ours: packed blocks, every next token of a decoder,
+# BERT masking that can select [UNK]); `authors` (the authors' train.py: one document per sample padded to the
+# corpus's block_len, DataCollatorForLanguageModeling's masking, which never selects a special token, [UNK]
+# included, and attention masked where the tokenizer padded, not where a random replacement drew [PAD])
+RECIPES = ("packed", "authors")
+# which parameters AdamW decays: `ndim` those with >= 2 dims (matrices, embeddings); `trainer` those that
+# transformers' Trainer.get_decay_parameter_names keeps (not in a LayerNorm, no "bias"/"norm" in the name)
+DECAY_PARAMS = ("ndim", "trainer")
+# the loss of an update: `tokens` the token mean over the whole global batch (ours; transformers' Trainer from
+# 4.46 on for models that take num_items_in_batch); `micro_batches` the mean over micro-batches (and processes)
+# of each micro-batch's token mean (the Trainer of transformers 4.39.1, the authors' pinned version)
+LOSS_MEANS = ("tokens", "micro_batches")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 FUSED_OPTIMIZERS = ("auto", "fused", "foreach", "none")
 HIDDEN_ACTS = ("gelu", "relu", "gelu_new", "silu")
@@ -46,6 +61,7 @@ HYPER_BOUNDS: dict[str, dict[str, float]] = {
         )
     },
     "patch_size": _POSITIVE_INT,  # or null (text models)
+    "per_device_batch_size": _POSITIVE_INT,  # or null (not checked)
     "warmup_steps": {"minimum": 0},
     "lr": {"exclusiveMinimum": 0},
     "eps": {"exclusiveMinimum": 0},
@@ -84,6 +100,9 @@ HYPER_ENUMS = {
     "precision": PRECISIONS,
     "fused_optimizer": FUSED_OPTIMIZERS,
     "hidden_act": HIDDEN_ACTS,
+    "recipe": RECIPES,
+    "weight_decay_params": DECAY_PARAMS,
+    "loss_mean": LOSS_MEANS,
 }
 
 
@@ -123,6 +142,14 @@ class Hyper:
     )
     compile: bool = False  # torch.compile the training forward
     fused_optimizer: str = "auto"  # auto (= fused) | fused | foreach | none
+    # the fields below came with the authors' recipe; at their defaults (today's behaviour) run.yaml leaves them
+    # out (ResolvedRun.as_run_yaml), so a run.yaml of the packed recipe is what it was before they existed
+    recipe: str = "packed"  # packed | authors (RECIPES)
+    weight_decay_params: str = "ndim"  # ndim | trainer (DECAY_PARAMS)
+    loss_mean: str = "tokens"  # tokens | micro_batches (LOSS_MEANS)
+    # the batch of one process's micro-batch, checked against batch_size / (processes x grad_accum) when the run
+    # starts (the authors' 32 per GPU: batch_size = 32 x grad_accum x GPUs); None: not checked
+    per_device_batch_size: int | None = None
 
 
 # the fields only one kind of model reads: a run of the other kind may not override them, and its run.yaml leaves
@@ -136,6 +163,8 @@ TEXT_ONLY_FIELDS = (
     "random_token_fraction",
 )
 IMAGE_ONLY_FIELDS = ("patch_size",)
+# the fields of the authors' recipe, left out of run.yaml at their defaults (ResolvedRun.as_run_yaml)
+RECIPE_FIELDS = ("recipe", "weight_decay_params", "loss_mean", "per_device_batch_size")
 
 
 def _kind(name: str, default) -> str:
@@ -240,3 +269,12 @@ def _check_hyper(h: Hyper, where: str) -> None:
         bad("mask_token_fraction", "mask_token_fraction and random_token_fraction must be >= 0 and sum to <= 1")
     if h.hidden_act not in HIDDEN_ACTS:
         bad("hidden_act", f"unsupported activation {h.hidden_act!r}")
+    for key in ("recipe", "weight_decay_params", "loss_mean"):
+        if getattr(h, key) not in HYPER_ENUMS[key]:
+            bad(key, f"unknown value {getattr(h, key)!r} (known: {', '.join(HYPER_ENUMS[key])})")
+    if h.per_device_batch_size is not None and h.batch_size % (h.per_device_batch_size * h.grad_accum):
+        bad(
+            "per_device_batch_size",
+            f"batch_size {h.batch_size} is not a multiple of per_device_batch_size x grad_accum "
+            f"({h.per_device_batch_size} x {h.grad_accum})",
+        )

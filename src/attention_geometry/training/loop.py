@@ -87,6 +87,7 @@ from attention_geometry.training.vit import build_vit, classification_loss, eval
 __all__ = [
     "train",
     "evaluate",
+    "trainer_decay_names",
 ]
 
 log = logging.getLogger("attention_geometry.training")
@@ -102,8 +103,10 @@ class _LossModule(nn.Module):
         # and loss have data-dependent shapes and stay eager
         self.hidden_fn = torch.compile(hidden_states) if compile_ else None
 
-    def forward(self, inputs, labels, pad_id: int | None):
-        return lm_loss(self.model, inputs, labels, self.objective, pad_id=pad_id, hidden_fn=self.hidden_fn)
+    def forward(self, inputs, labels, pad_id: int | None, key_padding=None):
+        return lm_loss(
+            self.model, inputs, labels, self.objective, pad_id=pad_id, hidden_fn=self.hidden_fn, key_padding=key_padding
+        )
 
 
 class _ClassifierLoss(nn.Module):
@@ -117,11 +120,36 @@ class _ClassifierLoss(nn.Module):
         return classification_loss(self.model, inputs, labels)
 
 
+def trainer_decay_names(model) -> set[str]:
+    """The parameter names transformers' Trainer decays (its get_decay_parameter_names): those not inside a
+    LayerNorm and whose name matches none of its patterns (bias, layernorm, rmsnorm, norm as a name part)."""
+    import re
+
+    patterns = [r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)"]
+    inside_norm = {
+        f"{m_name}.{p_name}" if m_name else p_name
+        for m_name, m in model.named_modules()
+        if isinstance(m, nn.LayerNorm)
+        for p_name, _ in m.named_parameters(recurse=False)
+    }
+    return {
+        n
+        for n, _ in model.named_parameters()
+        if n not in inside_norm and not any(re.search(pat, n.lower()) for pat in patterns)
+    }
+
+
 def _optimizer(model, h: Hyper, device: torch.device):
     decay, no_decay = [], []
-    for p in model.parameters():  # parameters() yields a tied weight once
-        if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
+    if h.weight_decay_params == "trainer":
+        names = trainer_decay_names(model)
+        for n, p in model.named_parameters():  # named_parameters() yields a tied weight once
+            if p.requires_grad:
+                (decay if n in names else no_decay).append(p)
+    else:
+        for p in model.parameters():  # parameters() yields a tied weight once
+            if p.requires_grad:
+                (decay if p.ndim >= 2 else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": h.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     kind = h.fused_optimizer
     if kind == "auto":
@@ -149,11 +177,14 @@ def evaluate(
     total, count = 0.0, 0
     for a in range(0, n_blocks, micro):
         idx = np.arange(a, min(a + micro, n_blocks))
-        inp, lab = make_batch(corpus_heldout[idx], objective, eval_keys(idx), h, special, vocab_size)
+        blocks = np.asarray(corpus_heldout[idx])
+        inp, lab = make_batch(blocks, objective, eval_keys(idx), h, special, vocab_size)
         inp_t = torch.from_numpy(inp).to(device)
         lab_t = torch.from_numpy(lab).to(device)
+        real = blocks != special["pad"]
+        kp = torch.from_numpy(real).to(device) if h.recipe == "authors" and not bool(real.all()) else None
         with autocast():
-            s = lm_loss(model, inp_t, lab_t, objective, pad_id=special["pad"])
+            s = lm_loss(model, inp_t, lab_t, objective, pad_id=special["pad"], key_padding=kp)
         total += float(s)
         count += n_loss_tokens(lab, objective)
     model.train(was)
@@ -337,7 +368,7 @@ def _eval_at(run: _Run, step: int) -> dict[str, float] | None:
 
 def _update(run: _Run, order: Order, step: int, lam: float) -> tuple[torch.Tensor, float, int]:
     """One optimizer update: (token-summed loss of this process, learning rate, global loss-token count)."""
-    cfg, h, dev, world = run.cfg, run.h, run.dev, run.world
+    cfg, h = run.cfg, run.h
     g = global_indices(step, h.batch_size)
     if run.image:  # the global batch's images, normalized, and their classes; the loss is a mean over images
         special = None
@@ -345,29 +376,54 @@ def _update(run: _Run, order: Order, step: int, lam: float) -> tuple[torch.Tenso
         inp = pixel_batch(run.corpus.train[idx], run.corpus.mean, run.corpus.std).numpy()
         lab = np.asarray(run.corpus.train_labels[idx], dtype=np.int64)
         n_tokens = len(g)
+        real = None
     else:
         special = run.special
-        inp, lab = make_batch(
-            run.corpus.train[order(g)], cfg.objective, mask_keys(cfg.seed, step, g), h, special, h.vocab_size
-        )
+        blocks = run.corpus.train[order(g)]
+        inp, lab = make_batch(blocks, cfg.objective, mask_keys(cfg.seed, step, g), h, special, h.vocab_size)
         n_tokens = n_loss_tokens(lab, cfg.objective)
+        # the authors' attention mask is the tokenizer's (where it padded), not where the corruption put [PAD]
+        real = np.asarray(blocks) != special["pad"] if h.recipe == "authors" else None
     lr = lr_at(h, step)
     for group in run.opt.param_groups:
         group["lr"] = lr
+    step_sum = accumulate(run, inp, lab, n_tokens, special, lam, real)
+    _optimizer_step(run)
+    return step_sum, lr, n_tokens
+
+
+def accumulate(run: _Run, inp, lab, n_tokens: int, special, lam: float = 0.0, real=None) -> torch.Tensor:
+    """Forward and backward of this process's micro-batches of one update's global batch (inputs, labels);
+    returns this process's token-summed loss. The gradient is that of the token mean over the global batch
+    (loss_mean `tokens`: each micro-batch's sum over the global count `n_tokens`), or of the mean over
+    micro-batches and processes of each micro-batch's token mean (`micro_batches`). `real`: where keys are
+    real tokens (the authors' recipe: the uncorrupted ids' padding), else keys equal to [PAD] are masked."""
+    h, dev, world = run.h, run.dev, run.world
+    objective = run.cfg.objective
     micro, A = run.micro, h.grad_accum
     lo = run.rank * (h.batch_size // world)
     step_sum = torch.zeros((), device=dev)
     for a in range(A):
         s0 = lo + a * micro
         xb = inp[s0 : s0 + micro]
+        yb = lab[s0 : s0 + micro]
         pad = special["pad"] if special and bool((xb == special["pad"]).any()) else None  # decided on the host
+        kp = None
+        if real is not None:
+            rb = real[s0 : s0 + micro]
+            pad = None
+            kp = None if bool(rb.all()) else torch.from_numpy(np.ascontiguousarray(rb)).to(dev, non_blocking=True)
         x = torch.from_numpy(xb).to(dev, non_blocking=True)
-        y = torch.from_numpy(lab[s0 : s0 + micro]).to(dev, non_blocking=True)
+        y = torch.from_numpy(yb).to(dev, non_blocking=True)
+        if h.loss_mean == "micro_batches" and not run.image:  # each micro-batch's token mean, averaged
+            scale = 1.0 / (A * max(n_loss_tokens(yb, objective), 1))
+        else:
+            scale = world / max(n_tokens, 1)
         sync = run.fwd.no_sync() if world > 1 and a < A - 1 else contextlib.nullcontext()
         with sync:
             with run.autocast():
-                s = run.fwd(x, y, pad)
-                loss = s * (world / max(n_tokens, 1))
+                s = run.fwd(x, y, pad) if kp is None else run.fwd(x, y, pad, kp)
+                loss = s * scale
                 if lam > 0 and a == A - 1:
                     loss = loss + lam * symmetry_penalty(run.model, run.qk_pairs)
             if run.scaler is not None:
@@ -375,8 +431,7 @@ def _update(run: _Run, order: Order, step: int, lam: float) -> tuple[torch.Tenso
             else:
                 loss.backward()
         step_sum += s.detach().float()
-    _optimizer_step(run)
-    return step_sum, lr, n_tokens
+    return step_sum
 
 
 def _optimizer_step(run: _Run) -> None:
@@ -461,6 +516,13 @@ def train(
         raise UserError(
             f"overrides.batch_size: {h.batch_size} is not divisible by processes x grad_accum "
             f"({world} x {h.grad_accum})"
+        )
+    if h.per_device_batch_size is not None and h.batch_size != h.per_device_batch_size * h.grad_accum * world:
+        raise UserError(
+            f"overrides.per_device_batch_size: {h.per_device_batch_size} per process x grad_accum {h.grad_accum} x "
+            f"{world} process(es) is not batch_size {h.batch_size}: set batch_size to "
+            f"{h.per_device_batch_size * h.grad_accum * world} or start "
+            f"{h.batch_size // (h.per_device_batch_size * h.grad_accum)} process(es) (training.gpus)"
         )
     dev = _pick_device(device_name, local_rank)
     keep_large_allocations_on_heap()

@@ -208,6 +208,7 @@ def lm_loss(
     pad_id: int | None = None,
     reduction: str = "sum",
     hidden_fn=None,
+    key_padding: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Summed (or mean) token cross-entropy of a batch.
 
@@ -217,9 +218,10 @@ def lm_loss(
     decoder-paper: the encoder's (inputs, labels) under the decoder's causal mask and shift; logits only where
     labels[i + 1] is set (BertLMHeadModel's loss on the masking collator's batch).
     `pad_id`: keys equal to it are masked out of attention (None: the batch has no padding).
-    `hidden_fn`: a drop-in for the transformer stack (e.g. torch.compile(hidden_states))."""
-    key_padding = None
-    if pad_id is not None:
+    `hidden_fn`: a drop-in for the transformer stack (e.g. torch.compile(hidden_states)).
+    `key_padding`: True where a key is a real token (an attention mask given by the caller; then `pad_id` is
+    not read)."""
+    if key_padding is None and pad_id is not None:
         real = input_ids != pad_id
         if not bool(real.all()):
             key_padding = real

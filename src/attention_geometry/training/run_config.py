@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.corpus import Corpus, ImageSet, corpus_sha256, images_sha256, load_corpus, load_images
@@ -21,6 +23,7 @@ from attention_geometry.training.hyper import (
     IMAGE_ONLY_FIELDS,
     IMAGE_SIZES,
     INITS,
+    RECIPE_FIELDS,
     RUN_OBJECTIVES,
     SIZES,
     TEXT_ONLY_FIELDS,
@@ -273,10 +276,11 @@ class ResolvedRun:
         sequence or masking fields), and an image run counts `n_train_images`."""
         image = is_image_run(self.objective)
         skip = TEXT_ONLY_FIELDS if image else IMAGE_ONLY_FIELDS
+        defaults = {f.name: f.default for f in dataclasses.fields(Hyper)}
         hyper = {
             k: (list(v) if isinstance(v, tuple) else v)
             for k, v in dataclasses.asdict(self.hyper).items()
-            if k not in skip
+            if k not in skip and not (k in RECIPE_FIELDS and v == defaults[k])
         }
         return {
             "run": self.run,
@@ -333,6 +337,12 @@ def resolve_run(cfg: RunConfig, corpus: Corpus | ImageSet) -> ResolvedRun:
         )
     if cfg.eval_blocks > 0 and corpus.heldout.shape[0] == 0:
         raise UserError(f"eval_blocks: {cfg.eval_blocks} but {corpus.path / 'heldout.npy'} has no blocks")
+    layout = corpus.manifest.get("layout", "packed")
+    if h.recipe == "authors" and layout != "documents":
+        raise UserError(
+            f"overrides.recipe: authors trains on one document per sample, but {corpus.path} holds {layout} blocks: "
+            "prepare the corpus with `layout: documents`"
+        )
     max_steps = h.max_steps
     snaps, evals = _resolve_steps(cfg, max_steps, "run config")
     dataset = corpus.dataset
@@ -349,7 +359,7 @@ def resolve_run(cfg: RunConfig, corpus: Corpus | ImageSet) -> ResolvedRun:
         corpus_sha256=corpus_sha256(corpus),
         corpus_manifest={
             k: corpus.manifest[k]
-            for k in ("dataset", "name", "block_len", "vocab_size", "special_tokens")
+            for k in ("dataset", "name", "block_len", "vocab_size", "special_tokens", "layout", "split_characters")
             if k in corpus.manifest
         },
         n_train_blocks=int(corpus.train.shape[0]),
@@ -370,6 +380,12 @@ def _resolve_image_run(cfg: RunConfig, images: ImageSet, h: Hyper) -> ResolvedRu
     if h.patch_size is None or images.image_size % h.patch_size:
         raise UserError(
             f"overrides.patch_size: {h.patch_size} does not divide the images' size {images.image_size} ({images.path})"
+        )
+    classes = np.unique(np.asarray(images.train_labels))
+    if classes.size < 2:  # prepare-images refuses such a set; one prepared before it did is refused here
+        raise UserError(
+            f"{images.path}: every train image is of one class ({int(classes[0])}): a classifier of one class "
+            "learns nothing (loss 0, accuracy 1); prepare an image set of at least two classes"
         )
     if cfg.eval_blocks > 0 and images.heldout.shape[0] == 0:
         raise UserError(f"eval_blocks: {cfg.eval_blocks} but the image set {images.path} has no held-out images")
