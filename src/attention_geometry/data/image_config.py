@@ -22,6 +22,7 @@ from attention_geometry.formats.value_kinds import expected
 
 __all__ = [
     "IMAGE_DATASETS",
+    "DIGITS_SIZE",
     "HUB_IMAGE_DATASETS",
     "CHANNELS",
     "IMAGE_MINIMUMS",
@@ -41,6 +42,7 @@ __all__ = [
 
 # digits: scikit-learn's 8x8 handwritten digits (offline); the others: parquet files of a hub dataset
 IMAGE_DATASETS = ("digits", "cifar10", "imagenet1k")
+DIGITS_SIZE = 8  # the digits' side in pixels: the only image_size they have (null or 8)
 HUB_IMAGE_DATASETS = ("cifar10", "imagenet1k")
 CHANNELS = (1, 3)  # grayscale (PIL mode L) or RGB
 # inclusive minimum of each numeric key (dotted: in `hub`); heldout_fraction also has an exclusive maximum
@@ -99,7 +101,8 @@ class ImageConfig:
     """One image set. `heldout_fraction`: the stratified held-out share of each class (rounded half up),
     drawn with `seed`, where the source has no held-out split of its own (digits; a hub dataset without
     `hub.heldout_split`). `image_size`: null keeps the source's size (all images square and of one size);
-    else each image is resized so its shorter side is image_size (PIL bicubic) and center-cropped.
+    else each image is resized so its shorter side is image_size (PIL bicubic) and center-cropped (the digits
+    are never resized: null or 8).
     `channels`: 1 (grayscale) or 3 (RGB); null: the source's (digits 1, hub datasets 3)."""
 
     dataset: str = "digits"
@@ -172,6 +175,13 @@ def image_config_from_dict(raw: Any, where: str = "image config") -> ImageConfig
         raise CorpusError(f"{where}: `channels` must be 1, 3 or null, got {channels}")
     if dataset == "digits" and channels not in (None, 1):
         raise CorpusError(f"{where}: `channels`: digits are grayscale (1 channel), got {channels}")
+    size = top.get("image_size")
+    if dataset == "digits" and size is not None and size != DIGITS_SIZE:
+        # the digits are kept as scikit-learn stores them (an exact map of its counts): never resampled
+        raise CorpusError(
+            f"{where}: `image_size`: the digits are {DIGITS_SIZE}x{DIGITS_SIZE} and are not resized; set "
+            f"{DIGITS_SIZE} or null, got {size}"
+        )
     top["heldout_fraction"] = float(top.get("heldout_fraction", ImageConfig.heldout_fraction))
     values = {**top, **{f"hub.{k}": v for k, v in hub.items()}}
     for key, minimum in IMAGE_MINIMUMS.items():
@@ -186,6 +196,11 @@ def image_config_from_dict(raw: Any, where: str = "image config") -> ImageConfig
             raise CorpusError(f"{where}: `{key}` must be >= {minimum}{null}, got {v}")
     if dataset in HUB_IMAGE_DATASETS and not hub.get("path"):
         raise CorpusError(f"{where}: `hub.path` is required for dataset {dataset!r}")
+    if dataset in HUB_IMAGE_DATASETS and hub.get("label_field") == hub.get("image_field"):
+        raise CorpusError(
+            f"{where}: `hub.label_field` and `hub.image_field` name the same column {hub.get('label_field')!r}: "
+            "the class ids and the images are two columns"
+        )
     if top.get("name") is None:
         top["name"] = dataset
     return ImageConfig(**top, hub=ImageHubConfig(**hub))

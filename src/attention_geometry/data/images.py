@@ -15,6 +15,7 @@ that changed since OUT was prepared stops it with one line (`--force` prepares i
 from __future__ import annotations
 
 import argparse
+import errno
 import fnmatch
 import gzip
 import hashlib
@@ -55,6 +56,7 @@ __all__ = [
     "DIGITS_FILE",
     "digits_path",
     "read_digits",
+    "class_ids",
     "stratified_split",
     "image_inputs",
     "image_input_changes",
@@ -68,6 +70,7 @@ log = logging.getLogger("attention_geometry.data")
 
 DIGITS_FILE = ("datasets", "data", "digits.csv.gz")  # inside the sklearn package
 LABEL_DTYPE = np.dtype("<u2")  # class ids (ImageNet's 1000 fit)
+DIGIT_NAMES = [str(c) for c in range(10)]
 
 
 # ---------------------------------------------------------------------------------------------- digits
@@ -99,7 +102,29 @@ def read_digits(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     if counts.min() < 0 or counts.max() > 16:
         raise CorpusError(f"{path}: pixel counts outside 0..16")
     pixels = ((counts * 255 + 8) // 16).astype(np.uint8)  # round(v * 255 / 16), half up
-    return pixels.reshape(-1, 1, 8, 8), data[:, 64].astype(np.int64)
+    return pixels.reshape(-1, 1, 8, 8), class_ids(data[:, 64], DIGIT_NAMES, str(path))
+
+
+def class_ids(labels, names: list[str] | None, where: str) -> np.ndarray:
+    """`labels` as int64 class ids, checked before they are stored as LABEL_DTYPE (where a -1, the hub's mark
+    of an unlabelled image, would wrap to 65535 and make a 65536-way classifier): every id in 0..N-1, N the
+    number of class names where the source names its classes, else what LABEL_DTYPE holds."""
+    try:
+        ids = np.asarray(labels, dtype=np.int64)
+        exact = np.array_equal(ids, np.asarray(labels, dtype=np.float64))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise CorpusError(f"{where}: the labels are not class ids ({type(exc).__name__}: {exc})") from None
+    if ids.ndim != 1 or not exact:
+        raise CorpusError(f"{where}: the labels are not whole numbers (one class id per image)")
+    top = len(names) - 1 if names is not None else int(np.iinfo(LABEL_DTYPE).max)
+    bad = np.flatnonzero((ids < 0) | (ids > top))
+    if bad.size:
+        i = int(bad[0])
+        unlabelled = " (-1 marks an unlabelled image: read a labelled split)" if ids[i] == -1 else ""
+        raise CorpusError(
+            f"{where}: row {i} has class id {int(ids[i])}, outside 0..{top}{unlabelled}; {bad.size} row(s) in all"
+        )
+    return ids
 
 
 # ---------------------------------------------------------------------------------------------- split
@@ -163,12 +188,29 @@ def _split_paths(cfg: ImageConfig, split: str, fetched: FetchedData | None) -> t
     raise CorpusError(f"{local}: no file matches {tried} (split {split}; set `hub.data_files`)")
 
 
+def _disk_full(exc: BaseException) -> str | None:
+    """The strerror of a full disk or quota anywhere in `exc`'s chain (datasets wraps the OSError of a write in
+    its own error), else None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return exc.strerror or os.strerror(exc.errno)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _feature_kind(feature: Any) -> str:
+    dtype = getattr(feature, "dtype", None)
+    return f"{type(feature).__name__} ({dtype})" if isinstance(dtype, str) else type(feature).__name__
+
+
 def _read_hub_split(
     cfg: ImageConfig, split: str, tmp: Path, out_images: Path, fetched: FetchedData | None
 ) -> dict[str, Any]:
     """Read one split of a hub dataset (its parquet files, fetched or in a local folder, read offline) into
     OUT_IMAGES (.npy, uint8 [n, C, H, W]); returns its labels, class names and source record."""
-    from datasets import ClassLabel, load_dataset
+    from datasets import ClassLabel, Value, load_dataset
     from datasets import Image as ImageFeature
 
     hub = cfg.hub
@@ -181,6 +223,8 @@ def _read_hub_split(
             "parquet", data_files={"train": [str(p) for p in files]}, split="train", cache_dir=str(tmp / "hf-cache")
         )
     except Exception as exc:  # datasets raises many kinds (a damaged file, files of different columns)
+        if (full := _disk_full(exc)) is not None:  # its cache, written into the temporary folder
+            raise CorpusError(f"{where}: cannot write the dataset's cache in {tmp} ({full})") from None
         raise CorpusError(f"{where}: cannot read the parquet files ({type(exc).__name__}: {exc})") from None
     for col in (hub.image_field, hub.label_field):
         if col not in ds.column_names:
@@ -189,7 +233,12 @@ def _read_hub_split(
         ds = ds.select(range(hub.n_images))
     feature = ds.features[hub.label_field]
     names = list(feature.names) if isinstance(feature, ClassLabel) else None
-    labels = np.asarray(ds[hub.label_field], dtype=np.int64)
+    if names is None and not (isinstance(feature, Value) and feature.dtype.startswith(("int", "uint"))):
+        raise CorpusError(
+            f"{where}: `hub.label_field` {hub.label_field!r} is a column of {_feature_kind(feature)}, not class ids "
+            "(integers)"
+        )
+    labels = class_ids(ds[hub.label_field], names, where)
     ds = ds.select_columns([hub.image_field]).cast_column(hub.image_field, ImageFeature(decode=False))
     mode = "L" if (cfg.channels or 3) == 1 else "RGB"
     h = hashlib.sha256()
@@ -376,7 +425,7 @@ def _prepare_into(cfg: ImageConfig, tmp: Path, fetched: FetchedData | None = Non
         path = digits_path()
         sources.append({**_file_source(path), "reader": "sklearn.datasets.load_digits's digits.csv.gz"})
         images, labels = read_digits(path)
-        names = [str(c) for c in range(10)]
+        names = list(DIGIT_NAMES)
         _save(tmp / "source_images.npy", images)
         _split_in_place(tmp, tmp / "source_images.npy", labels, cfg)
         split = {"kind": "stratified", "heldout_fraction": cfg.heldout_fraction, "seed": cfg.seed}
@@ -420,6 +469,13 @@ def _manifest(cfg: ImageConfig, tmp: Path, names, sources, split, where: str) ->
         names = [str(c) for c in range(num_classes)]
     if int(all_labels.min()) < 0 or int(all_labels.max()) >= num_classes:
         raise CorpusError(f"{where}: class ids outside 0..{num_classes - 1}")
+    present = np.unique(np.asarray(train_labels))
+    if present.size < 2:
+        # a classifier of one class has nothing to learn: loss 0 and accuracy 1 from the first update
+        raise CorpusError(
+            f"{where}: every train image is of class {names[int(present[0])]!r} ({num_classes} class(es) named): "
+            "a classifier needs at least two classes"
+        )
     # per-channel mean and std of the train images scaled to [0, 1], in float64, channel by channel
     mean, std = [], []
     for c in range(train.shape[1]):
