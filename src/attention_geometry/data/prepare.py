@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -194,19 +195,25 @@ def prepare_corpus(
     return out
 
 
-def _refuse_shared_documents(docs: blocks.Documents, heldout: np.ndarray, train: np.ndarray, where: str) -> None:
-    """CorpusError when a held-out document equals a training one: the held-out loss would then measure
-    memorization, not generalization (repeated input files are read once: data.sources)."""
-    import hashlib
+def _ids_digest(ids: list[int]) -> bytes:
+    return hashlib.blake2b(np.asarray(ids, dtype="<i8").tobytes(), digest_size=16).digest()
 
-    seen = {hashlib.blake2b(docs[int(i)].encode("utf-8"), digest_size=16).digest() for i in heldout}
-    if not seen:
-        return
-    shared = sum(hashlib.blake2b(docs[int(i)].encode("utf-8"), digest_size=16).digest() in seen for i in train)
+
+def _heldout_digests(tok, docs: blocks.Documents, heldout: np.ndarray) -> set[bytes]:
+    """The digests of the token ids of every held-out document that has any: what the model sees of it (the
+    tokenizer lowercases, strips accents and maps unknown words to [UNK], so two texts that differ only there
+    are the same document to it)."""
+    return {_ids_digest(ids) for ids in blocks.encode(tok, docs, heldout, "hashing held-out") if ids}
+
+
+def _refuse_shared(shared: int, where: str) -> None:
+    """CorpusError when training documents encode to the token ids of a held-out document: the held-out loss
+    would then measure memorization, not generalization (repeated input files are read once: data.sources)."""
     if shared:
         raise CorpusError(
-            f"{where}: {shared} training document(s) equal a held-out document: the inputs repeat documents; "
-            "remove the repeats (or set heldout_fraction 0)"
+            f"{where}: {shared} training document(s) encode to the same tokens as a held-out document (the same "
+            "text, or one that differs only where the tokenizer does not look: case, accents, unknown words): "
+            "the inputs repeat documents; remove the repeats (or set heldout_fraction 0)"
         )
 
 
@@ -253,7 +260,7 @@ def _prepare_into(cfg: CorpusConfig, tmp: Path, fetched: FetchedData | None = No
         k = max(k + 1, math.ceil(1.1 * cfg.min_heldout_blocks / per_doc))
         log.info("held-out split short of %d blocks (%d): growing it to %d documents", cfg.min_heldout_blocks, have, k)
 
-    _refuse_shared_documents(docs, perm[:k], perm[k:], where)
+    held_digests = _heldout_digests(tok, docs, perm[:k]) if k else set()
     special = wordpiece.special_ids(tok, where)
     vocab_size = int(tok.get_vocab_size(with_added_tokens=True))
     dtype = block_dtype(vocab_size)
@@ -263,9 +270,13 @@ def _prepare_into(cfg: CorpusConfig, tmp: Path, fetched: FetchedData | None = No
     for split, idx in (("train", perm[k:]), ("heldout", perm[:k])):
         raw = tmp / f"{split}.raw"
         w = blocks.writer(cfg, raw, special, dtype)
+        shared = 0
         for ids in blocks.encode(tok, docs, idx, f"tokenizing {split}"):
+            if split == "train" and held_digests and ids:
+                shared += _ids_digest(ids) in held_digests
             w.add(ids)
         n_blocks = w.close()
+        _refuse_shared(shared, where)
         blocks.raw_to_npy(raw, tmp / f"{split}.npy", n_blocks, cfg.block_len, dtype)
         stats[split] = {"blocks": n_blocks, "tokens": w.n_tokens, "documents": w.n_documents}
         log.info("%s: %d documents, %d tokens -> %d blocks", split, w.n_documents, w.n_tokens, n_blocks)
