@@ -87,6 +87,7 @@ def add_arguments_score_checkpoints(parser: argparse.ArgumentParser) -> None:
         "folder with checkpoint-N/ (docs/paper-code.md)",
     )
     _scoring_arguments(parser)
+    parser._option_string_actions["--out"].help = "output table, .csv or .parquet, or - for CSV on stdout"
     parser.add_argument(
         "--label",
         action="append",

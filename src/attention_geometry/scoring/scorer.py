@@ -365,7 +365,9 @@ def run_score(args: argparse.Namespace) -> int:
 
 
 def run_score_checkpoints(args: argparse.Namespace) -> int:
-    check_table_path(args.out)
+    to_stdout = args.out == "-"  # as for `score`: the table as CSV on stdout
+    if not to_stdout:
+        check_table_path(args.out)
     labels = {}
     for item in args.label:
         key, sep, value = item.partition("=")
@@ -380,5 +382,8 @@ def run_score_checkpoints(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         labels=labels,
     )
-    atomic_write_table(df, args.out)
+    if to_stdout:
+        df.to_csv(sys.stdout, index=False)
+    else:
+        atomic_write_table(df, args.out)
     return 0
