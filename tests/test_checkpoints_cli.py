@@ -377,6 +377,11 @@ def test_in_memory_vision_model_scores_like_its_saved_checkpoint(tmp_path):
     np.testing.assert_allclose(live["directionality"], saved["directionality"], rtol=1e-12)
 
 
+# the run keys a Trainer output folder's rows need (it has no run.yaml); init given apart
+LABELS = [f"--label={k}={v}" for k, v in (("size", "bert-mini"), ("dataset", "jigsaw"), ("objective", "decoder"))]
+LABELS += ["--label=seed=0"]
+
+
 def test_score_checkpoints_reads_a_hugging_face_trainer_output_folder(tmp_path, capsys):
     """checkpoint-N/ folders as transformers' Trainer writes them (the paper's code): the step from each
     trainer_state.json, the run keys from --label; the scores equal those of the same weights scored alone."""
@@ -392,7 +397,7 @@ def test_score_checkpoints_reads_a_hugging_face_trainer_output_folder(tmp_path, 
     (out_dir / "runs").mkdir()  # TensorBoard logs beside them are not checkpoints
     out = tmp_path / "t.csv"
     code, _, err = run_cli(
-        ["score-checkpoints", out_dir, "--out", out, "--quiet", "--label", "init=symmetric-fresh", "--label", "seed=0"],
+        ["score-checkpoints", out_dir, "--out", out, "--quiet", *LABELS, "--label", "init=symmetric-fresh"],
         capsys,
     )
     assert code == 0, err
@@ -406,7 +411,7 @@ def test_score_checkpoints_reads_a_hugging_face_trainer_output_folder(tmp_path, 
             assert (row.symmetry, row.directionality) == (pytest.approx(s, abs=1e-12), pytest.approx(d, abs=1e-12))
     # a trainer_state.json that disagrees with its folder, and a bad label, are one line each
     (out_dir / "checkpoint-20" / "trainer_state.json").write_text(json.dumps({"global_step": 30}))
-    code, _, err = run_cli(["score-checkpoints", out_dir, "--out", out, "--quiet"], capsys)
+    code, _, err = run_cli(["score-checkpoints", out_dir, "--out", out, "--quiet", *LABELS], capsys)
     assert code == 2 and "global_step 30, but the folder is checkpoint-20" in err
     code, _, err = run_cli(["score-checkpoints", out_dir, "--out", out, "--label", "lr=1"], capsys)
     assert code == 2 and "--label 'lr=1': expected KEY=VALUE" in err

@@ -49,6 +49,7 @@ __all__ = [
     "snapshot_steps",
     "read_run_yaml",
     "list_trainer_checkpoints",
+    "TRAINER_WEIGHTS",
     "find_state",
     "state_step",
     "lock_path",
@@ -201,26 +202,51 @@ def read_run_yaml(run_dir: str | os.PathLike, required: Iterable[str] = RUN_KEYS
 
 
 # ------------------------------------------------------------------------- Hugging Face Trainer output
+# the weight files of a Hugging Face model folder (the scorer reads .bin with weights_only, never unpickling)
+TRAINER_WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def _trainer_step(state: Path) -> int:
+    """trainer_state.json's `global_step`: a whole number of updates (not a bool, a float, a string or null)."""
+    try:
+        recorded = json.loads(state.read_text(encoding="utf-8"))["global_step"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{state}: not a Trainer state with a global_step ({type(exc).__name__}: {exc})") from None
+    if not isinstance(recorded, int) or isinstance(recorded, bool) or recorded < 0:
+        raise UserError(f"{state}: global_step {json.dumps(recorded)} is not a whole number of updates")
+    return recorded
+
+
 def list_trainer_checkpoints(output_dir: str | os.PathLike) -> dict[int, Path]:
     """step -> folder of every `checkpoint-N/` a Hugging Face Trainer wrote into `output_dir` (the layout of
     the paper's own training code), in step order; the step is trainer_state.json's `global_step` where that
-    file exists, else N. Only folders with the weights and config.json count; an empty dict when there are
-    none. A trainer_state.json whose step disagrees with its folder's N is one UserError."""
-    out = {}
-    for folder in Path(output_dir).glob("checkpoint-*"):
+    file exists, else N. An empty dict when there are none. Nothing is skipped silently: a checkpoint-N folder
+    without weights (TRAINER_WEIGHTS) or config.json, a trainer_state.json whose global_step is not a whole
+    number or disagrees with its folder's N, and two folders of one step (checkpoint-20 and checkpoint-020) are
+    each one UserError."""
+    out: dict[int, Path] = {}
+    for folder in sorted(Path(output_dir).glob("checkpoint-*")):
         m = re.fullmatch(r"checkpoint-(\d+)", folder.name)
-        has_weights = (folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file()
-        if not (m and folder.is_dir() and has_weights and (folder / "config.json").is_file()):
+        if not (m and folder.is_dir()):
             continue
+        if not any((folder / f).is_file() for f in TRAINER_WEIGHTS) or not (folder / "config.json").is_file():
+            raise UserError(
+                f"{folder}: a Trainer checkpoint without its weights ({' or '.join(TRAINER_WEIGHTS)}) and "
+                "config.json: restore it, or move it out of the folder"
+            )
         step = int(m.group(1))
         state = folder / "trainer_state.json"
         if state.is_file():
-            try:
-                recorded = json.loads(state.read_text(encoding="utf-8"))["global_step"]
-            except (ValueError, KeyError, TypeError) as exc:
-                raise UserError(f"{state}: not a Trainer state with a global_step ({exc})") from None
-            if int(recorded) != step:
+            recorded = _trainer_step(state)
+            if recorded != step:
                 raise UserError(f"{state}: global_step {recorded}, but the folder is {folder.name}")
+        if step in out:
+            raise UserError(f"{output_dir}: {out[step].name} and {folder.name} are both step {step}: keep one of them")
         out[step] = folder
     return dict(sorted(out.items()))
 

@@ -232,16 +232,28 @@ def score_checkpoints(
     model and run are RUN_DIR's name; size, dataset, objective, init, seed come from run.yaml; step from
     the snapshot's folder name (every complete snapshot, rundir.list_snapshots). A Hugging Face Trainer
     output folder (`checkpoint-N/`, no run.yaml: the paper's own code writes these) is read too: the step
-    from each trainer_state.json, the run keys from `labels` (absent ones empty).
+    from each trainer_state.json, the run keys from `labels`, which must give each of them (the rows of a run
+    with an empty key would not pair with any other). A run folder's keys are its run.yaml's: `labels` there is
+    an error, never ignored.
     """
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: no such run directory")
     run = run_dir.name
+    labels = dict(labels or {})
     if not (run_dir / RUN_YAML).is_file() and (trainer := list_trainer_checkpoints(run_dir)):
-        meta = {k: (labels or {}).get(k, "") for k in RUN_KEYS}
-        return _score_snapshots(run, meta, trainer, per_head, num_std, device, progress)
+        if missing := [k for k in RUN_KEYS if labels.get(k) in (None, "")]:
+            raise UserError(
+                f"{run_dir}: a Trainer output folder has no run.yaml: give its run keys with --label KEY=VALUE "
+                f"(missing: {', '.join(missing)}; docs/paper-code.md)"
+            )
+        return _score_snapshots(run, {k: labels[k] for k in RUN_KEYS}, trainer, per_head, num_std, device, progress)
+    if labels:
+        raise UserError(
+            f"{run_dir}: --label is for a Trainer output folder; this run folder's keys come from its "
+            f"{RUN_YAML} (given: {', '.join(sorted(labels))})"
+        )
     cfg = read_run_yaml(run_dir)
     meta = {k: cfg[k] for k in RUN_KEYS}
     snapshots = list_snapshots(run_dir)
@@ -368,12 +380,18 @@ def run_score_checkpoints(args: argparse.Namespace) -> int:
     to_stdout = args.out == "-"  # as for `score`: the table as CSV on stdout
     if not to_stdout:
         check_table_path(args.out)
-    labels = {}
+    labels: dict[str, Any] = {}
     for item in args.label:
         key, sep, value = item.partition("=")
-        if not sep or key not in RUN_KEYS:
-            raise UserError(f"--label {item!r}: expected KEY=VALUE with KEY one of {', '.join(RUN_KEYS)}")
-        labels[key] = int(value) if key == "seed" and value.lstrip("-").isdigit() else value
+        if not sep or key not in RUN_KEYS or not value.strip():
+            raise UserError(f"--label {item!r}: expected KEY=VALUE with KEY one of {', '.join(RUN_KEYS)} and a value")
+        if key == "seed":
+            if not (value.isascii() and value.isdigit()):
+                raise UserError(f"--label {item!r}: a seed is a whole number >= 0")
+            value = int(value)
+        if labels.get(key, value) != value:
+            raise UserError(f"--label {key}: given twice, as {labels[key]!r} and {value!r}")
+        labels[key] = value
     df = score_checkpoints(
         args.run_dir,
         per_head=args.per_head,
