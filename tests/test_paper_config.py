@@ -21,6 +21,28 @@ from attention_geometry.workflow import plan as workflow
 
 REPO = Path(__file__).resolve().parents[1]
 REBUTTAL_STEPS = {"wikipedia": 123000, "red_pajama": 140000, "jigsaw": 184000}
+# the authors' train.py and the Trainer's defaults (transformers 4.39.1, their pin), as named settings
+AUTHORS = {
+    "recipe": "authors",
+    "batch_size": 256,  # per_device_train_batch_size 32 x gradient_accumulation_steps 8 x 1 GPU
+    "per_device_batch_size": 32,
+    "grad_accum": 8,
+    "precision": "fp16",
+    "loss_mean": "micro_batches",
+    "lr": 5e-5,
+    "betas": [0.9, 0.999],
+    "eps": 1e-8,
+    "grad_clip": 1.0,
+    "weight_decay": 0.01,
+    "weight_decay_params": "trainer",
+    "warmup_steps": 200,
+    "schedule": "trainer-linear",
+    "mlm_probability": 0.15,
+    "mask_token_fraction": 0.8,
+    "random_token_fraction": 0.1,
+    "hidden_dropout": 0.1,
+    "attention_dropout": 0.1,
+}
 
 
 def expand_runs(cfg: dict) -> dict[str, dict]:
@@ -95,13 +117,13 @@ def test_three_seeds_per_contrast_the_fresh_control_and_decoder_symmetric_fresh(
     for corpus in corpora:  # bert-large: seed 0 for every contrast
         for objective, init in wanted:
             assert 0 in cells[("bert-large", corpus, objective, init, False)], (corpus, objective, init)
-    # the paper's sizes, sequence 512 and 200k steps for every text run, nothing else overridden
+    # the paper's sizes, sequence 512 and 200k steps for every text run, overridden by the authors' recipe only
     for n in runs:
         r = runs[n]
         if r["spec"]["objective"] == "classifier":  # the rebuttal's ViTs: test_vision_runs_on_cifar10
             continue
         assert r["spec"]["size"] in ("bert-mini", "bert-base", "bert-large"), n
-        assert r["settings"]["max_steps"] == 200000 and not r["settings"].get("overrides"), n
+        assert r["settings"]["max_steps"] == 200000 and r["settings"]["overrides"] == AUTHORS, n
     assert all(c["block_len"] == 512 for c in cfg["corpora"].values())
 
 
@@ -191,3 +213,28 @@ def test_vision_runs_on_cifar10(cfg, runs):
     assert all(len(s) >= 6 for s in by_init.values()) and len(set(map(frozenset, by_init.values()))) == 1
     for n in vision:  # 4x4 patches divide the 32x32 images
         assert 32 % runs[n]["settings"]["overrides"]["patch_size"] == 0
+
+
+def test_every_text_run_is_planned_under_the_authors_recipe(cfg):
+    """Each planned text run's RUN.yaml (the workflow's Run.run_config) carries every value of the authors'
+    recipe, the training CLI accepts it and resolves it to them; the corpora are one document per row, the
+    decoders both the authors' (decoder-paper) and ours, and training runs on the 1 GPU the batch assumes."""
+    planned, _ = workflow.expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
+    text = {n: r for n, r in planned.items() if r.objective != "classifier"}
+    assert {r.objective for r in text.values()} == {"encoder", "decoder", "decoder-paper"}
+    for name, r in text.items():
+        raw = r.run_config()
+        assert raw["overrides"] == AUTHORS, name
+        rc = run_config_from_dict({**raw, "corpus": "x"}, where=name)
+        h = resolve_hyper(rc.size, rc.overrides)
+        assert (h.recipe, h.batch_size, h.grad_accum, h.per_device_batch_size, h.precision) == (
+            "authors",
+            256,
+            8,
+            32,
+            "fp16",
+        ), name
+        assert h.batch_size == h.per_device_batch_size * h.grad_accum * cfg["training"]["gpus"]
+    assert all(c["layout"] == "documents" for c in cfg["corpora"].values())
+    assert cfg["corpora"]["wikipedia"]["split_characters"] and cfg["corpora"]["red_pajama"]["split_characters"]
+    assert not cfg["corpora"]["jigsaw"].get("split_characters", False)
