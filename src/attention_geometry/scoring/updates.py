@@ -50,7 +50,7 @@ import torch
 
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import RUN_KEYS, UPDATE_COLUMNS
-from attention_geometry.formats.corpus import Corpus, load_corpus
+from attention_geometry.formats.corpus import Corpus, corpus_sha256, load_corpus
 from attention_geometry.formats.files import atomic_write_table, check_table_path
 from attention_geometry.formats.rundir import list_snapshots, read_run_yaml, verify_snapshots
 from attention_geometry.scoring.measures import ScoreError, check_num_std, scores
@@ -387,6 +387,19 @@ def _scores_rows(M: torch.Tensor, what: str, num_std: float) -> list[tuple[float
     return list(zip(s.tolist(), d.tolist()))
 
 
+def _check_corpus(run: dict, corpus: Corpus, run_dir) -> None:
+    """The corpus given must be the one the run trained on (run.yaml's corpus_sha256, by content: a moved copy
+    is the same corpus): held-out batches of another corpus with the same vocabulary size would give gradients
+    of the wrong data without any error. A run.yaml written before it recorded the hash is not checked."""
+    recorded = run.get("corpus_sha256")
+    if recorded and corpus_sha256(corpus) != recorded:
+        raise UserError(
+            f"--corpus {corpus.path}: not the corpus run {run_dir} trained on (its run.yaml records corpus_sha256 "
+            f"{str(recorded)[:12]}..., this corpus is {corpus_sha256(corpus)[:12]}...; it trained on "
+            f"{run.get('corpus', 'a corpus not named')})"
+        )
+
+
 def score_updates(
     run_dir: str | os.PathLike,
     corpus_dir: str | os.PathLike,
@@ -402,6 +415,8 @@ def score_updates(
     from tqdm.auto import tqdm
 
     run = read_run(run_dir)
+    corpus = load_corpus(corpus_dir)
+    _check_corpus(run, corpus, run_dir)  # before any snapshot is read
     if config is None:
         config = UpdateConfig(masking=run_masking(run))
     snapshots = list_snapshots(run_dir, verify=False)  # verified below: only the snapshots read
@@ -415,7 +430,6 @@ def score_updates(
         steps = sorted(set(int(s) for s in steps))
     read = set(steps) | {min((s for s in all_steps if s > step), default=step) for step in steps}
     verify_snapshots({s: snapshots[s] for s in sorted(read)})
-    corpus = load_corpus(corpus_dir)
     batches = make_batches(corpus, run["objective"], config)
     label = {k: run[k] for k in LABEL_KEYS}
     rows = []
