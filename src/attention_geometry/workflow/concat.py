@@ -7,8 +7,9 @@ columns of every input must be the same set, except a kind's optional columns (T
 run's `eval_accuracy` in training_loss), left empty in the rows of inputs without them; `--kind` checks that the
 contract's columns are there.
 An input given twice (the same file under two names included), an --out that is one of the inputs, and two
-rows with the same key (TABLE_KEYS of the kind, given or told by the columns) are refused: the table would
-count those rows twice.
+rows with the same key (TABLE_KEYS of the kind, given or told by the columns; numbers compared by value, so
+layer `0` and `0.0` are one key) are refused: the table would count those rows twice. So are a row with an
+empty key cell and a score (symmetry, directionality) that is not a finite number.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import os
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import TABLE_COLUMNS, TABLE_OPTIONAL_COLUMNS
 from attention_geometry.formats.files import atomic_write_text, check_writable
 
-__all__ = ["TABLE_KEYS", "read_csv_text", "concat_tables", "table_kind"]
+__all__ = ["TABLE_KEYS", "SCORE_VALUE_COLUMNS", "key_value", "read_csv_text", "concat_tables", "table_kind"]
 
 # the columns that identify a row of each contract table (docs/contracts.md): no two rows share them
 TABLE_KEYS: dict[str, list[str]] = {
@@ -36,6 +38,32 @@ TABLE_KEYS: dict[str, list[str]] = {
 assert set(TABLE_KEYS) == set(TABLE_COLUMNS) and all(
     set(keys) <= set(TABLE_COLUMNS[kind]) for kind, keys in TABLE_KEYS.items()
 ), "every table kind has its key columns among its columns"
+
+
+# the score columns of the contract tables: a number in every row (never NaN or empty)
+SCORE_VALUE_COLUMNS = ("symmetry", "directionality")
+
+
+def key_value(text: str) -> str:
+    """A key cell as compared for repeats: a number by its value (`0`, `0.0` and ` 0` are one layer), any other
+    text as written, less surrounding blanks."""
+    text = text.strip()
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    if math.isfinite(number) and number == int(number):
+        return str(int(number))
+    return repr(number)
+
+
+def _check_score(value: str, column: str, where: str) -> None:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise UserError(f"{where}: {column} is {value!r}, not a number: a score table holds a finite score per row")
 
 
 def table_kind(header: list[str]) -> str | None:
@@ -114,6 +142,7 @@ def concat_tables(paths: list[str | Path], out: str | Path, kind: str | None = N
     optional = [c for c in TABLE_OPTIONAL_COLUMNS.get(key_kind, []) if any(c in header for _, header, _, _ in tables)]
     columns += [c for c in optional if c not in columns]
     key_at = [columns.index(c) for c in TABLE_KEYS[key_kind]] if key_kind else []
+    score_at = [(columns.index(c), c) for c in SCORE_VALUE_COLUMNS if key_kind and c in TABLE_COLUMNS[key_kind]]
     all_rows: list[list[str]] = []
     keys: dict[tuple[str, ...], str] = {}  # a row's key -> where it was first seen
     for path, header, rows, lines in tables:
@@ -126,8 +155,12 @@ def concat_tables(paths: list[str | Path], out: str | Path, kind: str | None = N
         order = [header.index(c) if c in header else None for c in columns]
         for row, line in zip(rows, lines):
             row = [row[i] if i is not None else "" for i in order]
+            for i, column in score_at:
+                _check_score(row[i], column, f"{path}:{line}")
             if key_at:
-                key = tuple(row[i] for i in key_at)
+                key = tuple(key_value(row[i]) for i in key_at)
+                if empty := [columns[i] for i, v in zip(key_at, key) if not v]:
+                    raise UserError(f"{path}:{line}: empty {', '.join(empty)}: every {key_kind} row names its key")
                 if key in keys:
                     shown = ", ".join(f"{columns[i]}={v}" for i, v in zip(key_at, key))
                     raise UserError(f"{path}:{line}: a second {key_kind} row for {shown} (the first is at {keys[key]})")
