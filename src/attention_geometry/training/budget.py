@@ -7,12 +7,13 @@ running the same command resumes from that state. Torch-free: the CLI imports it
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["EXIT_STOPPED", "Budget", "TermSignal", "out_of_time"]
+__all__ = ["EXIT_STOPPED", "Budget", "TermSignal", "is_process_command", "out_of_time"]
 
 EXIT_STOPPED = 75  # os.EX_TEMPFAIL: "try again later"; the state is saved and the same command resumes
 
@@ -70,11 +71,16 @@ class Budget:
 
 class TermSignal:
     """Within `with TermSignal() as term:`, SIGTERM sets `term.received` instead of ending the process (the loop
-    then stops between updates); the previous handler is restored on exit. Outside the main thread (where
-    Python cannot set handlers) it does nothing."""
+    then stops between updates); the previous handler is restored on exit. A SIGTERM that an enclosing
+    TermSignal received before this one was entered counts as received here too. With `keep`, the handler stays
+    after the block, to the end of the process: the `train` command holds it from its start, so that a SIGTERM
+    after the run finished (while the process prints its summary and exits) leaves the exit status what the
+    run earned (0 for a finished run) instead of 143. Outside the main thread (where Python cannot set
+    handlers) it does nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = False) -> None:
         self.received = False
+        self.keep = keep
         self._previous = None
 
     def _handle(self, signum, frame) -> None:
@@ -83,9 +89,19 @@ class TermSignal:
     def __enter__(self) -> TermSignal:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._handle)
+            outer = getattr(self._previous, "__self__", None)
+            if isinstance(outer, TermSignal) and outer.received:
+                self.received = True
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._previous is not None:
+        if self._previous is not None and not self.keep:
             signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
+        self._previous = None
+
+
+def is_process_command(name: str) -> bool:
+    """Whether subcommand `name` is this process's own command line (`python -m attention_geometry NAME ...`,
+    `attention-geometry NAME ...`, under torchrun too), not a call of the CLI inside another program (a test):
+    only then may it hold a signal handler to the end of the process."""
+    return sys.argv[1:2] == [name]

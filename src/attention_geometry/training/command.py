@@ -8,7 +8,7 @@ import sys
 import time
 
 from attention_geometry.errors import UserError
-from attention_geometry.training.budget import EXIT_STOPPED, Budget
+from attention_geometry.training.budget import EXIT_STOPPED, Budget, TermSignal, is_process_command
 
 
 def add_arguments_train(parser) -> None:
@@ -40,13 +40,16 @@ def run_train(args) -> int:
     if limit is not None and not (math.isfinite(limit) and limit >= 0):
         raise UserError(f"--time-limit: must be a number of minutes (0: no limit), got {limit:g}")
     budget = Budget(limit * 60 if limit else None, started)
-    from attention_geometry.training.loop import train  # torch: imported only when training runs
-    from attention_geometry.training.run_config import load_run_config
+    # SIGTERM is handled from here to the end of the process (the loop's own handler nests inside): one before
+    # the loop stops it before its first update, one after the run finished changes nothing (exit 0, not 143)
+    with TermSignal(keep=is_process_command("train")):
+        from attention_geometry.training.loop import train  # torch: imported only when training runs
+        from attention_geometry.training.run_config import load_run_config
 
-    cfg = load_run_config(args.config)
-    summary = train(
-        cfg, args.out, threads=args.threads, device=args.device, progress=not args.no_progress, budget=budget
-    )
+        cfg = load_run_config(args.config)
+        summary = train(
+            cfg, args.out, threads=args.threads, device=args.device, progress=not args.no_progress, budget=budget
+        )
     code = EXIT_STOPPED if summary["status"] == "stopped" else 0  # every DDP process alike
     if os.environ.get("RANK", "0") != "0":
         return code
