@@ -9,6 +9,17 @@
 # margin below the job's `runtime` (training/launch.py: time_limit), stops there with its state saved and exits
 # 75 (so does SIGTERM, SLURM's notice at a time limit or preemption); the job fails without train.done, and
 # Snakemake submits it again (`retries`), which resumes from that state. Without requeues: no limit.
+#
+# A run's train.done whose final snapshot is gone (deleted, or never written) is removed at parse time, so that
+# its job runs again and the trainer rewrites the snapshot from its final state (workflow.records).
+from attention_geometry.workflow.records import drop_unfinished_markers
+
+if workflow.is_main_process and (_unfinished := checked(drop_unfinished_markers, PLAN)):
+    print(
+        f"{len(_unfinished)} run(s) marked trained have no complete final snapshot (e.g. {_unfinished[0]}): "
+        "their train.done is removed and their training job runs again",
+        file=sys.stderr,
+    )
 
 
 rule write_run_config:

@@ -31,7 +31,9 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from attention_geometry.formats.rundir import is_complete_snapshot
 from attention_geometry.workflow.plan import yaml_text
+from attention_geometry.workflow.pretrained import ConfigError
 
 if TYPE_CHECKING:
     from attention_geometry.workflow.plan import Plan
@@ -47,6 +49,7 @@ __all__ = [
     "read_input_sums",
     "content_entries",
     "content_current",
+    "drop_unfinished_markers",
 ]
 
 RECORD_DIR = "config"
@@ -224,3 +227,25 @@ def content_current(plan: Plan) -> list[str]:
             touched += made
             changed = True
     return touched
+
+
+def drop_unfinished_markers(plan: Plan) -> list[str]:
+    """Remove the `train.done` of every run whose final snapshot is not complete (rundir.is_complete_snapshot),
+    and return those markers. The marker is the train rule's only declared output, so a final snapshot deleted
+    after the run finished would leave Snakemake with nothing to do while the scoring of that run fails; without
+    the marker the train job runs again, and the trainer rewrites the snapshot from the run's final state (or
+    says why it cannot). A marker that cannot be removed is one ConfigError line."""
+    removed = []
+    for run in plan.runs:
+        marker = plan.train_done(run)
+        if not os.path.isfile(marker) or is_complete_snapshot(plan.final_snapshot(run)):
+            continue
+        try:
+            os.remove(marker)
+        except OSError as exc:
+            raise ConfigError(
+                f"{marker}: run {run} has no complete final snapshot {plan.final_snapshot(run)}, but its marker "
+                f"cannot be removed ({exc.strerror or exc}): remove it, and run the workflow again"
+            ) from None
+        removed.append(marker)
+    return removed
