@@ -98,6 +98,8 @@ def symmetry(M: torch.Tensor) -> torch.Tensor:
 
 
 def _excess(norms: torch.Tensor, num_std: float) -> torch.Tensor:
+    if norms.shape[-1] < 2:  # one row and column: no spread to exceed (torch.std of one value warns, gives NaN)
+        return torch.zeros(norms.shape[:-1], dtype=norms.dtype, device=norms.device)
     threshold = norms.mean(dim=-1, keepdim=True) + num_std * norms.std(dim=-1, keepdim=True)
     return torch.clamp(norms - threshold, min=0).sum(dim=-1)
 

@@ -104,17 +104,20 @@ def fp8_block_size(config: Any) -> tuple[int, int] | None:
     return int(block[0]), int(block[1])
 
 
-def dequantize_fp8(name: str, w: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+def dequantize_fp8(
+    name: str, w: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int], where: str = ""
+) -> torch.Tensor:
     """float32 W = w.float() * scale_inv, each scale spread over its block of `block` = (rows, cols) entries
     (the blocks at the bottom and right edges may be partial); a scale tensor of another shape or kind is a
-    LoadError naming the tensor."""
+    LoadError naming the tensor and its source `where`."""
+    at = f"{where}: tensor " if where else ""
     if w.ndim != 2:
-        raise LoadError(f"{name}: fp8 weight of shape {list(w.shape)} (block scales need a matrix)")
+        raise LoadError(f"{at}{name}: fp8 weight of shape {list(w.shape)} (block scales need a matrix)")
     rows, cols = w.shape
     need = [math.ceil(rows / block[0]), math.ceil(cols / block[1])]
     if list(scale_inv.shape) != need or not scale_inv.is_floating_point() or scale_inv.dtype in FP8_DTYPES:
         raise LoadError(
-            f"{name}{SCALE_SUFFIX}: scale of shape {list(scale_inv.shape)} and dtype "
+            f"{at}{name}{SCALE_SUFFIX}: scale of shape {list(scale_inv.shape)} and dtype "
             f"{str(scale_inv.dtype).removeprefix('torch.')}, not a float tensor of shape {need} (the "
             f"{rows} x {cols} weight in blocks of {block[0]} x {block[1]}, quantization_config.weight_block_size)"
         )
@@ -143,7 +146,7 @@ def dequantized(
             f"{where}: tensor {key!r} is {dtype} with block scales {scale}, but the config's "
             "quantization_config gives no weight_block_size [rows, cols] to spread them over"
         )
-    return dequantize_fp8(key, t, fetch(scale), block)
+    return dequantize_fp8(key, t, fetch(scale), block, where)
 
 
 def first_line(exc: BaseException) -> str:

@@ -36,7 +36,12 @@ from attention_geometry.errors import UserError
 from attention_geometry.formats.packages import is_spec, resolve
 from attention_geometry.scoring.extract import get_family, qk_keys
 from attention_geometry.weights.base import LoadError, StateDictSource, TensorSource, first_line
-from attention_geometry.weights.safetensors_io import SafetensorsSource, _index_files
+from attention_geometry.weights.safetensors_io import (
+    ORIGIN_KEY,
+    SafetensorsSource,
+    _index_files,
+    read_safetensors_metadata,
+)
 
 __all__ = [
     "open_source",
@@ -222,13 +227,27 @@ def _pinned(repo_id: str, revision: str | None, trust_remote_code: bool) -> str:
 _CARD_ID = re.compile(r"""(?:from_pretrained|SentenceTransformer)\(\s*['"]([\w.-]+/[\w.-]+)['"]""")
 
 
+def _prefetched_from(path: Path) -> str | None:
+    """The hub id a prefetch-qk folder's model.safetensors names as its origin (metadata ORIGIN_KEY, `ID@COMMIT`),
+    else None."""
+    try:
+        origin = read_safetensors_metadata(path / "model.safetensors").get(ORIGIN_KEY) if path.is_dir() else None
+    except (LoadError, OSError):
+        return None
+    repo_id = origin.rpartition("@")[0] or origin if isinstance(origin, str) else ""
+    return repo_id if repo_id and looks_like_hub_id(repo_id) else None
+
+
 def dir_model_name(path: Path) -> str:
     """The default `model` label of a local model folder: the repo id where the folder records it, else the
-    folder's name. Recorded: a hub cache snapshot (models--ORG--NAME/snapshots/HASH), or a model card
+    folder's name. Recorded: a prefetch-qk output (the hub id of its origin), a hub cache snapshot
+    (models--ORG--NAME/snapshots/HASH), or a model card
     (README.md) whose code loads exactly one repo id (`from_pretrained('ORG/NAME')`,
     `SentenceTransformer('ORG/NAME')`). config.json's `_name_or_path` is not used: it names the model the
     weights were loaded from before saving (for all-MiniLM-L6-v2 its base, nreimers/MiniLM-L6-H384-uncased)."""
     path = path.resolve()
+    if (origin := _prefetched_from(path)) is not None:
+        return origin
     if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
         return path.parent.parent.name[len("models--") :].replace("--", "/", 1)
     card = path / "README.md"

@@ -22,6 +22,7 @@ from attention_geometry.weights.base import LoadError, TensorSource, dequantized
 __all__ = [
     "SAFETENSORS_DTYPES",
     "N_PARAMS_KEY",
+    "ORIGIN_KEY",
     "LocalFile",
     "SafetensorsSource",
     "read_safetensors_header",
@@ -60,6 +61,8 @@ SAFETENSORS_DTYPES.update(
 _MAX_HEADER = 100_000_000  # the largest header the safetensors format allows; a longer one is a corrupt file
 # __metadata__ key of a q/k subset (prefetch.py): the floating-point parameter count of the full checkpoint
 N_PARAMS_KEY = "attention_geometry.n_params"
+# ... and where its tensors came from (`ORG/NAME@COMMIT` for a hub model): a folder's default model label
+ORIGIN_KEY = "attention_geometry.origin"
 
 
 # ---------------------------------------------------------------------------------------- safetensors

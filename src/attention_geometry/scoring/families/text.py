@@ -14,7 +14,7 @@ from typing import Any
 from attention_geometry.scoring.registry import Family, Stack, config_field, register
 
 
-def _kv_heads(config: Any) -> int | None:
+def num_key_value_heads(config: Any) -> int | None:
     """num_key_value_heads, which config.json may leave out (or null) to mean one per query head."""
     kv = config_field(config, "num_key_value_heads")
     return kv if kv is not None else config_field(config, "num_attention_heads")
@@ -175,7 +175,13 @@ for _type, _note in (
     ("gemma3_text", _ROPE + "; RMSNorm on every query and key head (q_norm, k_norm); sliding-window layers"),
 ):
     register(
-        Family(_type, "decoder-only", "text", (Stack("decoder", _LLAMA_Q, _LLAMA_K, n_kv_heads=_kv_heads),), note=_note)
+        Family(
+            _type,
+            "decoder-only",
+            "text",
+            (Stack("decoder", _LLAMA_Q, _LLAMA_K, n_kv_heads=num_key_value_heads),),
+            note=_note,
+        )
     )
 
 register(
@@ -183,7 +189,7 @@ register(
         "phi3",
         "decoder-only",
         "text",
-        (Stack("decoder", "layers.{i}.self_attn.qkv_proj.weight", layout="fused_qkv", n_kv_heads=_kv_heads),),
+        (Stack("decoder", "layers.{i}.self_attn.qkv_proj.weight", layout="fused_qkv", n_kv_heads=num_key_value_heads),),
         note=_ROPE + " (partial); optional sliding-window attention",
     )
 )
