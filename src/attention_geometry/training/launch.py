@@ -11,10 +11,18 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["TORCHRUN_PORT", "TrainLaunch", "time_limit", "train_launch"]
+__all__ = ["TORCHRUN_PORT", "TrainLaunch", "time_limit", "train_launch", "train_mem_mb"]
 
 TORCHRUN_PORT = 29500  # the rendezvous port on a multi-node job's first node
 MARGIN_MINUTES = 15  # the most a training job's runtime keeps back from the trainer's --time-limit
+# A training job's host memory without a configured training.mem_mb (a SLURM request, not a science parameter):
+# the interpreter, torch, the CUDA context's host side and the corpus map, then per process 32 bytes per parameter
+# (fp32 weights, gradients and Adam's two moments, and the CPU copy of all of them a state write makes), and on a CPU
+# device the activations of one micro-batch; times a margin.
+BASE_MEM_MB = 3000
+BYTES_PER_PARAM = 32
+MEM_MARGIN = 1.25
+VOCAB_BOUND = 32768  # a text run's vocabulary before its corpus is prepared (the tokenizer's size comes from it)
 
 
 def time_limit(runtime: int, requeues: int) -> int | None:
@@ -84,3 +92,27 @@ def train_launch(section: Mapping) -> TrainLaunch:
         f" sh -c {shlex.quote(script)} torchrun"
     )
     return TrainLaunch(prefix, procs, per_process, resources, **budget)
+
+
+def train_mem_mb(
+    size: str, overrides: Mapping | None, device: str, processes: int = 1, mem_mb: int | None = None
+) -> int:
+    """The memory (MB) a training job of this model asks for: `mem_mb` (config training.mem_mb) where it is set,
+    else from the model's size (BASE_MEM_MB plus, per process, BYTES_PER_PARAM per parameter and, on a CPU device,
+    one micro-batch's activations; times MEM_MARGIN): bert-mini ~4 GB, bert-base ~8 GB, bert-large ~17 GB."""
+    if mem_mb:
+        return int(mem_mb)
+    from attention_geometry.training.hyper import resolve_hyper
+
+    h = resolve_hyper(size, dict(overrides or {}))
+    vocab = h.vocab_size or VOCAB_BOUND
+    params = h.num_layers * (4 * h.hidden_size**2 + 2 * h.hidden_size * h.intermediate_size)
+    params += (vocab + h.max_position_embeddings) * h.hidden_size
+    per_process = BYTES_PER_PARAM * params
+    if device == "cpu":
+        seq = h.seq_len or h.max_position_embeddings
+        micro = max(1, h.per_device_batch_size or h.batch_size // max(1, h.grad_accum * processes))
+        per_token_layer = 18 * h.hidden_size + 2 * h.intermediate_size + 3 * h.num_heads * seq
+        per_process += 4 * micro * seq * h.num_layers * per_token_layer
+    total = BASE_MEM_MB + max(1, processes) * per_process / 2**20
+    return int(math.ceil(MEM_MARGIN * total / 100) * 100)
