@@ -335,6 +335,7 @@ PARAMS = {
     "bootstrap_seed": 0,
     "margins": {"symmetry": 0.05, "directionality": 0.05, "loss": 0.01, "speedup": 0.05},
     "horizon_snapshots": 3,
+    "claim_families": None,
     "config_hash": "0123abcd",
     "code_version": "0123456789abcdef0123456789abcdef01234567",
     "config_name": "config/test.yaml",
