@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from transformers import BertConfig, BertForMaskedLM, BertModel
+from transformers import BertConfig, BertForMaskedLM, BertLMHeadModel, BertModel
 
 from attention_geometry.cli import main
 from attention_geometry.errors import UserError
@@ -415,6 +415,80 @@ def test_score_checkpoints_reads_a_hugging_face_trainer_output_folder(tmp_path, 
     assert code == 2 and "global_step 30, but the folder is checkpoint-20" in err
     code, _, err = run_cli(["score-checkpoints", out_dir, "--out", out, "--label", "lr=1"], capsys)
     assert code == 2 and "--label 'lr=1': expected KEY=VALUE" in err
+
+
+def authors_checkpoint(folder, model):
+    """A stand-in of one of the authors' released checkpoints: checkpoint-200000/ with the model saved by
+    save_pretrained, a minimal trainer_state.json and an optimizer file that is never read."""
+    ckpt = folder / "checkpoint-200000"
+    model.save_pretrained(ckpt)
+    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 200000}))
+    (ckpt / "optimizer.pt").write_bytes(b"never read")
+    return folder
+
+
+@pytest.mark.parametrize(
+    "name, cls, keys",
+    [
+        ("bert-encoder-jigsaw", BertForMaskedLM, ("bert-base", "jigsaw", "encoder", "standard")),
+        (
+            "bert_small-decoder-red_pajama--symmetric-init",
+            BertLMHeadModel,
+            ("bert-mini", "red_pajama", "decoder-paper", "symmetric-fresh"),
+        ),
+        ("bert-decoder-wikipedia", BertLMHeadModel, ("bert-base", "wikipedia", "decoder-paper", "standard")),
+    ],
+)
+def test_the_authors_released_checkpoints_are_labelled_from_their_folder_name(tmp_path, capsys, name, cls, keys):
+    """checkpoints/{model}-{mode}-{dataset}[--symmetric-init]/checkpoint-200000/ scores without --label: their
+    bert_small is bert-mini and bert bert-base, their decoder (the masking collator's batch) decoder-paper,
+    --symmetric-init symmetric-fresh, the seed their set_seed(0); the scores are the saved weights'."""
+    model = tiny_bert(seed=5, cls=cls, is_decoder=cls is BertLMHeadModel)
+    folder = authors_checkpoint(tmp_path / "checkpoints" / name, model)
+    out = tmp_path / "t.csv"
+    code, _, err = run_cli(["score-checkpoints", folder, "--out", out], capsys)
+    assert code == 0, err
+    assert "run keys from the authors' folder name: size=" in err
+    df = pd.read_csv(out)
+    assert set(df.run) == {name} and set(df.step) == {200000} and len(df) == N_LAYERS
+    got = df[["size", "dataset", "objective", "init", "seed"]].drop_duplicates().values.tolist()
+    assert got == [[*keys, 0]]
+    for layer, (M, _) in enumerate(reference(model)):
+        s, d = np_scores(M)
+        row = df[df.layer == layer].iloc[0]
+        assert (row.symmetry, row.directionality) == (pytest.approx(s, abs=1e-12), pytest.approx(d, abs=1e-12))
+    # --label wins key by key; the other keys still come from the name
+    code, _, err = run_cli(["score-checkpoints", folder, "--out", out, "--quiet", "--label=seed=7"], capsys)
+    assert code == 0, err
+    df = pd.read_csv(out)
+    assert set(df.seed) == {7} and set(df["size"]) == {keys[0]} and set(df.objective) == {keys[2]}
+
+
+def test_the_authors_training_output_folder_is_labelled_from_its_run_folder(tmp_path, capsys):
+    """Their train.py writes NAME/training_output/RUN_ID/checkpoint-N/: the name two levels up states the keys."""
+    folder = tmp_path / "bert_small-encoder-wikipedia--symmetric-init" / "training_output" / "a1b2c3"
+    authors_checkpoint(folder, tiny_bert(seed=6, cls=BertForMaskedLM))
+    out = tmp_path / "t.csv"
+    code, _, err = run_cli(["score-checkpoints", folder, "--out", out, "--quiet"], capsys)
+    assert code == 0, err
+    df = pd.read_csv(out)
+    assert set(df.run) == {"a1b2c3"}
+    got = df[["size", "dataset", "objective", "init", "seed"]].drop_duplicates().values.tolist()
+    assert got == [["bert-mini", "wikipedia", "encoder", "symmetric-fresh", 0]]
+
+
+@pytest.mark.parametrize(
+    "name",
+    # a model, mode or dataset their train.py does not name, a near miss, and a folder of another layout
+    ["bert_large-encoder-wikipedia", "bert-encoder-imdb", "bert-decoder-jigsaw-symmetric-init", "run-7"],
+)
+def test_a_folder_not_named_as_the_authors_still_needs_its_labels(tmp_path, capsys, name):
+    folder = authors_checkpoint(tmp_path / name, tiny_bert(seed=7, cls=BertForMaskedLM))
+    out = tmp_path / "t.csv"
+    code, _, err = run_cli(["score-checkpoints", folder, "--out", out], capsys)
+    assert code == 2 and "has no run.yaml: give its run keys" in err
+    assert "missing: size, dataset, objective, init, seed" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
 
 
 def test_score_to_stdout_with_a_summary(tmp_path, capsys):

@@ -93,7 +93,9 @@ def add_arguments_score_checkpoints(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help=f"for a Trainer output folder, a run key of the rows ({', '.join(RUN_KEYS)}); repeatable",
+        help=f"for a Trainer output folder, a run key of the rows ({', '.join(RUN_KEYS)}); repeatable; a folder "
+        "named as the authors' released checkpoints ({model}-{mode}-{dataset}[--symmetric-init]) gives the keys "
+        "a --label does not (docs/paper-code.md)",
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -219,6 +220,38 @@ def score_model(
 # ------------------------------------------------------------------------------------------- checkpoints
 
 
+# The authors' released checkpoints, `checkpoints/{model}-{mode}-{dataset}[--symmetric-init]/checkpoint-N/` (the
+# run folder name their train.py builds; its own output puts `training_output/{run id}/` in between): their
+# `--model_name` choices are the configs of prajjwal1/bert-mini (`bert_small`) and bert-base-uncased (`bert`),
+# their decoders trained on the masking collator's batch (our `decoder-paper`), their `--init symmetric-init` is
+# our `symmetric-fresh`, and every run was seeded with transformers.set_seed(0). docs/paper-code.md.
+AUTHORS_SIZES = {"bert_small": "bert-mini", "bert": "bert-base"}
+AUTHORS_OBJECTIVES = {"encoder": "encoder", "decoder": "decoder-paper"}
+AUTHORS_DATASETS = ("wikipedia", "red_pajama", "jigsaw")
+_AUTHORS_RUN = re.compile(
+    rf"({'|'.join(AUTHORS_SIZES)})-({'|'.join(AUTHORS_OBJECTIVES)})-({'|'.join(AUTHORS_DATASETS)})(--symmetric-init)?"
+)
+
+
+def authors_run_keys(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """The run keys (RUN_KEYS) that a Trainer output folder's name states when it follows the authors' pattern
+    `{model}-{mode}-{dataset}[--symmetric-init]`: the folder itself (their released `checkpoints/NAME/`) or,
+    for their training output `NAME/training_output/RUN_ID/`, the folder two levels up. None otherwise."""
+    p = Path(folder).resolve()
+    names = [p.name] + ([p.parent.parent.name] if p.parent.name == "training_output" else [])
+    for name in names:
+        if m := _AUTHORS_RUN.fullmatch(name):
+            model, mode, dataset, symmetric = m.groups()
+            return {
+                "size": AUTHORS_SIZES[model],
+                "dataset": dataset,
+                "objective": AUTHORS_OBJECTIVES[mode],
+                "init": "symmetric-fresh" if symmetric else "standard",
+                "seed": 0,
+            }
+    return None
+
+
 def score_checkpoints(
     run_dir: str | os.PathLike,
     per_head: bool = False,
@@ -233,8 +266,9 @@ def score_checkpoints(
     the snapshot's folder name (every complete snapshot, rundir.list_snapshots). A Hugging Face Trainer
     output folder (`checkpoint-N/`, no run.yaml: the paper's own code writes these) is read too: the step
     from each trainer_state.json, the run keys from `labels`, which must give each of them (the rows of a run
-    with an empty key would not pair with any other). A run folder's keys are its run.yaml's: `labels` there is
-    an error, never ignored.
+    with an empty key would not pair with any other) unless the folder's name states them (authors_run_keys:
+    the authors' released layout; `labels` still win, key by key). A run folder's keys are its run.yaml's:
+    `labels` there is an error, never ignored.
     """
 
     run_dir = Path(run_dir)
@@ -243,12 +277,18 @@ def score_checkpoints(
     run = run_dir.name
     labels = dict(labels or {})
     if not (run_dir / RUN_YAML).is_file() and (trainer := list_trainer_checkpoints(run_dir)):
-        if missing := [k for k in RUN_KEYS if labels.get(k) in (None, "")]:
+        named = authors_run_keys(run_dir) or {}
+        keys = {**named, **{k: v for k, v in labels.items() if v not in (None, "")}}
+        if missing := [k for k in RUN_KEYS if keys.get(k) in (None, "")]:
             raise UserError(
                 f"{run_dir}: a Trainer output folder has no run.yaml: give its run keys with --label KEY=VALUE "
-                f"(missing: {', '.join(missing)}; docs/paper-code.md)"
+                f"(missing: {', '.join(missing)}; a folder named as the authors' "
+                "{model}-{mode}-{dataset}[--symmetric-init] states them; docs/paper-code.md)"
             )
-        return _score_snapshots(run, {k: labels[k] for k in RUN_KEYS}, trainer, per_head, num_std, device, progress)
+        if progress and (from_name := {k: v for k, v in named.items() if k not in labels}):
+            said = " ".join(f"{k}={v}" for k, v in from_name.items())
+            print(f"{run_dir}: run keys from the authors' folder name: {said}", file=sys.stderr, flush=True)
+        return _score_snapshots(run, {k: keys[k] for k in RUN_KEYS}, trainer, per_head, num_std, device, progress)
     if labels:
         raise UserError(
             f"{run_dir}: --label is for a Trainer output folder; this run folder's keys come from its "
