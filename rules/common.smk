@@ -12,6 +12,11 @@ from attention_geometry.workflow.records import content_current, input_sums_path
 from attention_geometry.training.launch import train_launch
 from attention_geometry.workflow.plan import ONLINE_ENV, alternation, notebook_file, plan, shell_prefix, slurm_resources, yaml_text
 from attention_geometry.workflow.pretrained import ConfigError, scoring_mem_mb
+from attention_geometry.workflow.provenance import quiet_missing_metadata
+
+# `snakemake --report` in a clone: one line instead of a "Missing metadata" warning per committed result
+if workflow.is_main_process:
+    quiet_missing_metadata()
 
 if config["offline"]:
     # Nothing waits on the Hugging Face hub: every job inherits these (local and SLURM jobs alike, since

@@ -103,7 +103,7 @@ rule record_corpus:
     input:
         corpus_dir("{corpus}"),
     output:
-        res("tables", "corpus_{corpus}.csv"),
+        report(res("tables", "corpus_{corpus}.csv"), caption=table_caption("corpus"), category="Tables", subcategory="records"),
     log:
         res("logs", "tables", "corpus_{corpus}.log"),
     conda:

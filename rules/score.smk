@@ -95,7 +95,7 @@ rule concat_gqa:
     input:
         expand(res("gqa", "{model}.csv"), model=PLAN.gqa_models()),
     output:
-        PLAN.gqa_table(),
+        report(PLAN.gqa_table(), caption=table_caption("gqa_paper_method"), category="Tables", subcategory="tidy data"),
     log:
         res("logs", "tables", "gqa_paper_method.log"),
     conda:
@@ -124,7 +124,7 @@ rule join_pretrained_parts:
 
 rule list_pretrained_models:
     output:
-        res("tables", "pretrained_models.csv"),
+        report(res("tables", "pretrained_models.csv"), caption=table_caption("pretrained_models"), category="Tables", subcategory="records"),
     params:
         text=PLAN.pretrained_models_csv(),
     log:
@@ -256,7 +256,7 @@ rule tabulate_run_provenance:
     input:
         [train_done(run) for run in RUNS],
     output:
-        res("tables", "run_provenance.csv"),
+        report(res("tables", "run_provenance.csv"), caption=table_caption("run_provenance"), category="Tables", subcategory="records"),
     params:
         files=lambda w, input: [os.path.join(os.path.dirname(d), "provenance.csv") for d in input],
     log:
