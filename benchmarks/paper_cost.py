@@ -1,0 +1,121 @@
+"""GPU-hours of a training config from model FLOPs (no GPU needed): the estimate behind docs/experiment-design.md,
+"Paper scale", for config/paper.yaml and config/paper-first-look.yaml.
+
+    python benchmarks/paper_cost.py [--config config/paper.yaml] [--peak-tflops 989]
+        [--mfu bert-mini=0.10 --mfu bert-base=0.30 --mfu bert-large=0.40 --mfu vit-tiny=0.05]
+
+Every run of the config's expansion (the workflow's own, attention_geometry.workflow.plan.expand_runs), its
+hyperparameters resolved as the trainer resolves them (size, overrides). Model FLOPs per token, counted as for
+MFU (matrix products only, backward = 2 x forward):
+
+    6 N  +  12 L n h  +  p x 6 (h^2 + h V)
+
+- N: the transformer layers' parameters, L (4 h^2 + 2 h i + 9 h + i), embeddings excluded;
+- 12 L n h: attention scores and the weighted sum (Q K^T and P V), in full for a causal mask too (an upper
+  bound for the decoders: a causal kernel skips about half);
+- the output layer (the MLM transform and the vocabulary projection) at the positions that have a label only,
+  as the training loop computes it: p = 0.15 x (n - 2) / n for `encoder` and `decoder-paper` (the masking
+  collator's 15 % of a full document's non-special tokens), (n - 1) / n for `decoder` (every next token);
+  for documents shorter than n (a padded Jigsaw comment) fewer: the figures are upper bounds there.
+  A ViT classifier's head (h x classes at [CLS]) is left out (under 0.1 %).
+
+Tokens per step: batch_size x n, padding included (a padded row costs as much as a full one). Plus the held-out
+evaluation: eval_blocks x n tokens forward (1/3 of a training token) every eval_every steps. GPU-hours =
+FLOPs / (MFU x peak). The MFUs are assumptions, per size, at the per-device micro-batch of the run (the
+authors' 32 x 512 for text); replace them by measured ones (benchmarks/train_throughput.py --device cuda).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+
+from attention_geometry.training.hyper import resolve_hyper
+from attention_geometry.workflow import plan
+
+REPO = Path(__file__).resolve().parents[1]
+MFU = {"bert-mini": 0.10, "bert-base": 0.30, "bert-large": 0.40, "vit-tiny": 0.05}
+VOCAB = 30522  # bert-base-uncased's tokenizer, every text corpus of the paper configs
+MLM_P = 0.15
+
+
+def flops_per_token(h, objective: str, n: int) -> dict[str, float]:
+    """Training FLOPs per token: layers, attention, output layer (see the module's docstring)."""
+    d, i, layers = h.hidden_size, h.intermediate_size, h.num_layers
+    n_params = layers * (4 * d * d + 2 * d * i + 9 * d + i)
+    out = {"layers": 6.0 * n_params, "attention": 12.0 * layers * n * d, "output": 0.0}
+    if objective in ("encoder", "decoder-paper"):
+        out["output"] = MLM_P * (n - 2) / n * 6 * (d * d + d * VOCAB)
+    elif objective == "decoder":
+        out["output"] = (n - 1) / n * 6 * (d * d + d * VOCAB)
+    return out
+
+
+def run_cost(run, cfg: dict, peak: float, mfu: dict[str, float]) -> dict:
+    settings = run.settings
+    h = resolve_hyper(run.size, settings.get("overrides") or {})
+    if run.objective == "classifier":
+        image = (cfg.get("images") or {})[run.dataset].get("image_size") or 32
+        n = (image // h.patch_size) ** 2 + 1
+    else:
+        n = h.seq_len or cfg["corpora"][run.dataset]["block_len"]
+    per_token = flops_per_token(h, run.objective, n)
+    step = h.batch_size * n * sum(per_token.values())
+    steps = settings["max_steps"]
+    every = settings.get("eval_every") or steps
+    evaluation = settings.get("eval_blocks", 0) * n * sum(per_token.values()) / 3 / every
+    total = steps * (step + evaluation)
+    rate = mfu[run.size] * peak * 1e12
+    return {
+        "per_token": per_token,
+        "step_tflop": step / 1e12,
+        "eval_share": evaluation / step,
+        "ms_per_step": step / rate * 1e3,
+        "gpu_h": total / rate / 3600,
+    }
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=str(REPO / "config" / "paper.yaml"))
+    ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense fp16/bf16 peak (H100 SXM, H200: 989)")
+    ap.add_argument("--mfu", action="append", default=[], metavar="SIZE=FRACTION")
+    args = ap.parse_args(argv)
+    mfu = dict(MFU)
+    for item in args.mfu:
+        size, _, value = item.partition("=")
+        mfu[size] = float(value)
+    cfg = yaml.safe_load(Path(args.config).read_text())
+    runs, _ = plan.expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
+    cells: dict[tuple[str, str], list] = defaultdict(list)
+    for run in runs.values():
+        cells[(run.size, run.objective)].append(run_cost(run, cfg, args.peak_tflops, mfu))
+    print(f"{args.config}: {len(runs)} training runs, peak {args.peak_tflops:g} TFLOP/s")
+    print()
+    print(
+        "| size | objective | runs | M FLOPs per token: layers + attention + output | TFLOP per step "
+        "| MFU | ms per step | GPU-h per run | GPU-h |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    total_runs, total_h = 0, 0.0
+    for (size, objective), costs in sorted(cells.items()):
+        c = costs[0]
+        hours = sum(x["gpu_h"] for x in costs)
+        per_run = {round(x["gpu_h"], 2) for x in costs}
+        pt = c["per_token"]
+        parts = " + ".join(f"{pt[k] / 1e6:.1f}" for k in ("layers", "attention", "output"))
+        print(
+            f"| {size} | {objective} | {len(costs)} | {parts} = {sum(pt.values()) / 1e6:.1f} | {c['step_tflop']:.2f} "
+            f"| {mfu[size]:.0%} | {c['ms_per_step']:.1f} | {'/'.join(f'{p:.2f}' for p in sorted(per_run))} "
+            f"| {hours:.1f} |"
+        )
+        total_runs += len(costs)
+        total_h += hours
+    print(f"| **total** | | **{total_runs}** | | | | | | **{total_h:,.0f}** |")
+
+
+if __name__ == "__main__":
+    main()
