@@ -99,12 +99,17 @@ if config["training"]["provenance_table"]:
 
 # Committed results whose config record differs from this config stop the parse with one line (never drawn
 # as if current; workflow.records.stale_error says how to remake them). Under --forceall every result is
-# remade from this config, so nothing old can be drawn and the parse goes on (Snakemake has not read its DAG
-# settings yet when it parses this file, hence the command line). Only the submitting process decides: a
+# remade from this config, so nothing old can be drawn and the parse goes on; a dry run (-n) prints the same
+# line and goes on, so that a user can look at the plan after editing the config (Snakemake has not read its
+# DAG settings yet when it parses this file, hence the command line). Only the submitting process decides: a
 # cluster job re-parses this file while the results it remakes are still the old ones.
-_FORCEALL = any(a == "--forceall" or (a[:1] == "-" and a[1:2] != "-" and "F" in a) for a in sys.argv[1:])
+_SHORT_FLAGS = "".join(a[1:] for a in sys.argv[1:] if a[:1] == "-" and a[1:2] != "-")
+_FORCEALL = "--forceall" in sys.argv[1:] or "F" in _SHORT_FLAGS
+_DRYRUN = bool({"--dry-run", "--dryrun"} & set(sys.argv[1:])) or "n" in _SHORT_FLAGS
 if workflow.is_main_process and not _FORCEALL and (_stale := stale_error(PLAN, RECORDS)) is not None:
-    raise WorkflowError(_stale)
+    if not _DRYRUN:
+        raise WorkflowError(_stale)
+    print(f"{_stale} (a dry run goes on; the workflow itself stops here until then)", file=sys.stderr)
 
 # Committed figures and tables whose notebook and inputs have exactly the sha256 their last run recorded
 # ({results}/config/make_*.inputs.sha256) are current, whatever order a checkout gave their mtimes: they are

@@ -160,10 +160,17 @@ def test_a_clone_with_an_edited_config_stops_instead_of_drawing_old_tables(tmp_p
     cfg = yaml.safe_load(original)
     cfg["training"]["groups"]["main"]["settings"]["max_steps"] = 3000
     path.write_text(yaml.safe_dump(cfg))
+    # a dry run says what is stale and how to remake it, and goes on (the user can look at the plan) ...
     proc = snakemake("-n", cwd=wf, check=False)
-    assert proc.returncode != 0
+    assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("config: ")]
     assert len(lines) == 1 and "results/tables/training_scores.csv" in lines[0], proc.stderr[-3000:]
+    assert "a dry run goes on" in lines[0]
+    # ... while the workflow itself stops with the same line before any job
+    real = snakemake("--cores", "1", cwd=wf, check=False)
+    assert real.returncode != 0
+    stops = [ln for ln in (real.stdout + real.stderr).splitlines() if ln.startswith("config: ")]
+    assert len(stops) == 1 and stops[0] in lines[0]
     assert "pretrained_scores.csv" not in lines[0]
     # the other remedy the line names: --forceall remakes everything from the edited config, so it parses
     forced = job_counts(snakemake("-n", "--forceall", cwd=wf).stdout)
