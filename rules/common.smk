@@ -111,6 +111,24 @@ if workflow.is_main_process and not _FORCEALL and (_stale := stale_error(PLAN, R
         raise WorkflowError(_stale)
     print(f"{_stale} (a dry run goes on; the workflow itself stops here until then)", file=sys.stderr)
 
+# The tidy tables the claims read hold exactly the rows this config plans (runs, snapshot and evaluation steps,
+# layers, update steps and kinds, the null's samples: attention_geometry.analysis.completeness): a truncated,
+# row-dropped or repeated-row table stops the parse with one line naming it, before any job draws a figure or a
+# claim from what is left of it (a dry run prints the line and goes on). Under --forceall every table is remade, so
+# none is read as it is.
+if workflow.is_main_process and not _FORCEALL:
+    from attention_geometry.analysis.completeness import table_error
+
+    _damaged = table_error(
+        {k: TABLES[k] for k in ("training_scores", "training_loss", "update_scores", "null_scores")},
+        checked(PLAN.expected_tables),
+        PLAN.notebook_param("config_name", "reproduction_report"),
+    )
+    if _damaged is not None and not _DRYRUN:
+        raise WorkflowError(_damaged)
+    if _damaged is not None:
+        print(f"{_damaged} (a dry run goes on; the workflow itself stops here until then)", file=sys.stderr)
+
 # Committed figures and tables whose notebook and inputs have exactly the sha256 their last run recorded
 # ({results}/config/make_*.inputs.sha256) are current, whatever order a checkout gave their mtimes: they are
 # marked so (their mtime set to now) and Snakemake does not redraw them. An edited notebook or table still

@@ -50,6 +50,8 @@ from attention_geometry.workflow.pretrained import (
 __all__ = [
     "CONFIG_KEY",
     "CONDITIONAL_PLACEHOLDERS",
+    "NULL_INITS",
+    "EVAL_BLOCKS_DEFAULT",
     "Run",
     "Plan",
     "plan",
@@ -79,6 +81,15 @@ _NOT_NOTEBOOK_PARAMS = (
     "null_samples",
     "gqa_models",
 )
+
+
+# the inits of the random-init null table (rule score_null_inits's --inits; scoring.random_init_null.NULL_INITS)
+NULL_INITS = ("standard", "symmetric-fresh", "fresh")
+# a run's held-out blocks where its settings give no eval_blocks (training.run_config.RunConfig.eval_blocks)
+EVAL_BLOCKS_DEFAULT = 512
+# the authors' decoder objective and the ViT classifiers' (training.hyper.OBJECTIVES)
+PAPER_DECODER = "decoder-paper"
+SYMMETRIC = "symmetric-fresh"  # the paper's "symmetric" init
 
 
 # placeholders of notebooks/catalog.yaml whose file only some configs make -> why a config does not. An entry with
@@ -401,6 +412,122 @@ class Plan:
             raise ConfigError(f"config figures.fig1_models.{role}: {key!r} is not a key of config pretrained")
         return key
 
+    # ---------------------------------------------------------------- what the claims' tables must hold
+    def num_layers(self, run: str) -> int:
+        r = self.runs[run]
+        return resolve_hyper(r.size, r.settings.get("overrides")).num_layers
+
+    def eval_steps(self, run: str) -> list[int]:
+        """The steps at which a run evaluates its held-out loss (rundir.snapshot_steps, as the trainer resolves
+        them: 0 and max_steps always); none with eval_blocks 0."""
+        s = self.runs[run].settings
+        if int(s.get("eval_blocks", EVAL_BLOCKS_DEFAULT)) == 0:
+            return []
+        return snapshot_steps(s.get("eval_steps"), s.get("eval_every"), s["max_steps"], key="eval_steps")
+
+    def expected_tables(self) -> dict[str, list[dict]]:
+        """The rows each tidy table the claims read must hold (analysis.completeness: table kind -> blocks, each
+        block the product of its key values; runs with the same steps and layers share a block):
+        training_scores, every run's snapshot steps x layers (head "all"); training_loss, every run's held-out
+        evaluation steps; update_scores, the update runs x updates.steps x layers x kind (no `applied` row at a
+        run's last snapshot, which has no next one); null_scores, the null's size x NULL_INITS x
+        figures.null_samples samples (seeds the scorer chooses: a count) x layers."""
+
+        def blocks(rows: Iterable[tuple[str, dict]]) -> list[dict]:
+            merged: dict[str, dict] = {}
+            for run, values in rows:
+                if any(not v for v in values.values()):
+                    continue
+                block = merged.setdefault(json.dumps(values, sort_keys=True), {"run": [], **values})
+                block["run"].append(run)
+            return list(merged.values())
+
+        layers = {r: list(range(self.num_layers(r))) for r in self.runs}
+        updates = self.config["updates"]
+        steps = sorted(set(int(s) for s in updates["steps"]))
+
+        def update_rows(kind: str):
+            for r in self.update_runs:
+                last = self.runs[r].snapshot_steps[-1]
+                mine = [s for s in steps if kind == "gradient" or s < last]
+                yield r, {"step": mine, "layer": layers[r], "kind": [kind]}
+
+        source = self.null_source_run()
+        return {
+            "training_scores": blocks(
+                (r, {"step": self.runs[r].snapshot_steps, "layer": layers[r]}) for r in self.runs
+            ),
+            "training_loss": blocks((r, {"step": self.eval_steps(r)}) for r in self.runs),
+            "update_scores": blocks(update_rows("gradient")) + blocks(update_rows("applied")),
+            "null_scores": [
+                {
+                    "size": [self.runs[source].size],
+                    "init": list(NULL_INITS),
+                    "sample": int(self.config["figures"].get("null_samples", 100)),
+                    "layer": layers[source],
+                }
+            ],
+        }
+
+    def design_claims(self) -> list[str]:
+        """The claims (analysis.claims ids) this config's design includes, each of which must come out tested:
+        a claim is in the design when the groups have the runs it compares, with at least one seed paired where it
+        pairs runs by seed (the report stops when such a claim is "not tested", instead of dropping it from its
+        Holm family). The pretrained claims (g*) are not listed: they depend on which models are scored."""
+        f = self.config["figures"]
+        base = f["baseline_init"]
+        em = self.emergence_runs()
+        abl = self.ablation_runs()
+
+        def units(runs: Iterable[str], objective: str, init: str | None = None) -> set:
+            return {
+                (self.runs[r].size, self.runs[r].dataset, self.runs[r].seed)
+                for r in runs
+                if self.runs[r].objective == objective and (init is None or self.runs[r].init == init)
+            }
+
+        def paired(runs, a: tuple, b: tuple) -> bool:
+            return bool(units(runs, *a) & units(runs, *b))
+
+        enc, dec, paper = (units(em.get(o, []), o) for o in ("encoder", "decoder", PAPER_DECODER))
+        out = []
+        if enc and dec:
+            out += ["a", "b", "b1", "b2", "b_change_enc", "b_change_dec"]
+        if paired(abl, ("encoder", SYMMETRIC), ("encoder", base)):
+            out += ["c1", "c2", "c2_lstar", "c2_paper"]
+        if paired(abl, ("encoder", "fresh"), ("encoder", base)):
+            out += ["c2_fresh"]
+        if paired(abl, ("encoder", SYMMETRIC), ("encoder", "fresh")):
+            out += ["d1", "d2", "d2_lstar"]
+        if paired(abl, ("decoder", SYMMETRIC), ("encoder", SYMMETRIC)):
+            out += ["e"]
+        if paired(abl, ("decoder", SYMMETRIC), ("decoder", base)):
+            out += ["f", "f2"]
+        if enc & paper:
+            out += ["a_paper", "b_paper"]
+        if dec & paper:
+            out += ["p_sym", "p_dir"]
+        if paired(abl, (PAPER_DECODER, SYMMETRIC), ("encoder", SYMMETRIC)):
+            out += ["e_paper"]
+        if paired(abl, (PAPER_DECODER, SYMMETRIC), ("decoder", SYMMETRIC)):
+            out += ["p_tie"]
+        vision = self.vision_runs()
+        if units(vision, "classifier", base):
+            out += ["v1"]
+        if paired(vision, ("classifier", SYMMETRIC), ("classifier", base)):
+            out += ["v2", "v3"]
+        if paired(vision, ("classifier", SYMMETRIC), ("classifier", "fresh")):
+            out += ["v4"]
+        if paired(vision, ("classifier", "symmetric"), ("classifier", base)):
+            out += ["v_symmetric"]
+        updated = set(self.update_runs)
+        u_enc, u_dec = (units(set(em[o]) & updated, o) for o in ("encoder", "decoder"))
+        applied = any(s < self.runs[r].snapshot_steps[-1] for r in updated for s in self.config["updates"]["steps"])
+        if u_enc and u_dec:
+            kinds = ["gradient", "applied"] if applied else ["gradient"]
+            out += [f"h_{k}_{i}" for k in kinds for i in (1, 2) if i == 2 or u_enc & u_dec]
+        return out
+
     # ---------------------------------------------------------------- notebooks
     def placeholders(self) -> dict[str, Callable[[], tuple[str, str | None]]]:
         """Catalog placeholder -> () -> (path given to the notebook, file the rule depends on), evaluated
@@ -454,6 +581,10 @@ class Plan:
             return self.vision_runs()
         if name == "config_hash":
             return self.config_hash
+        if name == "expected_tables":
+            return self.expected_tables()
+        if name == "design_claims":
+            return self.design_claims()
         if name == "code_version":
             return code_version(self.repo)
         if name == "config_name":

@@ -56,6 +56,9 @@ RECORD_DIR = "config"
 # notebook parameters that are provenance, not inputs of the science (they change with every commit or with
 # any config key, e.g. a new schema default)
 _PROVENANCE_PARAMS = ("code_version", "config_hash")
+# notebook parameters derived from config parts other records hold (the runs' settings: the training tables'
+# records), which check the inputs without changing what is computed from them
+_DERIVED_PARAMS = ("expected_tables", "design_claims")
 
 
 def _run_parts(plan: Plan, run: str) -> dict:
@@ -102,7 +105,7 @@ def records(plan: Plan) -> dict[str, tuple[list[str], dict]]:
         out[f"wqk_pretrained_{model}"] = ([plan.pretrained_wqk(model)], {"pretrained": cfg["pretrained"][model]})
     for nb in plan.notebooks:
         parameters, _, outputs = plan.notebook_io(nb)
-        params = {k: v for k, v in parameters["params"].items() if k not in _PROVENANCE_PARAMS}
+        params = {k: v for k, v in parameters["params"].items() if k not in _PROVENANCE_PARAMS + _DERIVED_PARAMS}
         out[f"make_{nb}"] = (list(outputs.values()), {"notebook": {**parameters, "params": params}})
     return out
 
