@@ -159,3 +159,25 @@ for _nb in NOTEBOOKS:
         shell:
             "python -m attention_geometry run-notebook --no-progress {input.notebook:q} {params.executed:q}"
             " --parameters {params.parameters:q} --input-sums {output.input_sums:q} > {log:q} 2>&1"
+
+
+# A failed job never deletes a committed result: Snakemake removes a job's outputs before it runs and those of a
+# job that fails, so the existing outputs of the rules that draw from committed files (every notebook rule and
+# tabulate_symmetry_speedup) are kept aside now, under .snakemake/committed-outputs/, and `onerror` puts back each
+# one that is missing (attention_geometry.workflow.keep), older than any input so that the next run retries it.
+from attention_geometry.workflow.keep import keep_outputs, restore_missing
+from attention_geometry.workflow.records import content_entries
+
+KEPT_OUTPUTS = (
+    keep_outputs([f for outputs, _inputs in content_entries(PLAN) for f in outputs]) if workflow.is_main_process else []
+)
+
+
+onerror:
+    _restored = restore_missing(KEPT_OUTPUTS)
+    if _restored:
+        print(
+            f"restored {len(_restored)} committed result(s) that failed job(s) had removed, as they were before this "
+            f"run and marked out of date, so the next run retries them: {', '.join(_restored)}",
+            file=sys.stderr,
+        )

@@ -1,0 +1,382 @@
+"""Tables that prove they are whole (analysis.completeness, workflow.plan's expected_tables and design_claims) and
+committed results that survive a failed job (workflow.keep).
+
+A small complete table set stands for what a plan expects: every damage (dropped, repeated or cut rows, another
+run, key columns swapped) is one error line naming the table, and a table whose keyed rows are intact (columns in
+another order, a non-keyed row dropped) passes with the same rows. Hypothesis draws random truncations, dropped
+and repeated rows and column orders. The workflow test truncates a table of the smoke run: the parse stops with one
+line and no committed file changes; a notebook that fails leaves its committed figure as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from helpers import config_plan, job_counts, snakemake, validated_config
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attention_geometry.analysis.completeness import (
+    KEY_COLUMNS,
+    check_design_claims,
+    check_tables,
+    table_error,
+)
+from attention_geometry.analysis.summaries import read_table
+from attention_geometry.errors import UserError
+from attention_geometry.workflow.keep import RESTORED_MTIME, keep_outputs, restore_missing
+from attention_geometry.workflow.plan import EVAL_BLOCKS_DEFAULT, NULL_INITS
+
+REPO = Path(__file__).resolve().parents[1]
+RUNS = {"tiny-w-encoder-standard-s0": "encoder", "tiny-w-decoder-standard-s0": "decoder"}
+STEPS = [0, 10, 20]
+# a plan's expected rows of the small table set (workflow.plan.Plan.expected_tables's form)
+EXPECTED = {
+    "training_scores": [{"run": list(RUNS), "step": STEPS, "layer": [0, 1]}],
+    "training_loss": [{"run": list(RUNS), "step": STEPS}],
+    "update_scores": [
+        {"run": list(RUNS), "step": [0, 20], "layer": [0, 1], "kind": ["gradient"]},
+        {"run": list(RUNS), "step": [0], "layer": [0, 1], "kind": ["applied"]},
+    ],
+    "null_scores": [{"size": ["tiny"], "init": ["standard", "fresh"], "sample": 3, "layer": [0, 1]}],
+}
+INPUT = {"training_scores": "training", "training_loss": "loss", "update_scores": "updates", "null_scores": "null"}
+
+
+def _frames() -> dict[str, pd.DataFrame]:
+    """A complete table set: per-head rows beside the keyed `all` rows, train-only loss rows between evaluations."""
+    ts, tl, us = [], [], []
+    for run, objective in RUNS.items():
+        keys = dict(run=run, size="tiny", dataset="w", objective=objective, init="standard", seed=0)
+        for step in STEPS:
+            for layer in (0, 1):
+                for head in ("all", "0"):
+                    ts.append(dict(model=run, layer=layer, head=head, symmetry=0.1 * step, directionality=-0.01 * layer,
+                                   **keys, step=step))  # fmt: skip
+            tl.append(
+                dict(**keys, step=step, train_loss=7.0 - step / 10, eval_loss=7.1 - step / 10, learning_rate=1e-3)
+            )
+            if step < STEPS[-1]:
+                tl.append(dict(**keys, step=step + 5, train_loss=6.9 - step / 10, eval_loss=None, learning_rate=1e-3))
+        for step in (0, 20):
+            for layer in (0, 1):
+                for kind in ("gradient", "applied") if step == 0 else ("gradient",):
+                    us.append(dict(**keys, step=step, layer=layer, kind=kind, symmetry=0.2, directionality=-0.3))
+    null = [
+        dict(size="tiny", init=init, sample=100000 + i, layer=layer, symmetry=0.01 * i, directionality=0.02)
+        for init in ("standard", "fresh")
+        for i in range(3)
+        for layer in (0, 1)
+    ]
+    return {
+        "training_scores": pd.DataFrame(ts),
+        "training_loss": pd.DataFrame(tl),
+        "update_scores": pd.DataFrame(us),
+        "null_scores": pd.DataFrame(null),
+    }
+
+
+FRAMES = _frames()
+TEXT = {kind: frame.to_csv(index=False, lineterminator="\n") for kind, frame in FRAMES.items()}
+
+
+def _write(folder: Path, texts: dict[str, str | bytes]) -> dict[str, str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for kind, text in texts.items():
+        path = folder / f"{kind}.csv"
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        paths[kind] = str(path)
+    return paths
+
+
+def _check(paths: dict[str, str]) -> str | None:
+    """The one error line of both readers (the parse's csv check and the notebook's, on read_table's frames), which
+    must agree; None when the tables are whole."""
+    parse = table_error(paths, EXPECTED, "config/test.yaml")
+    try:
+        frames = {k: (p, read_table(p, INPUT[k], KEY_COLUMNS[k])) for k, p in paths.items()}
+        check_tables(frames, EXPECTED, "config/test.yaml")
+        notebook = None
+    except UserError as exc:
+        notebook = str(exc)
+    assert (parse is None) == (notebook is None), (parse, notebook)
+    for line in (parse, notebook):
+        assert line is None or "\n" not in line, line
+    return notebook
+
+
+def _damaged(tmp_path, kind: str, text: str | bytes) -> str:
+    line = _check(_write(tmp_path, {**TEXT, kind: text}))
+    assert line is not None
+    assert str(tmp_path / f"{kind}.csv") in line and "\n" not in line, line
+    return line
+
+
+def _drop(kind: str, rows) -> str:
+    return FRAMES[kind].drop(index=rows).to_csv(index=False, lineterminator="\n")
+
+
+# ------------------------------------------------------------------------------------------------ unit tests
+def test_a_complete_table_set_passes(tmp_path):
+    assert _check(_write(tmp_path, TEXT)) is None
+
+
+def test_a_dropped_row_is_one_line_naming_it(tmp_path):
+    f = FRAMES["training_scores"]
+    row = f.index[
+        (f["run"] == "tiny-w-decoder-standard-s0") & (f["step"] == 10) & (f["layer"] == 1) & (f["head"] == "all")
+    ]
+    line = _damaged(tmp_path, "training_scores", _drop("training_scores", row))
+    assert "1 row(s) missing, e.g. run tiny-w-decoder-standard-s0 step 10 layer 1;" in line
+    assert "does not hold what config/test.yaml plans" in line and "rm " in line
+
+
+def test_a_dropped_evaluation_is_missing_but_a_train_only_row_is_not_keyed(tmp_path):
+    loss = FRAMES["training_loss"]
+    line = _damaged(tmp_path, "training_loss", _drop("training_loss", loss.index[loss["eval_loss"].notna()][:1]))
+    assert "1 row(s) missing, e.g. run tiny-w-encoder-standard-s0 step 0" in line
+    assert (
+        _check(
+            _write(tmp_path, {**TEXT, "training_loss": _drop("training_loss", loss.index[loss["eval_loss"].isna()])})
+        )
+        is None
+    )
+
+
+def test_a_repeated_row_is_one_line(tmp_path):
+    u = FRAMES["update_scores"]
+    text = pd.concat([u, u.iloc[[3]]]).to_csv(index=False, lineterminator="\n")
+    assert "1 row(s) repeated, e.g. run tiny-w-encoder-standard-s0" in _damaged(tmp_path, "update_scores", text)
+
+
+def test_a_truncated_file_is_one_line(tmp_path):
+    text = TEXT["training_scores"].encode()
+    line = _damaged(tmp_path, "training_scores", text[: len(text) // 2])
+    assert "its last line is cut" in line and "row(s) missing" in line
+    # cut at a row's end, or only the last newline: the rows left may be whole, the file is not
+    assert "row(s) missing" in _damaged(tmp_path, "training_scores", b"\n".join(text.split(b"\n")[:-3]) + b"\n")
+    assert "its last line is cut" in _damaged(tmp_path, "training_scores", text[:-1])
+    assert "is empty" in _damaged(tmp_path, "training_scores", b"")
+
+
+def test_reordered_columns_pass_but_swapped_key_names_do_not(tmp_path):
+    f = FRAMES["training_scores"]
+    assert _check(_write(tmp_path, {**TEXT, "training_scores": f[f.columns[::-1]].to_csv(index=False)})) is None
+    swapped = f.rename(columns={"step": "layer", "layer": "step"}).to_csv(index=False, lineterminator="\n")
+    assert "row(s) missing" in _damaged(tmp_path, "training_scores", swapped)
+
+
+def test_a_run_the_plan_does_not_have_is_named(tmp_path):
+    f = FRAMES["training_scores"]
+    other = f[f["run"] == "tiny-w-encoder-standard-s0"].assign(run="tiny-w-encoder-standard-s9")
+    text = pd.concat([f, other]).to_csv(index=False, lineterminator="\n")
+    assert "rows of 1 run(s) the plan does not have (tiny-w-encoder-standard-s9)" in _damaged(
+        tmp_path, "training_scores", text
+    )
+
+
+def test_null_samples_are_counted_and_an_applied_update_at_the_last_snapshot_is_extra(tmp_path):
+    n = FRAMES["null_scores"]
+    line = _damaged(tmp_path, "null_scores", _drop("null_scores", n.index[n["sample"] == 100001]))
+    assert "2 distinct sample values where the plan has 3" in line
+    u = FRAMES["update_scores"]
+    extra = u[u["step"] == 20].assign(kind="applied")
+    line = _damaged(tmp_path, "update_scores", pd.concat([u, extra]).to_csv(index=False, lineterminator="\n"))
+    assert "4 row(s) the plan does not have, e.g. run tiny-w-decoder-standard-s0 step 20 layer 0 kind applied" in line
+
+
+def test_a_missing_key_column_is_one_line(tmp_path):
+    text = FRAMES["training_scores"].drop(columns=["head"]).to_csv(index=False, lineterminator="\n")
+    assert "no column(s) head" in _damaged(tmp_path, "training_scores", text)
+
+
+def test_without_a_plan_nothing_is_checked():
+    check_tables({"training_scores": ("x.csv", FRAMES["training_scores"].iloc[:1])}, None)
+
+
+def test_a_design_claim_not_tested_stops_with_one_line():
+    claims = pd.DataFrame(
+        {
+            "id": ["a", "b", "a_paper"],
+            "verdict": ["holds", "not tested", "not tested"],
+            "note": ["", "Not tested: no decoder\nemergence runs given", "Not tested: no decoder-paper emergence runs"],
+        }
+    )
+    check_design_claims(claims, ["a"])
+    check_design_claims(claims, None)
+    with pytest.raises(UserError) as exc:
+        check_design_claims(claims, ["a", "b"], "config/config.yaml")
+    assert "1 claim(s) of the design of config/config.yaml came out not tested (b; b: no decoder emergence" in str(
+        exc.value
+    )
+    assert "\n" not in str(exc.value)
+    with pytest.raises(UserError, match="not claims"):
+        check_design_claims(claims, ["zz"])
+
+
+# ------------------------------------------------------------------------------------ the plan's expectations
+def test_the_plan_expects_what_the_trainer_and_scorers_write():
+    from attention_geometry.scoring import random_init_null
+    from attention_geometry.training.run_config import RunConfig
+
+    assert EVAL_BLOCKS_DEFAULT == RunConfig.__dataclass_fields__["eval_blocks"].default
+    assert NULL_INITS == random_init_null.NULL_INITS
+    assert f'inits="{" ".join(NULL_INITS)}"' in (REPO / "rules" / "score.smk").read_text()
+    p = config_plan(validated_config("smoke.yaml"))
+    e = p.expected_tables()
+    scored = {r: b for b in e["training_scores"] for r in b["run"]}
+    assert set(scored) == set(p.runs) and all(scored[r]["step"] == p.runs[r].snapshot_steps for r in p.runs)
+    assert all(b["layer"] == [0, 1] for b in e["training_scores"])
+    kinds = {(r, b["kind"][0]): b["step"] for b in e["update_scores"] for r in b["run"]}
+    for r in p.update_runs:  # updates.steps [0, 40]: no applied update at the last snapshot
+        assert kinds[(r, "gradient")] == [0, 40] and kinds[(r, "applied")] == (
+            [0] if p.runs[r].max_steps == 40 else [0, 40]
+        )
+    assert e["null_scores"][0]["sample"] == p.config["figures"]["null_samples"]
+    assert json.loads(json.dumps(e)) == e  # a papermill parameter
+
+
+def test_design_claims_follow_the_groups():
+    default = config_plan(validated_config("config.yaml")).design_claims()
+    assert {"a", "b", "c1", "c2", "d1", "d2", "e", "f", "f2", "v1", "v2", "v3", "v4", "h_applied_1"} <= set(default)
+    assert not {"a_paper", "e_paper", "p_tie", "g1", "g3"} & set(default)
+    assert {"a_paper", "b_paper", "p_sym", "p_dir", "e_paper", "p_tie"} <= set(
+        config_plan(validated_config("study2.yaml")).design_claims()
+    )
+    smoke = config_plan(validated_config("smoke.yaml")).design_claims()
+    assert "v_symmetric" not in smoke and "v4" in smoke  # its vision group has no symmetric (untied) run
+
+
+def test_the_committed_tables_hold_what_the_default_plans():
+    p = config_plan(validated_config("config.yaml"))
+    paths = {k: os.path.join(str(REPO), p.res("tables", f"{k}.csv")) for k in KEY_COLUMNS}
+    assert table_error(paths, p.expected_tables(), "config/config.yaml") is None
+
+
+def test_the_derived_params_are_not_part_of_the_notebook_record():
+    from attention_geometry.workflow.records import records
+
+    p = config_plan(validated_config("config.yaml"))
+    params = records(p)["make_reproduction_report"][1]["notebook"]["params"]
+    assert "expected_tables" not in params and "design_claims" not in params
+    assert set(p.notebook_io("reproduction_report")[0]["params"]) >= {"expected_tables", "design_claims"}
+
+
+# ------------------------------------------------------------------------------------------ kept outputs
+def test_kept_outputs_are_restored_where_missing_and_out_of_date(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("results/figures").mkdir(parents=True)
+    for name in ("a.png", "b.pdf", "gone.png"):
+        Path("results/figures", name).write_text(name)
+    keep_outputs(["results/figures/gone.png"])
+    os.remove("results/figures/gone.png")  # removed on purpose before the next parse: never put back
+    kept = keep_outputs(["results/figures/a.png", "results/figures/b.pdf", "results/figures/gone.png"])
+    assert kept == ["results/figures/a.png", "results/figures/b.pdf"]
+    assert not Path(".snakemake/committed-outputs/results/figures/gone.png").exists()
+    assert keep_outputs(kept) == kept  # a second parse: nothing to do
+    os.remove("results/figures/a.png")  # what Snakemake does to a failed job's outputs
+    Path("results/figures/b.pdf").write_text("new")  # a job that succeeded: not touched
+    assert restore_missing(kept) == ["results/figures/a.png"]
+    assert Path("results/figures/a.png").read_text() == "a.png"
+    assert os.stat("results/figures/a.png").st_mtime == RESTORED_MTIME
+    assert Path("results/figures/b.pdf").read_text() == "new" and not Path("results/figures/gone.png").exists()
+
+
+# --------------------------------------------------------------------------------------- property tests
+FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def _keyed(kind: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows the claims are computed from, in a fixed order (the check's keyed rows, every column)."""
+    if kind == "training_scores":
+        frame = frame[frame["head"].astype(str) == "all"]
+    if kind == "training_loss":
+        frame = frame[frame["eval_loss"].notna()]
+    cols = sorted(frame.columns)
+    return frame[cols].sort_values(list(KEY_COLUMNS[kind])).reset_index(drop=True)
+
+
+@st.composite
+def damage(draw):
+    kind = draw(st.sampled_from(sorted(FRAMES)))
+    frame = FRAMES[kind]
+    how = draw(st.sampled_from(["truncate", "drop", "repeat", "reorder"]))
+    if how == "truncate":
+        data = TEXT[kind].encode()
+        return kind, data[: draw(st.integers(0, len(data)))]
+    if how == "drop":
+        rows = draw(st.lists(st.sampled_from(list(frame.index)), min_size=1, max_size=4, unique=True))
+        return kind, frame.drop(index=rows).to_csv(index=False, lineterminator="\n")
+    if how == "repeat":
+        rows = draw(st.lists(st.sampled_from(list(frame.index)), min_size=1, max_size=3))
+        return kind, pd.concat([frame, frame.loc[rows]]).to_csv(index=False, lineterminator="\n")
+    order = draw(st.permutations(list(frame.columns)))
+    return kind, frame[order].to_csv(index=False, lineterminator="\n")
+
+
+@settings(max_examples=60, **FUZZ)
+@given(case=damage())
+def test_a_damaged_table_gives_the_right_rows_or_one_error_line(case, tmp_path_factory):
+    kind, text = case
+    folder = tmp_path_factory.mktemp("fuzz")
+    paths = _write(folder, {**TEXT, kind: text})
+    line = _check(paths)
+    if line is None:  # whole: the claims read exactly the rows of the complete table
+        got = pd.read_csv(io.BytesIO(text if isinstance(text, bytes) else text.encode()))
+        pd.testing.assert_frame_equal(_keyed(kind, got), _keyed(kind, FRAMES[kind]), check_dtype=False)
+    else:
+        assert f"error: {line}".count("\n") == 0 and paths[kind] in line, line
+
+
+# ------------------------------------------------------------------------------------------- the workflow
+def _committed(results: Path) -> dict[str, str]:
+    """sha256 of every committed kind of result (tables, figures, figure data, config records, the report)."""
+    files = [p for d in ("tables", "figures", "figdata", "config") for p in (results / d).rglob("*") if p.is_file()]
+    files += list(results.glob("*.md"))
+    return {str(p.relative_to(results)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+@pytest.mark.workflow
+def test_a_truncated_table_stops_the_workflow_and_no_committed_file_changes(smoke_workflow, tmp_path):
+    wf = tmp_path / "wf"
+    shutil.copytree(smoke_workflow, wf, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
+    results = wf / yaml.safe_load((wf / "config" / "smoke.yaml").read_text())["results"]
+    table = results / "tables" / "training_scores.csv"
+    whole = table.read_bytes()
+    table.write_bytes(whole[: len(whole) // 2])
+    before = _committed(results)
+    proc = snakemake("--configfile", "config/smoke.yaml", "--cores", "1", cwd=wf, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    lines = [ln for ln in out.splitlines() if "does not hold what" in ln]
+    assert len(lines) == 1 and lines[0].startswith(f"{table.relative_to(wf)}: its last line is cut"), out[-3000:]
+    assert _committed(results) == before
+
+    # a notebook job that fails: its committed figure stays as it was, and the next run retries it
+    table.write_bytes(whole)
+    nb = wf / "notebooks" / "fig3_emergence.ipynb"
+    notebook = json.loads(nb.read_text())
+    code = next(
+        c for c in notebook["cells"] if c["cell_type"] == "code" and "parameters" not in c["metadata"].get("tags", [])
+    )
+    code["source"] = ['raise ValueError("a cell that fails on purpose")\n']
+    nb.write_text(json.dumps(notebook, indent=1))
+    before = _committed(results)
+    proc = snakemake("--configfile", "config/smoke.yaml", "--cores", "1", cwd=wf, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "a cell that fails on purpose" in out
+    restored = [ln for ln in out.splitlines() if ln.startswith("restored ")]
+    assert len(restored) == 1 and "figures/fig3_emergence.png" in restored[0], out[-3000:]
+    assert _committed(results) == before
+    assert job_counts(snakemake("--configfile", "config/smoke.yaml", "-n", cwd=wf).stdout) == {
+        "make_fig3_emergence": 1,
+        "all": 1,
+    }
