@@ -10,19 +10,24 @@ checked by `verify_checksums` before the folder is read, so damage after the wri
 
 Before a command reads anything it checks where it will write: `check_writable` (a file), `check_out_location`
 (never the current folder, the inputs, a folder holding them or a path inside them) and `check_folder_out` (a
-folder replaced whole: only an empty folder or the command's own earlier output, unless --force). A write that
-fails all the same is one UserError line (atomic_path).
+folder replaced whole: only an empty folder or the command's own earlier output, unless --force). None of them,
+nor atomic_path and replace_dir themselves, ever replaces what is not a regular file or a folder (a device such as
+/dev/full, a FIFO, a socket, or a link to one): the rename would put a regular file in its place. A write that
+fails all the same is one UserError line (atomic_path; `write_failure` names a full disk for the CLI).
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import io
 import json
 import os
+import re
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -43,6 +48,8 @@ __all__ = [
     "check_writable",
     "check_out_location",
     "check_folder_out",
+    "check_not_special",
+    "write_failure",
     "WriteError",
     "replace_dir",
     "rotate_dir",
@@ -141,6 +148,26 @@ def _why(exc: OSError) -> str:
     return text.splitlines()[0]
 
 
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+# torch.save's zip writer reports a failed write (a full disk among others) as a RuntimeError of this text
+_TORCH_WRITE = re.compile(r"PytorchStreamWriter failed writing|file write failed|unexpected pos \d+ vs \d+")
+
+
+def write_failure(exc: BaseException) -> str | None:
+    """What went wrong, in a few words, when `exc` is a write the storage refused (a full disk or quota, a file
+    too large, a read-only file system, an I/O error; torch.save's own RuntimeError for a failed write), with
+    what to do where the disk is full; None for any other exception. The CLI turns these into one `error:` line
+    naming the output, where a command let them through."""
+    if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
+        why = _why(exc)
+        return why + (": free some space and run the same command again" if exc.errno in _FULL_ERRNOS else "")
+    if isinstance(exc, RuntimeError) and _TORCH_WRITE.search(str(exc)):
+        first = str(exc).strip().splitlines()[0]
+        return f"a file write failed ({first}); is the disk full? free some space and run the same command again"
+    return None
+
+
 def _same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     """Whether two paths name the same file or folder (symbolic links and `..` resolved)."""
     return Path(os.path.abspath(a)).resolve() == Path(os.path.abspath(b)).resolve()
@@ -170,6 +197,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     if path.is_dir():
         raise WriteError(f"{path}: is a directory")
+    check_not_special(path, WriteError)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -210,14 +238,39 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
 
 
 def check_writable(path: str | os.PathLike) -> Path:
-    """`path` as a Path if atomic_path can write a file there: not a folder, and the nearest existing folder
-    above it (atomic_path creates the missing ones) is a folder this process may write in; else a UserError.
-    Commands call it before they read or compute anything."""
+    """`path` as a Path if atomic_path can write a file there: not a folder, not a device, FIFO or socket
+    (check_not_special), and the nearest existing folder above it (atomic_path creates the missing ones) is a
+    folder this process may write in; else a UserError. Commands call it before they read or compute anything."""
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path}: is a directory")
+    check_not_special(path)
     _check_parent(path)
     return path
+
+
+_SPECIAL = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def check_not_special(path: str | os.PathLike, error: type[UserError] = UserError) -> None:
+    """`error` naming `path` when something other than a regular file or a folder is there, or a symbolic link
+    leads to one (a device such as /dev/full or /dev/null, a FIFO, a socket): an output never replaces it, and
+    writing into it would hang on a FIFO or lose the data. Nothing there, or a dangling link, passes. Only
+    stat is called: nothing is opened."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # nothing there, a dangling link, or a name no file can have
+        return
+    for test, kind in _SPECIAL:
+        if test(mode):
+            raise error(f"{path}: is {kind}, not a regular file: an output never replaces it; give another path")
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise error(f"{path}: is not a regular file or a folder: an output never replaces it; give another path")
 
 
 def _check_parent(path: Path) -> None:
@@ -238,13 +291,15 @@ def _check_parent(path: Path) -> None:
 
 def check_out_location(out: str | os.PathLike, inputs: Iterable[str | os.PathLike] = ()) -> Path:
     """`out` as an absolute path (`.` and `..` resolved, a symbolic link at `out` itself kept) if a command may
-    put a folder or file it writes there: not the file system's root, not the current folder nor a folder
+    put a folder or file it writes there: not the file system's root, not a device, FIFO or socket
+    (check_not_special), not the current folder nor a folder
     holding it, not one of `inputs` (what the command reads), not a folder holding one, not a path inside
     one, and with a writable folder above it (check_writable); else a UserError naming `out`. Nothing is
     written."""
     out = Path(os.path.abspath(out))
     if out.parent == out:
         raise UserError(f"{out}: is the root folder; write the output into a folder of its own")
+    check_not_special(out)
     real = out.resolve()
     try:
         cwd = Path.cwd().resolve()
@@ -327,6 +382,7 @@ def replace_dir(tmp_dir: str | os.PathLike, final_dir: str | os.PathLike) -> Pat
     between the two renames leaves the old complete folder under that name (readers that resume may look
     for it there)."""
     tmp_dir, final_dir = Path(tmp_dir), Path(final_dir)
+    check_not_special(final_dir, WriteError)
     for root, _dirs, files in os.walk(tmp_dir):
         for name in files:
             fsync_path(os.path.join(root, name))
