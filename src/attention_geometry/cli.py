@@ -3,7 +3,11 @@
 Each subcommand lives in the module that does the work, as `add_arguments(parser)` + `run(args) -> int`;
 only the chosen one is imported, so `attention-geometry score ...` does not import the training stack.
 A UserError (bad input) is printed as one line `error: ...` on stderr with exit status 2; so is a bad
-argument of a subcommand (argparse's own message, without the usage lines: `--help` shows them).
+argument of a subcommand (argparse's own message, without the usage lines: `--help` shows them). A write the
+storage refuses that a command let through (a full disk, a read-only file system; files.write_failure) is one
+line naming the output, exit status 1. Standard output is part of the output: a command never runs with it
+closed (what it prints would be lost, exit status 2), a write to it that fails is one line (exit status 1), and
+a reader that went away (`| head`) ends the command quietly with exit status 141, as SIGPIPE ends a Unix tool.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import sys
 
 from attention_geometry import __version__
 from attention_geometry.errors import UserError
+
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool that SIGPIPE ended
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -120,17 +126,56 @@ def main(argv: list[str] | None = None) -> int:
     if "--no-progress" not in parser._option_string_actions:  # one switch for every subcommand
         parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv[1:])
+    if sys.stdout is None:  # Python's stand-in for a closed file descriptor 1 (`>&-`): every print would vanish
+        print(
+            "error: standard output is closed: run the command with it open (>/dev/null discards what it prints)",
+            file=sys.stderr,
+        )
+        return 2
     if getattr(args, "no_progress", False) or getattr(args, "quiet", False):
         _no_progress_bars()
     try:
         module = importlib.import_module(COMMANDS[name][0])
-        return int(getattr(module, "run_" + name.replace("-", "_"))(args) or 0)
+        code = int(getattr(module, "run_" + name.replace("-", "_"))(args) or 0)
+        sys.stdout.flush()  # a table or path printed to a full or closed pipe fails here, not at exit
+        return code
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout went away
+        _drop_stdout()
+        return EXIT_BROKEN_PIPE
+    except (OSError, RuntimeError) as exc:
+        from attention_geometry.formats.files import write_failure
+
+        why = write_failure(exc)
+        if why is None:
+            raise
+        out = getattr(args, "out", None)
+        if out == "-" and getattr(exc, "filename", None) is None:
+            print(f"error: standard output: cannot write ({getattr(exc, 'strerror', None) or why})", file=sys.stderr)
+            _drop_stdout()
+        else:
+            where = getattr(exc, "filename", None) or out
+            print(f"error: {f'{where}: ' if where else ''}cannot write ({why})", file=sys.stderr)
+        return 1
+
+
+def _drop_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so that what is still buffered for a stdout that failed is not
+    flushed again when the interpreter exits (a second message, from outside any handler)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's buffer): nothing is flushed at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover
