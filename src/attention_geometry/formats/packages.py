@@ -1,8 +1,11 @@
 """Files shipped inside installed Python packages (the offline data and weight packages, installed with
 --no-deps and never imported): locating them, the `pkg:` source spec, and checking their sha256.
 
-A spec `pkg:PACKAGE[/PATH]` names PATH inside the folder of import package PACKAGE, found with
-importlib.util.find_spec (nothing is imported). The workflow passes packaged weights to its jobs as specs, so
+A spec `pkg:PACKAGE[/PATH]` names PATH inside the folder of import package PACKAGE (a dotted name: the
+sub-package's folder), found on the import path without importing anything: the top-level name with
+importlib.util.find_spec (which imports nothing for a top-level name), each further part as a folder inside the
+one before. PATH stays inside that folder: an absolute PATH, a `..` part, or a symbolic link that leads outside
+the package is refused. The workflow passes packaged weights to its jobs as specs, so
 that Snakemake's parse needs no package installed (an environment with Snakemake only, under --sdm conda,
 parses the workflow; the rule's own env installs the packages: envs/*.post-deploy.sh) and so that the files'
 mtimes never decide a re-run: the config's `sha256` is the rule's parameter, and `locate-package --sha256`
@@ -13,7 +16,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from attention_geometry.errors import UserError
 from attention_geometry.formats.files import file_sha256
@@ -43,31 +46,50 @@ def spec(package: str, *path: str) -> str:
 
 
 def package_folder(package: str, where: str = "") -> Path:
-    """The folder of installed import package `package`, located without importing it; a UserError naming
-    `where` (e.g. the config key) when it is not installed."""
+    """The folder of installed import package `package` (a dotted name names a sub-package's folder), located
+    without importing it or its parents (importlib.util.find_spec imports the parents of a dotted name); a
+    UserError naming `where` (e.g. the config key) when it is not installed."""
+    prefix = f"{where}: " if where else ""
+    parts = package.split(".")
+    if not all(p.isidentifier() for p in parts):
+        raise UserError(f"{prefix}{package!r} is not a Python package name (pkg:PACKAGE[/PATH])")
     try:
-        found = importlib.util.find_spec(package)
+        found = importlib.util.find_spec(parts[0])  # a top-level name: the finders only, nothing imported
     except (ImportError, ValueError):
         found = None
-    if found is None or not found.submodule_search_locations:
-        prefix = f"{where}: " if where else ""
+    folders = [Path(p) for p in (found.submodule_search_locations or [])] if found is not None else []
+    for part in parts[1:]:  # a sub-package: its folder inside the parent's
+        folders = [f / part for f in folders if (f / part).is_dir()]
+    if not folders:
         raise UserError(
             f"{prefix}Python package {package!r} is not installed (it ships data or weight files: `make setup` "
             "installs it into the venv; under --sdm conda the rule's env installs it after it is built)"
         )
-    return Path(list(found.submodule_search_locations)[0])
+    return folders[0]
 
 
 def resolve(text: str, where: str = "") -> str:
-    """The local path a `pkg:` spec names (checked to exist); any other text unchanged."""
+    """The local path a `pkg:` spec names (checked to exist, and to lie inside the package, symbolic links
+    followed); any other text unchanged."""
     if not is_spec(text):
         return text
     package, _, sub = text[len(SPEC_PREFIX) :].partition("/")
     if not package:
         raise UserError(f"{text}: a package spec is pkg:PACKAGE[/PATH]")
-    path = package_folder(package, where or text) / sub if sub else package_folder(package, where or text)
-    if not path.exists():
-        raise UserError(f"{text}: {path} does not exist in the installed package")
+    if sub.startswith("/"):
+        raise UserError(f"{text}: PATH must be relative to the package's folder (pkg:PACKAGE/PATH)")
+    if ".." in PurePosixPath(sub).parts:
+        raise UserError(f"{text}: PATH must not step out of the package's folder with '..'")
+    root = package_folder(package, where or text)
+    path = root / sub if sub else root
+    try:
+        if not path.exists():
+            raise UserError(f"{text}: {path} does not exist in the installed package")
+        real, real_root = path.resolve(), root.resolve()
+    except (OSError, RuntimeError) as exc:  # unreadable, or a loop of symbolic links
+        raise UserError(f"{text}: cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
+    if real != real_root and real_root not in real.parents:
+        raise UserError(f"{text}: {path} leads outside the package's folder {root} (a symbolic link to {real})")
     return os.path.normpath(path)
 
 

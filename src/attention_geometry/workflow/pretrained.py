@@ -206,7 +206,11 @@ def add_arguments_locate_package(parser) -> None:
 
 
 def run_locate_package(args) -> int:
-    """Print the path SPEC names; with --sha256, first check that its weight files are exactly the recorded ones."""
+    """Print the path SPEC names; with --sha256, first check that its weight files are exactly the recorded ones.
+    SPEC must be a pkg: spec (formats.packages.resolve keeps it inside its package): a plain path is refused, not
+    echoed back as if it had been located."""
+    if not is_spec(args.spec):
+        raise UserError(f"{args.spec}: not a package spec; give pkg:PACKAGE[/PATH] (a file or folder in a package)")
     path = resolve(args.spec)
     recorded = {}
     for pair in args.sha256:
