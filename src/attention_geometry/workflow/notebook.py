@@ -10,6 +10,10 @@ With --input-sums, a run that succeeds then writes the sha256 of the notebook an
 (`sha256sum` lines): the committed record of what made its outputs, by content (workflow.records.content_current
 reads it, so a fresh clone, whose checkout order leaves some inputs newer than their outputs, re-runs nothing
 whose inputs are unchanged).
+
+Before the kernel starts, NOTEBOOK must be a notebook file (a missing file, a folder or another format is one
+line), and EXECUTED and the input sums are checked as every output is (files.check_out_location): never the
+notebook or one of its inputs, nor a device, FIFO or socket.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import sys
 import tempfile
 
 from attention_geometry.errors import UserError
+from attention_geometry.formats.files import check_out_location, check_writable
 
 __all__ = ["add_arguments_run_notebook", "run_run_notebook"]
 
@@ -47,6 +52,17 @@ def run_run_notebook(args: argparse.Namespace) -> int:
         raise UserError(f"--parameters: not JSON ({exc})") from None
     if not isinstance(parameters, dict):
         raise UserError("--parameters: expected a JSON object of parameter values")
+    inputs = parameters.get("inputs") or {}
+    if not isinstance(inputs, dict):
+        raise UserError("--parameters: `inputs` must be a JSON object of input paths")
+    _check_notebook(args.notebook)
+    read = [args.notebook, *(p for p in inputs.values() if isinstance(p, str) and p and os.path.lexists(p))]
+    for out in (args.executed, args.input_sums):
+        if out is not None:
+            check_writable(out)
+            check_out_location(out, read)
+    if args.input_sums is not None and os.path.abspath(args.input_sums) == os.path.abspath(args.executed):
+        raise UserError(f"{args.input_sums}: is the executed copy too; give --input-sums another path")
     import papermill
     from jupyter_client.manager import AsyncKernelManager
     from papermill.exceptions import PapermillExecutionError
@@ -78,5 +94,22 @@ def run_run_notebook(args: argparse.Namespace) -> int:
     if args.input_sums:
         from attention_geometry.workflow.records import write_input_sums
 
-        write_input_sums(args.input_sums, [args.notebook, *(parameters.get("inputs") or {}).values()])
+        write_input_sums(args.input_sums, [args.notebook, *inputs.values()])
     return 0
+
+
+def _check_notebook(path: str) -> None:
+    """UserError unless `path` is a readable notebook file (nbformat's JSON, any version it reads)."""
+    import nbformat
+
+    if not os.path.isfile(path):
+        what = "is a folder" if os.path.isdir(path) else "not found" if not os.path.lexists(path) else "not a file"
+        raise UserError(f"{path}: {what}; give a notebook file (.ipynb)")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            nbformat.read(fh, as_version=nbformat.NO_CONVERT)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the notebook ({exc.strerror or exc})") from None
+    except Exception as exc:  # nbformat's NotJSONError, a validation or decoding error: not a notebook
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise UserError(f"{path}: not a Jupyter notebook ({type(exc).__name__}: {first})") from None
