@@ -534,6 +534,8 @@ def run_prepare_images(args: argparse.Namespace) -> int:
     if args.hub_data is not None:
         offline_hub()
     cfg = load_image_config(args.config)
+    # never the config itself, nor the --hub-data folder (prepare_images checks the data it reads)
+    check_out_location(args.out, [args.config, *([args.hub_data] if args.hub_data is not None else [])])
     if images_status(cfg, args.out) == "current":
         check_hub_data(hub_inputs(cfg), args.hub_data, "images")  # a wrong --hub-data is an error still
         print(f"{args.out} already holds this image set: nothing to do")
