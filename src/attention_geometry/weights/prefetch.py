@@ -13,10 +13,11 @@ rows of scoring the hub id (tests/test_hub.py). fp8 tensors are copied as stored
 (`NAME_scale_inv`, base.SCALE_SUFFIX), and config.json keeps the block size, so the folder dequantizes as the
 checkpoint does.
 
-The folder also holds PREFETCH_MARKER (what was fetched, as JSON). --out is checked before anything is read
-(files.check_folder_out): never the source, a folder inside it or holding it, nor the current folder; an
-existing folder is replaced only when it is empty or a previous prefetch-qk output (is_prefetch_output),
-anything else (a folder of other files, a file, a link) only with --force.
+The folder also holds PREFETCH_MARKER (what was fetched, as JSON, with the names of the files written). --out
+is checked before anything is read (files.check_folder_out): never the source, a folder inside it or holding it,
+nor the current folder; an existing folder is replaced only when it is empty or a previous prefetch-qk output
+that holds only the files its marker lists (is_prefetch_output), anything else (a folder with other files, such
+as the user's own script beside the weights, a file, a link) only with --force.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from attention_geometry.errors import UserError
-from attention_geometry.formats.files import check_folder_out, replace_dir
+from attention_geometry.formats.files import WriteError, check_folder_out, replace_dir, write_failure
 from attention_geometry.scoring.extract import get_family, qk_keys
 from attention_geometry.weights.base import SCALE_SUFFIX, LoadError
 from attention_geometry.weights.loading import open_source
@@ -46,23 +47,33 @@ from attention_geometry.weights.safetensors_io import (
 __all__ = ["prefetch_qk", "is_prefetch_output", "ORIGIN_KEY", "PREFETCH_MARKER"]
 
 ORIGIN_KEY = "attention_geometry.origin"
-PREFETCH_MARKER = ".prefetch-qk.json"  # in every output folder: {"origin", "tensors", "bytes", "n_params"}
+# in every output folder: {"origin", "tensors", "bytes", "n_params", "files"}, `files` the names written beside it
+PREFETCH_MARKER = ".prefetch-qk.json"
 _OWN_FILES = {"config.json", "model.safetensors", PREFETCH_MARKER, ".snakemake_timestamp"}
 
 
 def is_prefetch_output(folder: str | os.PathLike) -> bool:
-    """Whether `folder` is a previous prefetch-qk output, which a new one may replace: only the files it
-    writes (config.json, model.safetensors, *.py, PREFETCH_MARKER; Snakemake's .snakemake_timestamp), with
-    the marker, or, written before the marker was, a model.safetensors whose metadata names its origin."""
+    """Whether `folder` is a previous prefetch-qk output, which a new one may replace: only the files that output
+    wrote, as its marker lists them (config.json, model.safetensors, the repository's *.py it copied), beside
+    the marker and Snakemake's .snakemake_timestamp. A marker without the list, or none (written before the
+    marker was, with a model.safetensors whose metadata names its origin), vouches for config.json and
+    model.safetensors only: another file there, a `*.py` included, may be the user's."""
     folder = Path(folder)
     try:
         names = {p.name for p in folder.iterdir()}
     except OSError:
         return False
-    if any(n not in _OWN_FILES and not n.endswith(".py") for n in names) or "config.json" not in names:
+    if "config.json" not in names:
         return False
     if PREFETCH_MARKER in names:
-        return True
+        try:
+            listed = json.loads((folder / PREFETCH_MARKER).read_text(encoding="utf-8")).get("files")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            return False
+        ours = set(listed) if isinstance(listed, list) and all(isinstance(n, str) for n in listed) else set()
+        return names <= _OWN_FILES | ours
+    if not names <= _OWN_FILES:
+        return False
     try:
         return ORIGIN_KEY in read_safetensors_metadata(folder / "model.safetensors")
     except LoadError:
@@ -125,12 +136,16 @@ def prefetch_qk(
         )
         bar.close()
         read_safetensors_header(tmp / "model.safetensors")  # what was written reads back (the one reader's checks)
-        marker = {"origin": origin, "tensors": len(names), "bytes": size, "n_params": src.n_params}
+        written = sorted(p.name for p in tmp.iterdir())
+        marker = {"origin": origin, "tensors": len(names), "bytes": size, "n_params": src.n_params, "files": written}
         (tmp / PREFETCH_MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
         replace_dir(tmp, out)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        why = write_failure(exc)
+        if why is None:
+            raise
+        raise WriteError(f"{out}: cannot write the prefetched folder ({why})") from None
     files = src.files if isinstance(src, SafetensorsSource) else []
     fetched = [f.bytes_read for f in files if hasattr(f, "bytes_read")]
     return {
