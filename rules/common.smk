@@ -133,7 +133,7 @@ if workflow.is_main_process and not _FORCEALL:
 # ({results}/config/make_*.inputs.sha256) are current, whatever order a checkout gave their mtimes: they are
 # marked so (their mtime set to now) and Snakemake does not redraw them. An edited notebook or table still
 # re-runs its figures (workflow.records.content_current).
-if workflow.is_main_process and (_current := content_current(PLAN)):
+if workflow.is_main_process and (_current := checked(content_current, PLAN)):
     print(
         f"{len(_current)} committed result file(s) are current by content (notebook and inputs as recorded in "
         f"{PLAN.res('config')}/make_*.inputs.sha256): marked up to date",

@@ -207,7 +207,8 @@ def content_current(plan: Plan) -> list[str]:
     a redraw on another host changes bytes (and the report's commit line) although nothing it reads changed.
     An entry counts as current when its outputs and its input-sums record exist and the notebook and every
     input have exactly the recorded sha256; anything else (an edited notebook or table, a missing record) is
-    left to Snakemake. Files are hashed only when some input is newer than an output."""
+    left to Snakemake. Files are hashed only when some input is newer than an output. An output that cannot be
+    touched (a read-only results folder) is a ConfigError naming it."""
     import time
 
     now = time.time_ns()  # one time for every touch: an output touched now is never newer than another
@@ -226,7 +227,13 @@ def content_current(plan: Plan) -> list[str]:
             if set(recorded) != {os.path.normpath(f) for f in inputs} or _sums(inputs) != recorded:
                 continue
             for f in made:
-                os.utime(f, ns=(now, now))
+                try:
+                    os.utime(f, ns=(now, now))
+                except OSError as exc:  # a read-only results folder: say which file, not only the errno
+                    raise ConfigError(
+                        f"{f}: cannot mark it up to date ({exc.strerror or exc}); the results folder must be "
+                        "writable (a workflow writes its results there)"
+                    ) from None
             touched += made
             changed = True
     return touched
