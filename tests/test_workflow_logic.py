@@ -18,12 +18,13 @@ from helpers import REPO, config_plan, validated_config
 
 from attention_geometry.errors import UserError
 from attention_geometry.formats import rundir
+from attention_geometry.formats.checkout import code_version
 from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.files import csv_text
 from attention_geometry.training import launch
 from attention_geometry.workflow import plan as workflow
 from attention_geometry.workflow.plan import expand_runs
-from attention_geometry.workflow.pretrained import ConfigError, code_version, resolve_pretrained
+from attention_geometry.workflow.pretrained import ConfigError, resolve_pretrained
 
 GROUPS = {
     "main": {

@@ -211,12 +211,12 @@ def _cpu_model() -> str:
 def record_provenance(out: Path, run: str, from_step: int, to_step: int, when: str | None = None) -> None:
     """Append one row (formats.columns.PROVENANCE_COLUMNS) to OUT/provenance.csv: the trainer started or resumed
     `run` at `from_step` to train up to `to_step`, at UTC time `when` (now), with the git commit of the checkout
-    this package runs from (workflow.pretrained.code_version: " + uncommitted changes" where it differed) and the
+    this package runs from (formats.checkout.code_version: " + uncommitted changes" where it differed) and the
     CPU model. The workflow gathers these rows into {results}/tables/run_provenance.csv, the committed record of
     the commit and host each run's steps were trained at."""
     import datetime
 
-    from attention_geometry.workflow.pretrained import code_version
+    from attention_geometry.formats.checkout import code_version
 
     checkout = Path(__file__).resolve().parents[3]
     version = code_version(str(checkout)) if (checkout / ".git").exists() else "unknown (not a git checkout)"

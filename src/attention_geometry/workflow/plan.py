@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from attention_geometry.errors import UserError
+from attention_geometry.formats.checkout import code_version
 from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.files import csv_text, read_yaml
 from attention_geometry.formats.rundir import run_name, snapshot_dir, snapshot_steps
@@ -42,7 +43,6 @@ from attention_geometry.training.hyper import IMAGE_OBJECTIVES, IMAGE_SIZES, res
 from attention_geometry.workflow.pretrained import (
     PRETRAINED_COLUMNS,
     ConfigError,
-    code_version,
     pretrained_rows,
     resolve_pretrained,
 )
