@@ -46,6 +46,10 @@ test-all: setup
 run: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" HF_HUB_OFFLINE=1 $(VENV)/bin/snakemake --cores all
 
+# what the paper config would run on a cluster, planned here (no job runs; the hub is not read)
+dryrun-paper: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" HF_HUB_OFFLINE=1 $(VENV)/bin/snakemake -n --configfile config/paper.yaml
+
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks envs
 	$(VENV)/bin/ruff format --check src tests benchmarks envs
