@@ -37,10 +37,8 @@ from attention_geometry.formats.packages import is_spec, resolve
 from attention_geometry.scoring.extract import get_family, qk_keys
 from attention_geometry.weights.base import LoadError, StateDictSource, TensorSource, first_line
 from attention_geometry.weights.safetensors_io import (
-    ORIGIN_KEY,
     SafetensorsSource,
     _index_files,
-    read_safetensors_metadata,
 )
 
 __all__ = [
@@ -227,27 +225,19 @@ def _pinned(repo_id: str, revision: str | None, trust_remote_code: bool) -> str:
 _CARD_ID = re.compile(r"""(?:from_pretrained|SentenceTransformer)\(\s*['"]([\w.-]+/[\w.-]+)['"]""")
 
 
-def _prefetched_from(path: Path) -> str | None:
-    """The hub id a prefetch-qk folder's model.safetensors names as its origin (metadata ORIGIN_KEY, `ID@COMMIT`),
-    else None."""
-    try:
-        origin = read_safetensors_metadata(path / "model.safetensors").get(ORIGIN_KEY) if path.is_dir() else None
-    except (LoadError, OSError):
-        return None
-    repo_id = origin.rpartition("@")[0] or origin if isinstance(origin, str) else ""
+def origin_model_name(origin: str | None) -> str | None:
+    """The hub id of a prefetch-qk subset's origin (its metadata ORIGIN_KEY, `ID@COMMIT`), else None."""
+    repo_id = (origin.rpartition("@")[0] or origin) if isinstance(origin, str) else ""
     return repo_id if repo_id and looks_like_hub_id(repo_id) else None
 
 
 def dir_model_name(path: Path) -> str:
     """The default `model` label of a local model folder: the repo id where the folder records it, else the
-    folder's name. Recorded: a prefetch-qk output (the hub id of its origin), a hub cache snapshot
-    (models--ORG--NAME/snapshots/HASH), or a model card
+    folder's name. Recorded: a hub cache snapshot (models--ORG--NAME/snapshots/HASH), or a model card
     (README.md) whose code loads exactly one repo id (`from_pretrained('ORG/NAME')`,
     `SentenceTransformer('ORG/NAME')`). config.json's `_name_or_path` is not used: it names the model the
     weights were loaded from before saving (for all-MiniLM-L6-v2 its base, nreimers/MiniLM-L6-H384-uncased)."""
     path = path.resolve()
-    if (origin := _prefetched_from(path)) is not None:
-        return origin
     if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
         return path.parent.parent.name[len("models--") :].replace("--", "/", 1)
     card = path / "README.md"
@@ -257,9 +247,12 @@ def dir_model_name(path: Path) -> str:
 
 def _open_dir(path: Path, trust_remote_code: bool, name: str | None) -> TensorSource:
     config = _load_config(path, trust_remote_code)
-    name = name or dir_model_name(path)
     if (path / "model.safetensors").is_file() or (path / "model.safetensors.index.json").is_file():
-        return SafetensorsSource(path, config, name)
+        src = SafetensorsSource(path, config, name or dir_model_name(path))
+        # a prefetch-qk folder is labelled as the model it holds (its origin, read with the header), not the folder
+        src.name = name or origin_model_name(src.origin) or src.name
+        return src
+    name = name or dir_model_name(path)
     if (path / "pytorch_model.bin").is_file() or (path / "pytorch_model.bin.index.json").is_file():
         return _load_bin(path, config, name)
     ggufs = sorted(p.name for p in path.glob("*.gguf"))

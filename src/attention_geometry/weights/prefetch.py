@@ -38,15 +38,15 @@ from attention_geometry.weights.base import SCALE_SUFFIX, LoadError
 from attention_geometry.weights.loading import open_source
 from attention_geometry.weights.safetensors_io import (
     N_PARAMS_KEY,
+    ORIGIN_KEY,
     SafetensorsSource,
     read_safetensors_header,
     read_safetensors_metadata,
     write_safetensors,
 )
 
-__all__ = ["prefetch_qk", "is_prefetch_output", "ORIGIN_KEY", "PREFETCH_MARKER"]
+__all__ = ["prefetch_qk", "is_prefetch_output", "PREFETCH_MARKER"]
 
-ORIGIN_KEY = "attention_geometry.origin"
 # in every output folder: {"origin", "tensors", "bytes", "n_params", "files"}, `files` the names written beside it
 PREFETCH_MARKER = ".prefetch-qk.json"
 _OWN_FILES = {"config.json", "model.safetensors", PREFETCH_MARKER, ".snakemake_timestamp"}

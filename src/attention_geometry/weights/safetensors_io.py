@@ -187,7 +187,8 @@ class SafetensorsSource(TensorSource):
     get(key) reads the tensor's bytes into a new tensor (no mmap of the file, no model). open_file(name)
     opens a weight file by name (default: LocalFile of the file in `directory`; hub.HubFile reads it by HTTP
     range requests, so the weight files need not be in `directory`, only config.json and the index). A file
-    whose metadata carries N_PARAMS_KEY (a q/k subset written by `prefetch-qk`) reports that n_params.
+    whose metadata carries N_PARAMS_KEY (a q/k subset written by `prefetch-qk`) reports that n_params, and
+    `origin` the source ORIGIN_KEY names.
     """
 
     def __init__(
@@ -209,6 +210,7 @@ class SafetensorsSource(TensorSource):
         else:
             raise LoadError(f"{self.directory}: no model.safetensors or model.safetensors.index.json")
         self._entries: dict[str, tuple[Any, int, dict]] = {}
+        self.origin: str | None = None  # ORIGIN_KEY of the metadata (a prefetch-qk subset's source), if any
         n_params, stated = 0, []
         for fname, expected in files.items():
             if open_file is None:
@@ -230,6 +232,8 @@ class SafetensorsSource(TensorSource):
                 self._entries[key] = (f, start, entry)
                 if SAFETENSORS_DTYPES[entry["dtype"]].is_floating_point:
                     n_params += math.prod(int(s) for s in entry["shape"])
+            if isinstance(meta.get(ORIGIN_KEY), str):
+                self.origin = meta[ORIGIN_KEY]
             if N_PARAMS_KEY in meta:
                 if not meta[N_PARAMS_KEY].isdigit():
                     raise LoadError(f"{f.where}: metadata {N_PARAMS_KEY} is not a count: {meta[N_PARAMS_KEY]!r}"[:300])
