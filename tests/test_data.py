@@ -233,7 +233,7 @@ def test_a_file_listed_twice_is_read_once_and_never_on_both_sides_of_the_split(t
     # documents repeated inside one input (by line) cannot be read once: refused when they straddle the split
     lines = tmp_path / "lines.txt"
     lines.write_text("\n".join(make_docs(10, seed=12) * 2), encoding="utf-8")
-    with pytest.raises(CorpusError, match="training document\\(s\\) equal a held-out document"):
+    with pytest.raises(CorpusError, match="training document\\(s\\) encode to the same tokens as a held-out document"):
         prepare_corpus(text_cfg([lines], one_document_per="line", heldout_fraction=0.3), tmp_path / "b")
 
 
