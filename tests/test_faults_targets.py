@@ -535,3 +535,14 @@ def test_a_read_only_results_folder_is_one_line_naming_the_file(tmp_path, monkey
     with pytest.raises(ConfigError, match=rf"^{made[0]}: cannot mark it up to date \(Read-only file system\)") as e:
         content_current(plan)
     assert "\n" not in str(e.value)
+
+
+def test_run_notebook_refuses_input_sums_of_a_folder_before_running(tmp_path, fake_papermill):
+    """A folder among the inputs cannot be summed: refused before the run (it was an IsADirectoryError after it,
+    found by the property test above), the tree unchanged."""
+    nb = _notebook(tmp_path / "nb.ipynb")
+    (tmp_path / "inputs").mkdir()
+    before = tree(tmp_path)
+    result = _run_notebook(nb, tmp_path / "x.ipynb", {"d": str(tmp_path / "inputs")}, tmp_path / "sums.txt")
+    assert_one_line(result, r"input 'd' is a folder")
+    assert tree(tmp_path) == before

@@ -63,6 +63,11 @@ def run_run_notebook(args: argparse.Namespace) -> int:
             check_out_location(out, read)
     if args.input_sums is not None and os.path.abspath(args.input_sums) == os.path.abspath(args.executed):
         raise UserError(f"{args.input_sums}: is the executed copy too; give --input-sums another path")
+    if args.input_sums is not None:  # checked before the run: the sums are written after it, of files only
+        for key, path in inputs.items():
+            if isinstance(path, str) and path and not os.path.isfile(path):
+                what = "a folder" if os.path.isdir(path) else "missing" if not os.path.lexists(path) else "not a file"
+                raise UserError(f"{path}: input {key!r} is {what}; --input-sums records the sha256 of input files")
     import papermill
     from jupyter_client.manager import AsyncKernelManager
     from papermill.exceptions import PapermillExecutionError
