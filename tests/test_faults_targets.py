@@ -175,7 +175,7 @@ NB_TARGETS = ["new", "nested", "notebook", "link-to-notebook", "input", "inside-
 NB_SOURCES = ["notebook", "missing", "readme", "folder", "fifo"]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(
     source=st.sampled_from(NB_SOURCES),
     target=st.sampled_from(NB_TARGETS),
@@ -310,7 +310,7 @@ def _oracle(spec: str, root: Path) -> Path | None:
     return Path(os.path.normpath(path)) if real == top or real.startswith(top + os.sep) else None
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(
     prefix=st.sampled_from(["pkg:", "pkg:", "pkg:", "", "/", "PKG:"]),
     package=st.sampled_from(["agt_data", "agt_data.sub", "agt_other", "agt_absent", "", "agt-data", "1x", "os"]),
