@@ -291,7 +291,9 @@ def test_kept_outputs_are_restored_where_missing_and_out_of_date(tmp_path, monke
 
 
 # --------------------------------------------------------------------------------------- property tests
-FUZZ = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = dict(
+    deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 
 def _keyed(kind: str, frame: pd.DataFrame) -> pd.DataFrame:
