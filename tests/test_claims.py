@@ -26,15 +26,18 @@ def run_name(objective, init, seed):
     return f"tiny-w-{objective}-{init}-s{seed}"
 
 
-def score_rows(seeds):
-    """Per seed: symmetry / directionality of every run, constant over the last snapshots; the two layers
-    sit at value -+ 0.01, so the median over layers and snapshots is the value itself."""
-    values = {
-        ("encoder", "standard"): lambda s: (0.5 + 0.01 * s, 0.0 + 0.01 * s),
-        ("decoder", "standard"): lambda s: (0.1 + 0.02 * s, -0.4 - 0.01 * s),
-        ("encoder", "symmetric-fresh"): lambda s: (0.8 - 0.01 * s, 0.0),
-        ("decoder", "symmetric-fresh"): lambda s: (0.4 + 0.01 * s, -0.2),
-    }
+SCORE_VALUES = {  # (objective, init) -> per seed (symmetry, directionality)
+    ("encoder", "standard"): lambda s: (0.5 + 0.01 * s, 0.0 + 0.01 * s),
+    ("decoder", "standard"): lambda s: (0.1 + 0.02 * s, -0.4 - 0.01 * s),
+    ("encoder", "symmetric-fresh"): lambda s: (0.8 - 0.01 * s, 0.0),
+    ("decoder", "symmetric-fresh"): lambda s: (0.4 + 0.01 * s, -0.2),
+}
+
+
+def score_rows(seeds, values=None):
+    """Per seed: symmetry / directionality of every run (`values`, default SCORE_VALUES), constant over the last
+    snapshots; the two layers sit at value -+ 0.01, so the median over layers and snapshots is the value itself."""
+    values = SCORE_VALUES if values is None else values
     rows = []
     for (obj, init), f in values.items():
         for s in seeds:
@@ -791,28 +794,7 @@ PAPER_DEC = {  # per seed: (symmetry, directionality) of the standard run, symme
 
 
 def paper_decoder_rows(seeds):
-    rows = []
-    for init, f in PAPER_DEC.items():
-        for s in seeds:
-            sym, d = f(s)
-            for step in STEPS[:4]:
-                for layer, off in enumerate((-0.01, 0.01)):
-                    rows.append(
-                        dict(
-                            run=run_name("decoder-paper", init, s),
-                            size="tiny",
-                            dataset="w",
-                            objective="decoder-paper",
-                            init=init,
-                            seed=s,
-                            step=step,
-                            layer=layer,
-                            head="all",
-                            symmetry=(sym + off) if step else 5.0,
-                            directionality=(d + off) if step else 5.0,
-                        )
-                    )
-    return pd.DataFrame(rows)
+    return score_rows(seeds, {("decoder-paper", init): f for init, f in PAPER_DEC.items()})
 
 
 def build_with_paper_decoder(seeds=(0, 1, 2, 3), **kw):
