@@ -8,10 +8,11 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
+from attention_geometry.errors import ConfigError
 from attention_geometry.workflow.records import content_current, input_sums_path, record_path, record_text, records, stale_error
 from attention_geometry.training.launch import train_launch
 from attention_geometry.workflow.plan import ONLINE_ENV, alternation, notebook_file, plan, shell_prefix, slurm_resources, yaml_text
-from attention_geometry.workflow.pretrained import ConfigError, scoring_mem_mb
+from attention_geometry.workflow.pretrained import scoring_mem_mb
 from attention_geometry.workflow.provenance import quiet_missing_metadata
 
 # `snakemake --report` in a clone: one line instead of a "Missing metadata" warning per committed result
@@ -29,7 +30,7 @@ shell.prefix(shell_prefix(workflow.basedir))
 
 
 def checked(lookup, *args):
-    """lookup(*args), a cross-key config error (workflow.ConfigError) as one WorkflowError line."""
+    """lookup(*args), a cross-key config error (errors.ConfigError) as one WorkflowError line."""
     try:
         return lookup(*args)
     except ConfigError as exc:

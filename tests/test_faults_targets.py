@@ -508,8 +508,8 @@ def test_a_full_disk_under_torch_save_is_one_line_and_the_run_resumes(tmp_path, 
 def test_a_read_only_results_folder_is_one_line_naming_the_file(tmp_path, monkeypatch):
     from helpers import config_plan, validated_config
 
+    from attention_geometry.errors import ConfigError
     from attention_geometry.workflow.plan import notebook_file
-    from attention_geometry.workflow.pretrained import ConfigError
     from attention_geometry.workflow.records import content_current, input_sums_path, write_input_sums
 
     monkeypatch.chdir(tmp_path)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from helpers import REPO, config_plan, validated_config
 
-from attention_geometry.errors import UserError
+from attention_geometry.errors import ConfigError, UserError
 from attention_geometry.formats import rundir
 from attention_geometry.formats.checkout import code_version
 from attention_geometry.formats.columns import RUN_KEYS
@@ -24,7 +24,7 @@ from attention_geometry.formats.files import csv_text
 from attention_geometry.training import launch
 from attention_geometry.workflow import plan as workflow
 from attention_geometry.workflow.plan import expand_runs
-from attention_geometry.workflow.pretrained import ConfigError, resolve_pretrained
+from attention_geometry.workflow.pretrained import resolve_pretrained
 
 GROUPS = {
     "main": {

@@ -4,3 +4,7 @@
 class UserError(Exception):
     """Bad input: a missing file, an unsupported architecture, a malformed config. The message names what
     and where in one line."""
+
+
+class ConfigError(UserError):
+    """A workflow config that the schema accepts but whose keys disagree with each other."""

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from attention_geometry.errors import UserError
+from attention_geometry.errors import ConfigError, UserError
 from attention_geometry.formats.checkout import code_version
 from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.files import csv_text, read_yaml
@@ -42,7 +42,6 @@ from attention_geometry.formats.rundir import run_name, snapshot_dir, snapshot_s
 from attention_geometry.training.hyper import IMAGE_OBJECTIVES, IMAGE_SIZES, resolve_hyper
 from attention_geometry.workflow.pretrained import (
     PRETRAINED_COLUMNS,
-    ConfigError,
     pretrained_rows,
     resolve_pretrained,
 )

@@ -13,15 +13,11 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from attention_geometry.errors import UserError
+from attention_geometry.errors import ConfigError, UserError
 from attention_geometry.formats.files import file_sha256, join_files
 from attention_geometry.formats.packages import check_sha256, is_spec, resolve, spec, weight_files
 
 __all__ = ["Pretrained", "PRETRAINED_COLUMNS", "resolve_pretrained", "pretrained_rows", "scoring_mem_mb"]
-
-
-class ConfigError(UserError):
-    """A workflow config that the schema accepts but whose keys disagree with each other."""
 
 
 @dataclass

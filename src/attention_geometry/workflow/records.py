@@ -31,9 +31,9 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from attention_geometry.errors import ConfigError
 from attention_geometry.formats.rundir import is_complete_snapshot
 from attention_geometry.workflow.plan import yaml_text
-from attention_geometry.workflow.pretrained import ConfigError
 
 if TYPE_CHECKING:
     from attention_geometry.workflow.plan import Plan
