@@ -283,8 +283,8 @@ def test_model_table_flags_our_caveated_model_types():
 def test_our_caveats_are_the_families_with_per_head_qk_norms():
     """OUR_CAVEATS (torch-free, for the notebooks) lists exactly the registered families whose note says they
     normalize every query and key head (q_norm, k_norm)."""
-    from attention_geometry.scoring import families  # importing the package registers every family
-    from attention_geometry.scoring.registry import FAMILIES
+    from attention_geometry.architectures import families  # importing the package registers every family
+    from attention_geometry.architectures.registry import FAMILIES
 
     assert families.text and {t for t, f in FAMILIES.items() if "q_norm" in f.note} == set(A.OUR_CAVEATS)
 

@@ -23,8 +23,9 @@ PACKAGE = "attention_geometry"
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / PACKAGE
 # Subpackages whose modules import without torch (the notebooks, rules/common.smk at parse time and the small
-# workflow jobs import them); a function may import torch lazily (figdata's extract-wqk scores a model).
-TORCH_FREE = ("formats", "workflow", "analysis")
+# workflow jobs import them; architectures/ names tensors, it never reads one); a function may import torch
+# lazily (figdata's extract-wqk scores a model).
+TORCH_FREE = ("formats", "architectures", "workflow", "analysis")
 
 
 def module_name(path: Path) -> str:
@@ -244,8 +245,8 @@ def test_the_graph_is_read():
     """The reader sees relative, absolute, lazy and by-name imports (guards against a test that passes on
     nothing)."""
     graph = import_graph()
-    assert f"{PACKAGE}.scoring.registry" in graph[f"{PACKAGE}.scoring.families.text"]
-    assert f"{PACKAGE}.scoring.families" in graph[f"{PACKAGE}.scoring.extract"]
+    assert f"{PACKAGE}.architectures.registry" in graph[f"{PACKAGE}.architectures.families.text"]
+    assert f"{PACKAGE}.architectures.families" in graph[f"{PACKAGE}.architectures.keys"]
     assert f"{PACKAGE}.scoring.scorer" in graph[f"{PACKAGE}.scoring.updates"]  # lazy, inside a function
     assert f"{PACKAGE}.scoring.updates" in graph[f"{PACKAGE}.cli"]  # by name, through importlib
     assert "torch" in graph[f"{PACKAGE}.training.models"]
@@ -258,12 +259,23 @@ def test_families_import_only_the_registry():
     """A family module depends on the registry's base types (and sibling family modules), never on the
     extractor or anything above it: adding a family touches one module and the registry's contract."""
     graph = import_graph()
-    allowed = {f"{PACKAGE}.scoring.registry", f"{PACKAGE}.errors", f"{PACKAGE}.scoring"}
+    allowed = {f"{PACKAGE}.architectures.registry", f"{PACKAGE}.errors", f"{PACKAGE}.architectures"}
     for name, deps in graph.items():
-        if name.startswith(f"{PACKAGE}.scoring.families"):
+        if name.startswith(f"{PACKAGE}.architectures.families"):
             extra = {d for d in deps if d.startswith(PACKAGE) and d not in allowed}
-            extra = {d for d in extra if not d.startswith(f"{PACKAGE}.scoring.families")}
+            extra = {d for d in extra if not d.startswith(f"{PACKAGE}.architectures.families")}
             assert not extra, f"{name} imports {sorted(extra)}"
+
+
+def test_weights_and_scoring_meet_only_in_architectures():
+    """The weight sources know where q/k tensors are from architectures/, never from scoring/ above them (the
+    scorer reads through weights.loading); architectures/ imports neither."""
+    graph = import_graph()
+    for name in graph:
+        for low, high in (("weights", "scoring"), ("architectures", "weights"), ("architectures", "scoring")):
+            if name.startswith(f"{PACKAGE}.{low}"):
+                path = reaches(graph, name, f"{PACKAGE}.{high}")
+                assert path is None, f"{low}/ reaches {high}/: " + " -> ".join(path)
 
 
 def test_no_import_cycle():

@@ -10,8 +10,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import BertConfig, BertModel
 
+from attention_geometry.architectures.registry import UnsupportedArchitecture
 from attention_geometry.errors import UserError
-from attention_geometry.scoring.registry import UnsupportedArchitecture
 from attention_geometry.weights import safetensors_io
 from attention_geometry.weights.base import LoadError, StateDictSource
 from attention_geometry.weights.loading import open_source

@@ -17,7 +17,8 @@ import torch
 from proof import assert_bilinear, bilinear_error, capture_inputs
 from transformers.core_model_loading import revert_weight_conversion
 
-from attention_geometry.scoring.extract import get_family, iter_layer_qk, wqk
+from attention_geometry.architectures.keys import get_family
+from attention_geometry.scoring.extract import iter_layer_qk, wqk
 
 
 def checkpoint_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -20,8 +20,9 @@ import torch
 import transformers as tf
 from proof import assert_bilinear, bilinear_error, capture_inputs
 
-from attention_geometry.scoring.extract import get_family, iter_layer_qk, supported_model_types, wqk
-from attention_geometry.scoring.registry import UnsupportedArchitecture
+from attention_geometry.architectures.keys import get_family, supported_model_types
+from attention_geometry.architectures.registry import UnsupportedArchitecture
+from attention_geometry.scoring.extract import iter_layer_qk, wqk
 
 VOCAB = 60
 BATCH, SEQ = 2, 9
@@ -494,7 +495,7 @@ def test_unknown_model_type_names_it_and_lists_supported():
 
 def test_raw_config_dict_without_kv_heads_means_one_per_query_head():
     """A config.json that leaves out num_key_value_heads (older Llama) or uses GPT-2's own names."""
-    from attention_geometry.scoring.extract import stack_info
+    from attention_geometry.architectures.keys import stack_info
 
     llama = {"model_type": "llama", "num_hidden_layers": 3, "num_attention_heads": 4, "hidden_size": 32}
     info = stack_info(get_family("llama").stacks[0], llama)

@@ -215,8 +215,9 @@ def test_templates_name_checkpoint_tensors(tmp_path):
     from safetensors import safe_open
     from transformers import ViTConfig, ViTModel
 
-    from attention_geometry.scoring.extract import get_family, iter_layer_qk
-    from attention_geometry.scoring.registry import ExtractionError
+    from attention_geometry.architectures.keys import get_family
+    from attention_geometry.architectures.registry import ExtractionError
+    from attention_geometry.scoring.extract import iter_layer_qk
 
     torch.manual_seed(0)
     cfg = ViTConfig(**VIT)

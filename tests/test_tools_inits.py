@@ -23,8 +23,9 @@ import test_proof_text
 import test_proof_vision
 import torch
 
+from attention_geometry.architectures.keys import get_family, supported_model_types
 from attention_geometry.errors import UserError
-from attention_geometry.scoring.extract import get_family, iter_layer_qk, supported_model_types
+from attention_geometry.scoring.extract import iter_layer_qk
 from attention_geometry.scoring.scorer import score_model
 from attention_geometry.tools.inits import InitError, symmetric_init
 from attention_geometry.training.models import apply_init, fresh_linear_std

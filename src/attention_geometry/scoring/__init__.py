@@ -1,9 +1,8 @@
 """From weights to scores: W_qk per layer, its symmetry and directionality.
 
 measures.py          symmetry(M), directionality(M): float64, batched over [..., d, d]
-registry.py          Family / Stack / register: where each architecture keeps its q/k weights
-families/            one register(Family(...)) per model_type: text, seq2seq, vision, audio
-extract.py           iter_layer_qk, wqk(layer, per_head): the bilinear form per layer (and head)
+extract.py           iter_layer_qk, wqk(layer, per_head): the bilinear form per layer (and head), from the q/k
+                     tensors that architectures/ names
 scorer.py            score_model, score_checkpoints (CLI `score`, `score-checkpoints`)
 random_init_null.py  untrained models of a run's shape (CLI `score-null`)
 updates.py           dL/dW_qk and the applied updates of a run (CLI `score-updates`)

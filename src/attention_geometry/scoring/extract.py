@@ -5,44 +5,29 @@ x_i^T W_q,h^T W_k,h x_j and M = sum_h W_q,h^T W_k,h (rows: query side, columns: 
 ignored. Grouped-/multi-query attention pairs query head h with key head h // (H_q / H_kv), as
 transformers' repeat_kv does.
 
-A model family is one `Family` entry (registry.py; the entries in families/): which stacks it has, where
-each layer's q and k weights are, how they are laid out (one of LAYOUTS) and which config fields give layers
-and heads. Extraction only needs the config and a tensor getter, so the same code serves a loaded model's
-state dict and a streaming safetensors reader.
+A model family is one `Family` entry (architectures/registry.py; the entries in architectures/families/): which
+stacks it has, where each layer's q and k weights are (architectures/keys.py finds their tensor names), how they
+are laid out (one of LAYOUTS, split here) and which config fields give layers and heads. Extraction only needs the
+config and a tensor getter, so the same code serves a loaded model's state dict and a streaming safetensors
+reader.
 """
 
 from __future__ import annotations
 
-import numbers
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from attention_geometry.scoring import families  # noqa: F401  (registers every entry on import)
-from attention_geometry.scoring.registry import (
-    FAMILIES,
-    LAYOUT_NAMES,
-    ConfigGetter,
-    ExtractionError,
-    Family,
-    Stack,
-    UnsupportedArchitecture,
-    config_field,
-)
+from attention_geometry.architectures.keys import StackInfo, architecture_of, qk_keys
+from attention_geometry.architectures.registry import LAYOUT_NAMES, ExtractionError, Family
 
 __all__ = [
     "LayerQK",
     "LAYOUTS",
-    "get_family",
-    "supported_model_types",
-    "stack_info",
-    "qk_keys",
     "iter_layer_qk",
     "wqk",
-    "architecture_of",
 ]
 
 
@@ -70,120 +55,6 @@ class LayerQK:
     @property
     def d_model(self) -> int:
         return self.wq.shape[-1]
-
-
-def supported_model_types() -> list[str]:
-    return sorted(FAMILIES)
-
-
-def get_family(model_type: str) -> Family:
-    try:
-        return FAMILIES[model_type]
-    except KeyError:
-        raise UnsupportedArchitecture(
-            f"unsupported model_type {model_type!r}; supported: {', '.join(sorted(FAMILIES))}"
-        ) from None
-
-
-# ----------------------------------------------------------------------------------------------- config
-
-
-def _sub(config: Any, path: str | None) -> Any:
-    if not path:
-        return config
-    obj = config
-    for part in path.split("."):
-        obj = config_field(obj, part)
-        if obj is None:
-            raise ExtractionError(f"config has no sub-config {path!r}")
-    return obj
-
-
-def _get(config: Any, getter: ConfigGetter, what: str) -> int:
-    if callable(getter):
-        value = getter(config)
-    else:
-        value = config_field(config, getter)
-    if value is None:
-        raise ExtractionError(f"config has no {what} ({getter!r})")
-    low = 0 if what == "number of layers" else 1
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:  # "twelve", 12.5, -1
-        name = getter if isinstance(getter, str) else getattr(getter, "__name__", "?")
-        raise ExtractionError(f"config field {name} ({what}) must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-@dataclass(frozen=True)
-class StackInfo:
-    component: str
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    d_model: int
-    positions: tuple[dict[str, int], ...]
-
-
-def stack_info(stack: Stack, config: Any) -> StackInfo:
-    cfg = _sub(config, stack.sub_config)
-    n_layers = _get(cfg, stack.n_layers, "number of layers")
-    n_heads = _get(cfg, stack.n_heads, "number of attention heads")
-    n_kv = _get(cfg, stack.n_kv_heads, "number of key/value heads") if stack.n_kv_heads is not None else n_heads
-    d_model = _get(cfg, stack.d_model, "model width")
-    if n_kv <= 0 or n_heads % n_kv:
-        raise ExtractionError(f"{n_heads} query heads cannot be grouped over {n_kv} key/value heads")
-    try:
-        positions = stack.positions(cfg) if stack.positions else [{"i": i} for i in range(n_layers)]
-    except (TypeError, ValueError, ZeroDivisionError) as exc:  # a family's own reading of its config fields
-        raise ExtractionError(f"config fields of the {stack.component} layers are malformed ({exc})") from None
-    return StackInfo(stack.component, len(positions), n_heads, n_kv, d_model, tuple(positions))
-
-
-# ------------------------------------------------------------------------------------------- tensor names
-
-
-def _resolve(keys: Iterable[str], suffix: str, cache: dict[str, str]) -> str:
-    """The unique key that equals `suffix` or ends with '.' + suffix."""
-    if suffix in cache:
-        return cache[suffix]
-    keyset = keys if isinstance(keys, (set, frozenset, dict)) else set(keys)
-    if suffix in keyset:
-        cache[suffix] = suffix
-        return suffix
-    hits = [k for k in keyset if k.endswith("." + suffix)]
-    if not hits:
-        raise ExtractionError(f"checkpoint has no tensor named *{suffix}")
-    if len(hits) > 1:
-        raise ExtractionError(f"tensor name *{suffix} is ambiguous in this checkpoint: {sorted(hits)[:4]}")
-    cache[suffix] = hits[0]
-    return hits[0]
-
-
-def qk_keys(family: Family, config: Any, keys: Iterable[str]) -> list[tuple[Stack, StackInfo, int, tuple[str, ...]]]:
-    """For every applied layer: (stack, info, layer position, the full tensor names it needs)."""
-    keyset = set(keys)
-    cache: dict[str, str] = {}
-    out = []
-    for stack in family.stacks:
-        info = stack_info(stack, config)
-        if stack.positions is None:
-            _no_layers_beyond(stack, info, keyset)
-        for layer, pos in enumerate(info.positions):
-            names = [stack.q] if stack.k is None else [stack.q, stack.k]
-            out.append((stack, info, layer, tuple(_resolve(keyset, t.format(**pos), cache) for t in names)))
-    return out
-
-
-def _no_layers_beyond(stack: Stack, info: StackInfo, keys: set[str]) -> None:
-    """Refuse a checkpoint that stores attention weights of layer positions the config does not name (a config
-    of 3 layers read with a 6-layer checkpoint would score the first 3 and say nothing)."""
-    head, _, tail = stack.q.partition("{i}")
-    pattern = re.compile(r"(?:^|.*\.)" + re.escape(head) + r"(\d+)" + re.escape(tail) + "$")
-    extra = sorted({int(m.group(1)) for k in keys if (m := pattern.match(k))} - set(range(info.n_layers)))
-    if extra:
-        raise ExtractionError(
-            f"the config names {info.n_layers} {stack.component} layers, but the checkpoint holds "
-            f"attention weights of layer {extra[0]} ({stack.q.format(i=extra[0])})"
-        )
 
 
 # ----------------------------------------------------------------------------------------------- layouts
@@ -280,15 +151,6 @@ def iter_layer_qk(
             )
         component = "decoder" if decoder_only else stack.component
         yield LayerQK(component, layer, wq, wk, names)
-
-
-def architecture_of(family: Family, config: Any) -> str:
-    """The family's architecture, except that an encoder family run with is_decoder=True (BERT trained as a
-    causal LM) is decoder-only and its stack's component is `decoder` (docs/contracts.md)."""
-    is_decoder = config_field(config, "is_decoder")
-    if family.architecture == "encoder-only" and is_decoder:
-        return "decoder-only"
-    return family.architecture
 
 
 def wqk(

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from attention_geometry.architectures.keys import architecture_of, get_family, qk_keys
 from attention_geometry.commands import GQA_METHODS
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import GQA_COLUMNS, RUN_KEYS, SCORE_COLUMNS, TRAINING_COLUMNS
@@ -36,7 +37,7 @@ from attention_geometry.formats.rundir import (
     read_run_yaml,
     verify_snapshot,
 )
-from attention_geometry.scoring.extract import LayerQK, architecture_of, get_family, iter_layer_qk, qk_keys, wqk
+from attention_geometry.scoring.extract import LayerQK, iter_layer_qk, wqk
 from attention_geometry.scoring.measures import ScoreError, scores
 from attention_geometry.scoring.paper_gqa import layer_wqk
 from attention_geometry.weights.base import TensorSource

@@ -1,9 +1,9 @@
 """The project's four initializations on an initialized transformers model of any supported family.
 
 `symmetric_init(model, mode)` finds every self-attention layer's query, key (and, for the fresh modes, value)
-weights through the same family registry the scorer uses (scoring/registry.py, scoring/families/: the tensor
-names and their layout: separate, GPT-2's Conv1D, fused qkv, fused qkv per head) and changes them in place,
-in the parameters themselves (an optimizer built before keeps working). The modes are those of the BERT and
+weights through the same family registry the scorer uses (architectures/registry.py, architectures/families/: the
+tensor names and their layout: separate, GPT-2's Conv1D, fused qkv, fused qkv per head) and changes them in
+place, in the parameters themselves (an optimizer built before keeps working). The modes are those of the BERT and
 ViT runs (docs/training.md, "Initializations"; training.models.apply_init):
 
 - standard: nothing changes (the model's own init).
@@ -35,8 +35,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from attention_geometry.architectures.keys import get_family, qk_keys
 from attention_geometry.errors import UserError
-from attention_geometry.scoring.extract import get_family, qk_keys
 from attention_geometry.training.hyper import INITS
 
 __all__ = ["symmetric_init", "InitError"]

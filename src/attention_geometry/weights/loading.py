@@ -32,9 +32,9 @@ from typing import Any
 
 import torch
 
+from attention_geometry.architectures.keys import get_family, qk_keys
 from attention_geometry.errors import UserError
 from attention_geometry.formats.packages import is_spec, resolve
-from attention_geometry.scoring.extract import get_family, qk_keys
 from attention_geometry.weights.base import LoadError, StateDictSource, TensorSource, first_line
 from attention_geometry.weights.safetensors_io import (
     SafetensorsSource,

@@ -2,7 +2,7 @@
 (CLI `prefetch-qk`, rule prefetch_qk: on a cluster the submitting host fetches, the compute nodes read).
 
 The folder holds config.json (and the repository's `*.py` with --trust-remote-code) and one
-model.safetensors with only the tensors extraction reads (extract.qk_keys: the query and key weights, or
+model.safetensors with only the tensors extraction reads (keys.qk_keys: the query and key weights, or
 the fused qkv weights of families that store them fused), under their checkpoint names and dtypes, plus
 two metadata entries: N_PARAMS_KEY, the full checkpoint's floating-point parameter count (so the score
 rows' n_params is the model's, not the subset's), and `attention_geometry.origin` (the hub id and the
@@ -31,9 +31,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from attention_geometry.architectures.keys import get_family, qk_keys
 from attention_geometry.errors import UserError
 from attention_geometry.formats.files import WriteError, check_folder_out, replace_dir, write_failure
-from attention_geometry.scoring.extract import get_family, qk_keys
 from attention_geometry.weights.base import SCALE_SUFFIX, LoadError
 from attention_geometry.weights.loading import open_source
 from attention_geometry.weights.safetensors_io import (

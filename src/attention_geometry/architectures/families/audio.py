@@ -7,8 +7,8 @@ enters the logits and how tests/test_proof_audio.py neutralizes it: docs/archite
 
 from __future__ import annotations
 
-from attention_geometry.scoring.families.seq2seq import bart_stacks, t5_stacks
-from attention_geometry.scoring.registry import Family, Stack, register
+from attention_geometry.architectures.families.seq2seq import bart_stacks, t5_stacks
+from attention_geometry.architectures.registry import Family, Stack, register
 
 register(Family("whisper", "encoder-decoder", "audio", bart_stacks()))
 # The paper scored only Speech2Text's encoder (rows labelled encoder-only/encoder); the model is an

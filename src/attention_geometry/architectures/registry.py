@@ -3,10 +3,10 @@
 A model family is one `Family` entry (see families/): which self-attention stacks it has (encoder /
 decoder), where each layer's q and k weights are (a key template matched as a suffix of the checkpoint's
 tensor names, so "bert." or "model." prefixes do not matter), how they are laid out (one of LAYOUT_NAMES,
-implemented in extract.LAYOUTS), and which config fields give layers and heads.
+implemented in scoring/extract.py's LAYOUTS), and which config fields give layers and heads.
 
-This module imports nothing of the package but `errors`: the family modules and the extractor both import
-it, and only the extractor imports the families (extract.get_family), so there is no import cycle.
+This module imports nothing of the package but `errors`: the family modules and keys.py both import it, and
+only keys.py imports the families (keys.get_family), so there is no import cycle.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ ConfigGetter = str | Callable[[Any], int]
 ARCHITECTURES = ("encoder-only", "decoder-only", "encoder-decoder")
 MODALITIES = ("text", "vision", "audio")
 COMPONENTS = ("encoder", "decoder")
-# how a stack's q and k weights are stored; each name has its splitting function in extract.LAYOUTS
+# how a stack's q and k weights are stored; each name has its splitting function in scoring.extract.LAYOUTS
 LAYOUT_NAMES = ("separate", "conv1d_qkv", "fused_qkv", "fused_qkv_per_head")
 
 

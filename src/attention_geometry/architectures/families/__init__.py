@@ -4,4 +4,4 @@ Adding a family = one `register(Family(...))` entry in the module of its group (
 tests/). See registry.Stack for the fields; the modules here import only registry.py.
 """
 
-from attention_geometry.scoring.families import audio, seq2seq, text, vision  # noqa: F401
+from attention_geometry.architectures.families import audio, seq2seq, text, vision  # noqa: F401

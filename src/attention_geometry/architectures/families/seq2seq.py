@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from attention_geometry.scoring.registry import Family, Stack, config_field, register
+from attention_geometry.architectures.registry import Family, Stack, config_field, register
 
 
 def first_of(*names: str) -> Callable[[Any], int | None]:

@@ -8,8 +8,8 @@ docs/architectures/seq2seq-vision-audio.md.
 
 from __future__ import annotations
 
-from attention_geometry.scoring.families.seq2seq import bart_stacks
-from attention_geometry.scoring.registry import Family, Stack, register
+from attention_geometry.architectures.families.seq2seq import bart_stacks
+from attention_geometry.architectures.registry import Family, Stack, register
 
 
 def vit_stack() -> tuple[Stack, ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attention_geometry.scoring.registry import Family, Stack, config_field, register
+from attention_geometry.architectures.registry import Family, Stack, config_field, register
 
 
 def num_key_value_heads(config: Any) -> int | None:
