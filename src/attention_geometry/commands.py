@@ -9,9 +9,9 @@ import argparse
 import math
 
 from attention_geometry.formats.columns import RUN_KEYS
+from attention_geometry.scoring.gqa_methods import GQA_METHODS
 
 __all__ = [
-    "GQA_METHODS",
     "num_std_arg",
     "add_arguments_score",
     "add_arguments_score_checkpoints",
@@ -19,9 +19,6 @@ __all__ = [
     "add_arguments_prefetch_qk",
     "add_arguments_score_updates",
 ]
-
-# how grouped-query layers are scored: the attention's matrix, or the paper's expansion (scoring/paper_gqa.py)
-GQA_METHODS = ("correct", "paper")
 
 
 def num_std_arg(text: str) -> float:

@@ -29,9 +29,9 @@ from typing import Any
 
 import torch
 
-from attention_geometry.commands import GQA_METHODS
 from attention_geometry.errors import UserError
 from attention_geometry.scoring.extract import LayerQK, wqk
+from attention_geometry.scoring.gqa_methods import GQA_METHODS
 
 __all__ = ["hf_rows", "paper_wqk", "layer_wqk"]
 

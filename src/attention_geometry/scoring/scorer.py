@@ -26,7 +26,6 @@ from typing import Any
 import torch
 
 from attention_geometry.architectures.keys import architecture_of, get_family, qk_keys
-from attention_geometry.commands import GQA_METHODS
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import GQA_COLUMNS, RUN_KEYS, SCORE_COLUMNS, TRAINING_COLUMNS
 from attention_geometry.formats.files import atomic_write_table, check_table_path
@@ -38,6 +37,7 @@ from attention_geometry.formats.rundir import (
     verify_snapshot,
 )
 from attention_geometry.scoring.extract import LayerQK, iter_layer_qk, wqk
+from attention_geometry.scoring.gqa_methods import GQA_METHODS
 from attention_geometry.scoring.measures import ScoreError, scores
 from attention_geometry.scoring.paper_gqa import layer_wqk
 from attention_geometry.weights.base import TensorSource
