@@ -10,6 +10,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from attention_geometry.analysis import claim_effects as E
+from attention_geometry.analysis import claim_rules as R
 from attention_geometry.analysis import claims as C
 from attention_geometry.analysis import stats as S
 from attention_geometry.analysis import summaries as A
@@ -185,7 +187,7 @@ VISION_FAMILY = ["v1", "v4"]
 
 def test_every_claim_is_listed_with_its_columns():
     c = build()
-    assert list(c.reset_index().columns) == C.CLAIM_COLUMNS
+    assert list(c.reset_index().columns) == R.CLAIM_COLUMNS
     assert list(c.index) == list(C.CLAIM_IDS)
     assert sorted(c.index[c["kind"] == "core"]) == sorted(CORE)
     assert set(c.loc[["f", "f2"], "rule"]) == {"equivalence"}
@@ -302,8 +304,8 @@ def test_reversed_effect_is_contradicted_with_the_opposite_sign_note():
     a = c.loc["a"]
     assert a["estimate"] == pytest.approx(-np.mean([0.4 - 0.01 * s for s in (0, 1, 2)]))
     assert a["verdict"] == "contradicted"
-    assert C.OPPOSITE in a["note"]
-    assert c.loc["b", "verdict"] == "contradicted" and C.OPPOSITE in c.loc["b", "note"]
+    assert R.OPPOSITE in a["note"]
+    assert c.loc["b", "verdict"] == "contradicted" and R.OPPOSITE in c.loc["b", "note"]
 
 
 def test_two_seeds_are_never_decided():
@@ -374,7 +376,7 @@ def test_update_claims_on_seeds():
         },
     ).set_index("id")
     assert flipped.loc["h_gradient_2", "verdict"] == "contradicted"
-    assert C.OPPOSITE in flipped.loc["h_gradient_2", "note"]
+    assert R.OPPOSITE in flipped.loc["h_gradient_2", "note"]
     # no loss table: the loss claims are listed as not tested, not dropped
     assert flipped.loc["c1", "verdict"] == "not tested" and "loss" in flipped.loc["c1", "note"]
 
@@ -574,7 +576,7 @@ def _fixed(values, unit_labels=None):
     labels = unit_labels or [f"tiny/w/{i}" for i in range(len(values))]
 
     def effect(ctx):
-        return C.Effect(pd.Series(values, index=labels, dtype=float), "fixed values")
+        return E.Effect(pd.Series(values, index=labels, dtype=float), "fixed values")
 
     return effect
 
@@ -582,7 +584,7 @@ def _fixed(values, unit_labels=None):
 def _claims_of(*specs):
     """Claims with fixed per-unit values: (id, kind, values, sign, rule)."""
     return [
-        C.Claim(cid, f"claim {cid}", kind, "seed", (), _fixed(v), sign, "symmetry", rule)
+        R.Claim(cid, f"claim {cid}", kind, "seed", (), _fixed(v), sign, "symmetry", rule)
         for cid, kind, v, sign, rule in specs
     ]
 
@@ -599,21 +601,21 @@ def test_holm_can_turn_a_nominal_effect_inconclusive_and_the_margin_is_required(
         ("v", "core", null, 1, "directional"),
         ("w", "also", weak, 1, "directional"),  # the same values outside the family: unadjusted
     )
-    c = C.evaluate(claims, C.ClaimTables(), C.ClaimSettings(margins={"symmetry": 0.001})).set_index("id")
+    c = R.evaluate(claims, C.ClaimTables(), C.ClaimSettings(margins={"symmetry": 0.001})).set_index("id")
     p = [sps.ttest_1samp(v, 0).pvalue for v in (strong, weak, small, null)]
     assert c.loc[["x", "y", "z", "v"], "p_holm"].tolist() == pytest.approx(_holm_by_hand(p))
     assert c.loc["y", "p_value"] < 0.05 <= c.loc["y", "p_holm"]
     assert c.loc["y", "verdict"] == "inconclusive" and "p_holm" in c.loc["y", "note"]
     assert c.loc["w", "verdict"] == "holds" and math.isnan(c.loc["w", "p_holm"])
     assert c.loc["x", "verdict"] == "holds"
-    wide = C.evaluate(claims, C.ClaimTables(), C.ClaimSettings(margins={"symmetry": 0.05})).set_index("id")
+    wide = R.evaluate(claims, C.ClaimTables(), C.ClaimSettings(margins={"symmetry": 0.05})).set_index("id")
     ci = sps.ttest_1samp(small, 0).confidence_interval(0.95)
     assert ci.low > 0 and ci.low < 0.05 < ci.high
     assert wide.loc["z", "verdict"] == "inconclusive" and "does not clear the margin +0.05" in wide.loc["z", "note"]
 
 
 def _verdict_by_hand(values, sign, margin, p_used):
-    if len(values) < C.MIN_N:
+    if len(values) < S.MIN_N:
         return "inconclusive"
     ci = sps.ttest_1samp(values, 0).confidence_interval(0.95)
     if (sign > 0 and ci.high < 0) or (sign < 0 and ci.low > 0) or (-margin < ci.low and ci.high < margin):
@@ -630,7 +632,7 @@ def test_leave_one_out_stability_by_brute_force():
         ("x", "core", x, 1, "directional"), ("y", "core", y, 1, "directional"), ("z", "core", z, 1, "directional")
     )
     # z's fixed values carry units 0-3: leaving unit 4 out changes x and y only
-    c = C.evaluate(claims, C.ClaimTables(), C.ClaimSettings()).set_index("id")
+    c = R.evaluate(claims, C.ClaimTables(), C.ClaimSettings()).set_index("id")
     data = {"x": x, "y": y, "z": z}
     p_full = [sps.ttest_1samp(v, 0).pvalue for v in data.values()]
     full = {k: _verdict_by_hand(v, 1, 0.05, a) for (k, v), a in zip(data.items(), _holm_by_hand(p_full))}
@@ -687,7 +689,7 @@ def test_change_from_step_0():
 # ------------------------------------------------------------------------ written once, counted once
 def test_claim_texts_are_written_once():
     c = build()
-    texts = {cl.id: C.claim_text(cl, C.ClaimSettings()) for cl in C.CLAIMS}
+    texts = {cl.id: R.claim_text(cl, C.ClaimSettings()) for cl in C.CLAIMS}
     assert c["claim"].to_dict() == texts
     assert len(set(texts.values())) == len(texts)
     for path in [*ROOT.glob("notebooks/*.ipynb"), ROOT / "README.md", *ROOT.glob("docs/*.md")]:

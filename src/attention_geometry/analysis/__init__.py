@@ -1,7 +1,9 @@
 """Tables to claims and figures; torch-free (the notebooks import these).
 
 stats.py         intervals, exact p-values, the verdict rule, the horizon statistic, the signed speed-up
-claims.py        claims.csv: each claim on its unit, paired by seed
+claims.py        claims.csv: the claims table as the pre-registrations list them, its inputs, settings and text
+claim_effects.py each claim's effect on its units and the paper's figure on the same unit
+claim_rules.py   an effect to its row: statistics, Holm within families, the verdict rules
 paper_claims.py  the paper's own figure for each claim on the same unit
 summaries.py     summaries over layers, loss contrasts, Table 1
 figdata.py       data behind figures made by rules (Figure 1's W_qk, the symmetry/speed-up table)

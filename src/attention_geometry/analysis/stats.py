@@ -30,6 +30,8 @@ from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import RUN_KEYS, SCORES
 
 VERDICTS = ("holds", "contradicted", "inconclusive")
+# the fewest units that decide a claim: fewer seeds never give a verdict, fewer models per class a descriptive row
+MIN_N = 3
 # exact enumeration of 2^n sign flips: 2^24 = 16.7 M flips, done in blocks; beyond that refuse
 MAX_SIGN_FLIP_N = 24
 
