@@ -7,9 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from attention_geometry.cli import COMMANDS, main
+from attention_geometry.cli import COMMANDS, main, runner
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_command_names_its_two_functions():
+    """The table is explicit and follows one convention: subcommand NAME is commands.add_arguments_NAME and the
+    working module's run_NAME (dashes as underscores), so that grep finds every one of them."""
+    for name, command in COMMANDS.items():
+        stem = name.replace("-", "_")
+        assert command.add_arguments.__module__ == "attention_geometry.commands", name
+        assert command.add_arguments.__name__ == f"add_arguments_{stem}", name
+        assert runner(name).__name__ == f"run_{stem}", name
+    with pytest.raises(KeyError):
+        runner("no-such-command")
 
 
 def test_version_is_the_project_version():
@@ -75,7 +87,7 @@ def test_no_progress_silences_the_bars(tmp_path):
 
 def test_no_subcommands_help_imports_torch():
     """`--help` (and an argument error) of every subcommand is answered without importing torch: the arguments
-    of the torch-bound subcommands live in the torch-free commands.py (cli.ARGUMENTS)."""
+    of every subcommand live in the torch-free commands.py (cli.COMMANDS), its work behind cli.runner."""
     code = (
         "import contextlib, io, sys\n"
         "from attention_geometry.cli import COMMANDS, main\n"

@@ -1,7 +1,9 @@
 """`attention-geometry` console script.
 
-Each subcommand lives in the module that does the work, as `add_arguments(parser)` + `run(args) -> int`;
-only the chosen one is imported, so `attention-geometry score ...` does not import the training stack.
+COMMANDS is the table of subcommands: each one's help line and the function that adds its arguments
+(commands.py, torch-free, so every `--help` answers at once); `runner` names the function that does its work,
+`run_NAME(args) -> int` in its own module, and imports only that module, after the arguments parsed, so
+`attention-geometry score ...` does not import the training stack.
 A UserError (bad input) is printed as one line `error: ...` on stderr with exit status 2; so is a bad
 argument of a subcommand (argparse's own message, without the usage lines: `--help` shows them). A write the
 storage refuses that a command let through (a full disk, a read-only file system; files.write_failure) is one
@@ -13,69 +15,129 @@ a reader that went away (`| head`) ends the command quietly with exit status 141
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
+from collections.abc import Callable
+from typing import NamedTuple
 
-from attention_geometry import __version__
+from attention_geometry import __version__, commands
 from attention_geometry.errors import UserError
 
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool that SIGPIPE ended
 
-# subcommand -> (module, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "score": ("attention_geometry.scoring.scorer", "score the self-attention W_qk of a model (dir, GGUF or hub id)"),
-    "score-checkpoints": ("attention_geometry.scoring.scorer", "score every weight snapshot of a training run"),
-    "compare-gqa": (
-        "attention_geometry.scoring.scorer",
+
+class Command(NamedTuple):
+    help: str  # the one line of `attention-geometry --help`, and the subcommand's description
+    add_arguments: Callable[[argparse.ArgumentParser], None]  # in commands.py
+
+
+COMMANDS: dict[str, Command] = {
+    "score": Command(
+        "score the self-attention W_qk of a model (dir, GGUF or hub id)",
+        commands.add_arguments_score,
+    ),
+    "score-checkpoints": Command(
+        "score every weight snapshot of a training run",
+        commands.add_arguments_score_checkpoints,
+    ),
+    "compare-gqa": Command(
         "a grouped-query model's W_qk scores by the attention's matrix and by the paper's expansion",
+        commands.add_arguments_compare_gqa,
     ),
-    "prefetch-qk": (
-        "attention_geometry.weights.prefetch",
+    "prefetch-qk": Command(
         "fetch a hub model's q/k tensors and config into a local folder",
+        commands.add_arguments_prefetch_qk,
     ),
-    "fetch-hub-data": (
-        "attention_geometry.data.fetch",
+    "fetch-hub-data": Command(
         "fetch the hub files a corpus or image set reads (data files, tokenizer) into a folder, for offline prepares",
+        commands.add_arguments_fetch_hub_data,
     ),
-    "prepare-corpus": ("attention_geometry.data.prepare", "tokenize a corpus into fixed-length blocks"),
-    "prepare-images": (
-        "attention_geometry.data.images",
+    "prepare-corpus": Command(
+        "tokenize a corpus into fixed-length blocks",
+        commands.add_arguments_prepare_corpus,
+    ),
+    "prepare-images": Command(
         "prepare an image set (digits, CIFAR-10) with a held-out split",
+        commands.add_arguments_prepare_images,
     ),
-    "train": ("attention_geometry.training.command", "train (or resume) one run from a RUN.yaml"),
-    "score-updates": ("attention_geometry.scoring.updates", "score the W_qk gradients and applied updates of a run"),
-    "score-null": (
-        "attention_geometry.scoring.random_init_null",
+    "train": Command(
+        "train (or resume) one run from a RUN.yaml",
+        commands.add_arguments_train,
+    ),
+    "score-updates": Command(
+        "score the W_qk gradients and applied updates of a run",
+        commands.add_arguments_score_updates,
+    ),
+    "score-null": Command(
         "score randomly initialized models of a run's shape (the null)",
+        commands.add_arguments_score_null,
     ),
-    "concat-tables": ("attention_geometry.workflow.concat", "concatenate per-run/per-model tables into one tidy table"),
-    "extract-wqk": (
-        "attention_geometry.analysis.figdata",
+    "concat-tables": Command(
+        "concatenate per-run/per-model tables into one tidy table",
+        commands.add_arguments_concat_tables,
+    ),
+    "extract-wqk": Command(
         "write a model's median-symmetry layer W_qk (Figure 1) to .npz",
+        commands.add_arguments_extract_wqk,
     ),
-    "run-notebook": (
-        "attention_geometry.workflow.notebook",
+    "run-notebook": Command(
         "run a figure notebook with papermill; a failing cell is one error line and its traceback",
+        commands.add_arguments_run_notebook,
     ),
-    "join-parts": ("attention_geometry.workflow.pretrained", "join a model file shipped in parts, checking its sha256"),
-    "locate-package": (
-        "attention_geometry.workflow.pretrained",
+    "join-parts": Command(
+        "join a model file shipped in parts, checking its sha256",
+        commands.add_arguments_join_parts,
+    ),
+    "locate-package": Command(
         "print the path of a file or folder inside an installed package (pkg:PACKAGE/PATH), checking its sha256",
+        commands.add_arguments_locate_package,
     ),
-    "symmetry-speedup": (
-        "attention_geometry.analysis.figdata",
+    "symmetry-speedup": Command(
         "tabulate symmetry vs loss gain and speed-up per ablation run",
+        commands.add_arguments_symmetry_speedup,
     ),
 }
 
 
-# subcommand -> the module that defines its arguments, where that is not the working module: these work with
-# torch, and their arguments live in the torch-free commands.py so that `--help` answers at once
-ARGUMENTS: dict[str, str] = {
-    name: "attention_geometry.commands"
-    for name in ("score", "score-checkpoints", "compare-gqa", "prefetch-qk", "score-updates")
-}
+def runner(name: str) -> Callable[[argparse.Namespace], int]:
+    """The function that runs subcommand `name`; only its module is imported (the scoring and training modules
+    import torch)."""
+    match name:
+        case "score":
+            from attention_geometry.scoring.scorer import run_score as run
+        case "score-checkpoints":
+            from attention_geometry.scoring.scorer import run_score_checkpoints as run
+        case "compare-gqa":
+            from attention_geometry.scoring.scorer import run_compare_gqa as run
+        case "prefetch-qk":
+            from attention_geometry.weights.prefetch import run_prefetch_qk as run
+        case "fetch-hub-data":
+            from attention_geometry.data.fetch import run_fetch_hub_data as run
+        case "prepare-corpus":
+            from attention_geometry.data.prepare import run_prepare_corpus as run
+        case "prepare-images":
+            from attention_geometry.data.images import run_prepare_images as run
+        case "train":
+            from attention_geometry.training.command import run_train as run
+        case "score-updates":
+            from attention_geometry.scoring.updates import run_score_updates as run
+        case "score-null":
+            from attention_geometry.scoring.random_init_null import run_score_null as run
+        case "concat-tables":
+            from attention_geometry.workflow.concat import run_concat_tables as run
+        case "extract-wqk":
+            from attention_geometry.analysis.figdata import run_extract_wqk as run
+        case "run-notebook":
+            from attention_geometry.workflow.notebook import run_run_notebook as run
+        case "join-parts":
+            from attention_geometry.workflow.pretrained import run_join_parts as run
+        case "locate-package":
+            from attention_geometry.workflow.pretrained import run_locate_package as run
+        case "symmetry-speedup":
+            from attention_geometry.analysis.figdata import run_symmetry_speedup as run
+        case _:
+            raise KeyError(name)
+    return run
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,8 +147,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"attention-geometry {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_, help_) in COMMANDS.items():
-        sub.add_parser(name, help=help_, add_help=False)
+    for name, command in COMMANDS.items():
+        sub.add_parser(name, help=command.help, add_help=False)
     return p
 
 
@@ -120,9 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         _parser().parse_args(argv or ["--help"])
         return 2
     name = argv[0]
-    arguments = importlib.import_module(ARGUMENTS.get(name, COMMANDS[name][0]))
-    parser = _OneLineParser(prog=f"attention-geometry {name}", description=COMMANDS[name][1])
-    getattr(arguments, "add_arguments_" + name.replace("-", "_"))(parser)
+    parser = _OneLineParser(prog=f"attention-geometry {name}", description=COMMANDS[name].help)
+    COMMANDS[name].add_arguments(parser)
     if "--no-progress" not in parser._option_string_actions:  # one switch for every subcommand
         parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv[1:])
@@ -135,8 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "no_progress", False) or getattr(args, "quiet", False):
         _no_progress_bars()
     try:
-        module = importlib.import_module(COMMANDS[name][0])
-        code = int(getattr(module, "run_" + name.replace("-", "_"))(args) or 0)
+        code = int(runner(name)(args) or 0)
         sys.stdout.flush()  # a table or path printed to a full or closed pipe fails here, not at exit
         return code
     except UserError as exc:

@@ -1,6 +1,9 @@
-"""The arguments of the subcommands whose work needs torch (score, score-checkpoints, compare-gqa, prefetch-qk,
-score-updates), kept here without torch so that their `--help` and argument errors answer at once: cli.py builds
-the parser from this module and imports the working module (scoring/scorer.py, weights/prefetch.py) only to run.
+"""The arguments of every subcommand, one `add_arguments_NAME(parser)` each, in the order of cli.COMMANDS.
+
+They live here, apart from the modules that do the work, so that every `--help` and every argument error
+answers at once: this module imports no torch, only the torch-free constants that the choices and help texts
+name (GQA_METHODS, the null's inits and seeds, the table kinds, the trainer's exit status); cli.py imports the
+module that runs a command, `run_NAME(args)`, only after its arguments parsed.
 """
 
 from __future__ import annotations
@@ -8,8 +11,10 @@ from __future__ import annotations
 import argparse
 import math
 
-from attention_geometry.formats.columns import RUN_KEYS
+from attention_geometry.formats.columns import RUN_KEYS, TABLE_COLUMNS
 from attention_geometry.scoring.gqa_methods import GQA_METHODS
+from attention_geometry.scoring.random_init_null import NULL_INITS, NULL_SEED_OFFSET
+from attention_geometry.training.budget import EXIT_STOPPED
 
 __all__ = [
     "num_std_arg",
@@ -17,7 +22,18 @@ __all__ = [
     "add_arguments_score_checkpoints",
     "add_arguments_compare_gqa",
     "add_arguments_prefetch_qk",
+    "add_arguments_fetch_hub_data",
+    "add_arguments_prepare_corpus",
+    "add_arguments_prepare_images",
+    "add_arguments_train",
     "add_arguments_score_updates",
+    "add_arguments_score_null",
+    "add_arguments_concat_tables",
+    "add_arguments_extract_wqk",
+    "add_arguments_run_notebook",
+    "add_arguments_join_parts",
+    "add_arguments_locate_package",
+    "add_arguments_symmetry_speedup",
 ]
 
 
@@ -128,6 +144,64 @@ def add_arguments_prefetch_qk(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
 
 
+def add_arguments_fetch_hub_data(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", required=True, metavar="CONFIG.yaml", help="a corpus or image set config (docs/data.md)"
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="folder to fetch into (new, or an earlier fetch: files already there are not downloaded again)",
+    )
+    parser.add_argument("--workers", type=int, default=8, metavar="N", help="parallel downloads (default 8)")
+
+
+def add_arguments_prepare_corpus(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, metavar="CORPUS.yaml", help="corpus config (docs/data.md)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (written atomically)")
+    parser.add_argument("--force", action="store_true", help="replace DIR if it holds another corpus config")
+    parser.add_argument(
+        "--hub-data",
+        metavar="DIR",
+        help="read the corpus's hub inputs (dataset files, tokenizer) only from DIR, written by fetch-hub-data "
+        "for this config, with the hub offline (default: fetch them now)",
+    )
+
+
+def add_arguments_prepare_images(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, metavar="IMAGES.yaml", help="image set config (docs/data.md)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (written atomically)")
+    parser.add_argument("--force", action="store_true", help="replace DIR if it holds another config or changed inputs")
+    parser.add_argument(
+        "--hub-data",
+        metavar="DIR",
+        help="read a hub dataset's files only from DIR, written by fetch-hub-data for this config, with the hub "
+        "offline (default: fetch them now)",
+    )
+
+
+def add_arguments_train(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="RUN.yaml (keys: see docs/training.md)")
+    parser.add_argument("--out", required=True, help="run directory (results/runs/{run}); same again = resume")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: RUN.yaml threads)")
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default=None,
+        help="default: RUN.yaml device (auto = cuda when available)",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help="wall-clock budget of this process (default, or 0: none): before it runs out the run stops between "
+        f"two updates, saves its state and exits with status {EXIT_STOPPED}; the same command resumes it",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
 def add_arguments_score_updates(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="training run dir (run.yaml, checkpoints/step-XXXXXXX/)")
     parser.add_argument(
@@ -144,3 +218,103 @@ def add_arguments_score_updates(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, ...)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+
+
+def add_arguments_score_null(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--run-config",
+        required=True,
+        metavar="FILE",
+        help="RUN.yaml of a run: size, overrides and corpus (vocabulary, special tokens)",
+    )
+    parser.add_argument(
+        "--inits",
+        nargs="+",
+        default=list(NULL_INITS),
+        metavar="INIT",
+        help=f"initializations to draw (default: {' '.join(NULL_INITS)})",
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=100,
+        metavar="N",
+        help=f"models per init, seeds {NULL_SEED_OFFSET} ... {NULL_SEED_OFFSET} + N - 1 (default 100)",
+    )
+    parser.add_argument("--out", required=True, metavar="FILE", help="output table, .csv or .parquet")
+    parser.add_argument(
+        "--num-std",
+        type=float,
+        default=2.0,
+        metavar="K",
+        help="directionality threshold: mean + K * std of the row/column norms (default 2)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="torch threads (default 1: the matrices are small, more threads only contend)",
+    )
+    parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
+
+
+def add_arguments_concat_tables(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("inputs", nargs="+", help="CSV tables with the same columns")
+    parser.add_argument("--out", required=True, help="the concatenated CSV table")
+    parser.add_argument(
+        "--kind",
+        choices=sorted(TABLE_COLUMNS),
+        default=None,
+        help="check the contract columns of this table kind (docs/contracts.md)",
+    )
+
+
+def add_arguments_extract_wqk(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", help="model folder, weight snapshot (step-XXXXXXX) or GGUF file")
+    parser.add_argument("--name", required=True, help="the label stored with the matrix (run name or model name)")
+    parser.add_argument("--out", required=True, help="output .npz")
+
+
+def add_arguments_run_notebook(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("notebook", metavar="NOTEBOOK", help="the notebook to run (notebooks/NAME.ipynb)")
+    parser.add_argument("executed", metavar="EXECUTED", help="where the executed copy goes")
+    parser.add_argument(
+        "--parameters", required=True, metavar="JSON", help="the parameters cell's values, as a JSON object"
+    )
+    parser.add_argument(
+        "--input-sums",
+        metavar="FILE",
+        help="after a successful run, write the sha256 of the notebook and of each input (the parameters' "
+        "`inputs`) here, as `sha256sum` lines",
+    )
+
+
+def add_arguments_join_parts(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("parts", nargs="+", metavar="PART", help="the parts, in order (files or pkg:PACKAGE/PATH)")
+    parser.add_argument("--sha256", required=True, help="the joined file's recorded sha256 (hex)")
+    parser.add_argument("--out", required=True, help="the joined file")
+
+
+def add_arguments_locate_package(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("spec", metavar="SPEC", help="pkg:PACKAGE[/PATH], a file or folder inside an installed package")
+    parser.add_argument(
+        "--sha256",
+        action="append",
+        default=[],
+        metavar="FILE=HEX",
+        help="the recorded sha256 of a weight file under SPEC (repeat for each); any other weight file there is "
+        "an error",
+    )
+
+
+def add_arguments_symmetry_speedup(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scores", required=True, help="training_scores.csv")
+    parser.add_argument("--loss", required=True, help="training_loss.csv")
+    parser.add_argument("--runs", nargs="+", required=True, help="the ablation runs (figures.ablation_group)")
+    parser.add_argument("--baseline-init", required=True, help="the init gains and speed-ups are measured against")
+    parser.add_argument("--ci-level", type=float, required=True, help="confidence level of the intervals")
+    parser.add_argument("--bootstrap-resamples", type=int, required=True)
+    parser.add_argument("--bootstrap-seed", type=int, required=True)
+    parser.add_argument("--out-runs", required=True, help="per-run table (.csv)")
+    parser.add_argument("--out-correlations", required=True, help="correlation table (.csv)")

@@ -198,12 +198,6 @@ def seed_means(table: pd.DataFrame, columns: list[str], level: float) -> pd.Data
 
 
 # ------------------------------------------------------------------------------------------------- CLI
-def add_arguments_extract_wqk(p) -> None:
-    p.add_argument("source", help="model folder, weight snapshot (step-XXXXXXX) or GGUF file")
-    p.add_argument("--name", required=True, help="the label stored with the matrix (run name or model name)")
-    p.add_argument("--out", required=True, help="output .npz")
-
-
 def run_extract_wqk(args) -> int:
     if not str(args.out).endswith(".npz"):
         raise UserError(f"{args.out}: the output must end in .npz")
@@ -215,18 +209,6 @@ def run_extract_wqk(args) -> int:
         f"s = {ex.symmetry:.4f}, d = {ex.directionality:.4f}"
     )
     return 0
-
-
-def add_arguments_symmetry_speedup(p) -> None:
-    p.add_argument("--scores", required=True, help="training_scores.csv")
-    p.add_argument("--loss", required=True, help="training_loss.csv")
-    p.add_argument("--runs", nargs="+", required=True, help="the ablation runs (figures.ablation_group)")
-    p.add_argument("--baseline-init", required=True, help="the init gains and speed-ups are measured against")
-    p.add_argument("--ci-level", type=float, required=True, help="confidence level of the intervals")
-    p.add_argument("--bootstrap-resamples", type=int, required=True)
-    p.add_argument("--bootstrap-seed", type=int, required=True)
-    p.add_argument("--out-runs", required=True, help="per-run table (.csv)")
-    p.add_argument("--out-correlations", required=True, help="correlation table (.csv)")
 
 
 def run_symmetry_speedup(args) -> int:

@@ -17,7 +17,7 @@ from attention_geometry.data.hub_data import FOLDERS, MANIFEST, HubInput, fetch_
 from attention_geometry.errors import UserError
 from attention_geometry.formats.files import check_out_location, read_yaml
 
-__all__ = ["load_inputs", "add_arguments_fetch_hub_data", "run_fetch_hub_data"]
+__all__ = ["load_inputs", "run_fetch_hub_data"]
 
 
 def load_inputs(path: str | os.PathLike) -> tuple[str, Any, list[HubInput]]:
@@ -45,19 +45,6 @@ def _check_out(out: Path, config: str) -> None:
             )
     elif out.exists():
         raise UserError(f"{out}: is a file; use another --out")
-
-
-def add_arguments_fetch_hub_data(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config", required=True, metavar="CONFIG.yaml", help="a corpus or image set config (docs/data.md)"
-    )
-    parser.add_argument(
-        "--out",
-        required=True,
-        metavar="DIR",
-        help="folder to fetch into (new, or an earlier fetch: files already there are not downloaded again)",
-    )
-    parser.add_argument("--workers", type=int, default=8, metavar="N", help="parallel downloads (default 8)")
 
 
 def run_fetch_hub_data(args: argparse.Namespace) -> int:

@@ -62,7 +62,6 @@ __all__ = [
     "image_input_changes",
     "images_status",
     "prepare_images",
-    "add_arguments_prepare_images",
     "run_prepare_images",
 ]
 
@@ -514,18 +513,6 @@ def _manifest(cfg: ImageConfig, tmp: Path, names, sources, split, where: str) ->
 
 
 # ----------------------------------------------------------------------------------------------- CLI
-
-
-def add_arguments_prepare_images(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, metavar="IMAGES.yaml", help="image set config (docs/data.md)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (written atomically)")
-    parser.add_argument("--force", action="store_true", help="replace DIR if it holds another config or changed inputs")
-    parser.add_argument(
-        "--hub-data",
-        metavar="DIR",
-        help="read a hub dataset's files only from DIR, written by fetch-hub-data for this config, with the hub "
-        "offline (default: fetch them now)",
-    )
 
 
 def run_prepare_images(args: argparse.Namespace) -> int:

@@ -37,7 +37,7 @@ from attention_geometry.formats.corpus import (
 )
 from attention_geometry.formats.files import check_out_location, file_sha256, replace_dir
 
-__all__ = ["corpus_status", "prepare_corpus", "add_arguments_prepare_corpus", "run_prepare_corpus"]
+__all__ = ["corpus_status", "prepare_corpus", "run_prepare_corpus"]
 
 log = logging.getLogger("attention_geometry.data")
 
@@ -325,18 +325,6 @@ def _prepare_into(cfg: CorpusConfig, tmp: Path, fetched: FetchedData | None = No
 
 
 # ----------------------------------------------------------------------------------------------- CLI
-
-
-def add_arguments_prepare_corpus(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, metavar="CORPUS.yaml", help="corpus config (docs/data.md)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (written atomically)")
-    parser.add_argument("--force", action="store_true", help="replace DIR if it holds another corpus config")
-    parser.add_argument(
-        "--hub-data",
-        metavar="DIR",
-        help="read the corpus's hub inputs (dataset files, tokenizer) only from DIR, written by fetch-hub-data "
-        "for this config, with the hub offline (default: fetch them now)",
-    )
 
 
 def offline_hub() -> None:

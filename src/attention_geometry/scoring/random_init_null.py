@@ -106,45 +106,6 @@ def score_null(
 # --------------------------------------------------------------------------------------------------- CLI
 
 
-def add_arguments_score_null(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--run-config",
-        required=True,
-        metavar="FILE",
-        help="RUN.yaml of a run: size, overrides and corpus (vocabulary, special tokens)",
-    )
-    parser.add_argument(
-        "--inits",
-        nargs="+",
-        default=list(NULL_INITS),
-        metavar="INIT",
-        help=f"initializations to draw (default: {' '.join(NULL_INITS)})",
-    )
-    parser.add_argument(
-        "--samples",
-        type=int,
-        default=100,
-        metavar="N",
-        help=f"models per init, seeds {NULL_SEED_OFFSET} ... {NULL_SEED_OFFSET} + N - 1 (default 100)",
-    )
-    parser.add_argument("--out", required=True, metavar="FILE", help="output table, .csv or .parquet")
-    parser.add_argument(
-        "--num-std",
-        type=float,
-        default=2.0,
-        metavar="K",
-        help="directionality threshold: mean + K * std of the row/column norms (default 2)",
-    )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        metavar="N",
-        help="torch threads (default 1: the matrices are small, more threads only contend)",
-    )
-    parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
-
-
 def run_score_null(args: argparse.Namespace) -> int:
     from attention_geometry.formats.files import atomic_write_table, check_table_path
     from attention_geometry.scoring.measures import check_num_std

@@ -11,27 +11,6 @@ from attention_geometry.errors import UserError
 from attention_geometry.training.budget import EXIT_STOPPED, Budget, TermSignal, is_process_command
 
 
-def add_arguments_train(parser) -> None:
-    parser.add_argument("--config", required=True, help="RUN.yaml (keys: see docs/training.md)")
-    parser.add_argument("--out", required=True, help="run directory (results/runs/{run}); same again = resume")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: RUN.yaml threads)")
-    parser.add_argument(
-        "--device",
-        choices=["auto", "cpu", "cuda"],
-        default=None,
-        help="default: RUN.yaml device (auto = cuda when available)",
-    )
-    parser.add_argument(
-        "--time-limit",
-        type=float,
-        default=None,
-        metavar="MINUTES",
-        help="wall-clock budget of this process (default, or 0: none): before it runs out the run stops between "
-        f"two updates, saves its state and exits with status {EXIT_STOPPED}; the same command resumes it",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
 def run_train(args) -> int:
     started = time.monotonic()  # the budget counts the imports and the loading too
     if args.threads is not None and args.threads < 1:

@@ -174,17 +174,6 @@ def concat_tables(paths: list[str | Path], out: str | Path, kind: str | None = N
     return len(all_rows)
 
 
-def add_arguments_concat_tables(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("inputs", nargs="+", help="CSV tables with the same columns")
-    parser.add_argument("--out", required=True, help="the concatenated CSV table")
-    parser.add_argument(
-        "--kind",
-        choices=sorted(TABLE_COLUMNS),
-        default=None,
-        help="check the contract columns of this table kind (docs/contracts.md)",
-    )
-
-
 def run_concat_tables(args: argparse.Namespace) -> int:
     n = concat_tables(args.inputs, args.out, args.kind)
     print(f"wrote {args.out}: {n} rows from {len(args.inputs)} tables")

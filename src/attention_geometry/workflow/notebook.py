@@ -28,21 +28,7 @@ import tempfile
 from attention_geometry.errors import UserError
 from attention_geometry.formats.files import check_out_location, check_writable
 
-__all__ = ["add_arguments_run_notebook", "run_run_notebook"]
-
-
-def add_arguments_run_notebook(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("notebook", metavar="NOTEBOOK", help="the notebook to run (notebooks/NAME.ipynb)")
-    parser.add_argument("executed", metavar="EXECUTED", help="where the executed copy goes")
-    parser.add_argument(
-        "--parameters", required=True, metavar="JSON", help="the parameters cell's values, as a JSON object"
-    )
-    parser.add_argument(
-        "--input-sums",
-        metavar="FILE",
-        help="after a successful run, write the sha256 of the notebook and of each input (the parameters' "
-        "`inputs`) here, as `sha256sum` lines",
-    )
+__all__ = ["run_run_notebook"]
 
 
 def run_run_notebook(args: argparse.Namespace) -> int:

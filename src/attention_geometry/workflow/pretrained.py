@@ -189,18 +189,6 @@ def _joined_gguf(key: str, m: Mapping, joined_dir: str | None) -> Pretrained:
     )
 
 
-def add_arguments_locate_package(parser) -> None:
-    parser.add_argument("spec", metavar="SPEC", help="pkg:PACKAGE[/PATH], a file or folder inside an installed package")
-    parser.add_argument(
-        "--sha256",
-        action="append",
-        default=[],
-        metavar="FILE=HEX",
-        help="the recorded sha256 of a weight file under SPEC (repeat for each); any other weight file there is "
-        "an error",
-    )
-
-
 def run_locate_package(args) -> int:
     """Print the path SPEC names; with --sha256, first check that its weight files are exactly the recorded ones.
     SPEC must be a pkg: spec (formats.packages.resolve keeps it inside its package): a plain path is refused, not
@@ -218,12 +206,6 @@ def run_locate_package(args) -> int:
         check_sha256(path, recorded, args.spec)
     print(path)
     return 0
-
-
-def add_arguments_join_parts(parser) -> None:
-    parser.add_argument("parts", nargs="+", metavar="PART", help="the parts, in order (files or pkg:PACKAGE/PATH)")
-    parser.add_argument("--sha256", required=True, help="the joined file's recorded sha256 (hex)")
-    parser.add_argument("--out", required=True, help="the joined file")
 
 
 def run_join_parts(args) -> int:
