@@ -1,6 +1,8 @@
 """notebooks/catalog.yaml and the notebooks' code, read statically: every entry names a notebook, no
 notebook computes W_qk (no model loading, scoring or torch), and a notebook writes only its own catalog
-outputs, none of which another entry reads. (That no rule reads a notebook's output is checked on the dry
+outputs, none of which another entry reads; a notebook groups, joins, pivots or pairs no data itself (each
+figure's frame comes from a tested function of attention_geometry.analysis, figure_frames) and defines no
+function longer than MAX_FUNCTION_LINES. (That no rule reads a notebook's output is checked on the dry
 run's DAG in tests/test_workflow.py; that a notebook run creates no other file, in tests/test_notebooks.py.)"""
 
 from __future__ import annotations
@@ -43,6 +45,20 @@ FORBIDDEN_CALLS = {
     "from_pretrained",
     "load_file",
 }
+# calls that group, join, reshape or pair rows: what makes a figure's data frame, done by a tested function of
+# attention_geometry.analysis (figure_frames, summaries), never in a notebook cell
+DATA_SHAPING_CALLS = {
+    "groupby",
+    "merge",
+    "merge_asof",
+    "merge_ordered",
+    "pivot",
+    "pivot_table",
+    "unstack",
+    "crosstab",
+    "paired_difference",
+}
+MAX_FUNCTION_LINES = 15  # a notebook's own helper (a label, a filter) stays short; longer code is a tested function
 # calls that write a file when given a path (pandas, numpy, matplotlib, pathlib, the package)
 WRITERS = {
     "to_csv",
@@ -167,6 +183,39 @@ def test_notebook_computes_no_wqk(path):
             if parts[0] == "attention_geometry" and len(parts) > 1:
                 below = ".".join(parts[1:])
                 assert not any(below == f or below.startswith(f + ".") for f in FORBIDDEN_PACKAGE_MODULES), (path, m)
+
+
+def _shaping_problems(tree: ast.Module) -> list[str]:
+    """What a notebook's code does that is not reading and drawing: a data-shaping call, a long function."""
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            lines = node.end_lineno - node.lineno + 1
+            if lines > MAX_FUNCTION_LINES:
+                problems.append(f"{getattr(node, 'name', 'lambda')}: {lines} lines")
+        elif isinstance(node, ast.Call) and _call_name(node) in DATA_SHAPING_CALLS:
+            problems.append(ast.unparse(node)[:120])
+    return problems
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS)
+def test_notebook_only_reads_and_draws(path):
+    """No groupby / merge / pivot / unstack / seed pairing and no long function in a notebook (issue 32): the
+    figure's frame is an analysis function's, unit-tested on a hand-made table."""
+    assert _shaping_problems(_code(path)) == [], path
+
+
+def test_the_shaping_check_finds_what_it_forbids():
+    body = "\n".join(f"    x = {i}" for i in range(MAX_FUNCTION_LINES))
+    source = (
+        f"def long():\n{body}\n\n"
+        "def short():\n    return 1\n\n"
+        "df.groupby('a').size()\nanalysis.paired_difference(df, 'init', 'a', 'b', ['v'])\n"
+        "df.pivot_table(index='a')\nleft.merge(right, on='k')\n', '.join(['a'])\nframes.split(df, 'a')\n"
+    )
+    problems = _shaping_problems(ast.parse(source))
+    assert problems[0] == f"long: {MAX_FUNCTION_LINES + 1} lines"
+    assert len(problems) == 5 and not any("short" in p or "join" in p or "split" in p for p in problems)
 
 
 def _is_os_file_call(call: ast.Call, name: str) -> bool:
