@@ -1,4 +1,4 @@
-"""attention_geometry.analysis.summaries against hand computations and scipy."""
+"""attention_geometry.analysis.summaries (and symmetry_speedup) against hand computations and scipy."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from attention_geometry.analysis import summaries as A
+from attention_geometry.analysis import symmetry_speedup as SS
 from attention_geometry.errors import UserError
 from attention_geometry.workflow.provenance import package_versions
 
@@ -65,7 +66,7 @@ def test_per_run_speedups_and_init_table_by_hand():
         ("encoder", "fresh", 0): list(zip(steps, [8.0, 6.5, 5.5, 4.9, 4.4])),
         ("encoder", "fresh", 1): list(zip(steps, [8.0, 6.5, 5.5, 4.9, 4.5])),
     }
-    per = A.per_run_speedups(_loss_table(curves), "standard").set_index(["init", "seed"])
+    per = SS.per_run_speedups(_loss_table(curves), "standard").set_index(["init", "seed"])
     # symmetric-fresh vs standard: common target = highest minimum of the four runs = 4.2 (standard s1).
     # standard s0 reaches 4.2 at 300 + 100 * 0.3 / 0.5 = 360, s1 at 400; symmetric-fresh s0 at
     # 200 + 100 * 0.3 / 1.0 = 230, s1 at 100 + 100 * 0.8 / 1.0 = 180
@@ -153,22 +154,22 @@ def test_per_run_speedups_refuses_ambiguous_baseline():
     )
     dup = t[t["init"] == "standard"].assign(run="other-standard-run")
     with pytest.raises(UserError, match="several"):
-        A.per_run_speedups(pd.concat([t, dup]), "standard")
+        SS.per_run_speedups(pd.concat([t, dup]), "standard")
 
 
 # ------------------------------------------------------------------------------------------ Spearman
 def test_spearman_matches_scipy_with_ties():
     x = [1, 2, 2, 3, 5, 4, 7, 7]
     y = [2, 1, 4, 3, 6, 6, 5, 9]
-    assert A.spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic)
-    assert math.isnan(A.spearman([1, 1, 1], [1, 2, 3]))
+    assert SS.spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic)
+    assert math.isnan(SS.spearman([1, 1, 1], [1, 2, 3]))
 
 
 def test_spearman_bootstrap_against_explicit_loop():
     rng = np.random.default_rng(11)
     x = rng.normal(size=12)
     y = x + rng.normal(scale=1.0, size=12)
-    iv = A.spearman_bootstrap(x, y, n_resamples=300, seed=4, level=0.9)
+    iv = SS.spearman_bootstrap(x, y, n_resamples=300, seed=4, level=0.9)
     # independent computation: same resampling contract, scipy's spearmanr, explicit loop
     idx = np.random.default_rng(4).integers(0, 12, size=(300, 12))
     boot = []
@@ -180,10 +181,10 @@ def test_spearman_bootstrap_against_explicit_loop():
     assert (iv.low, iv.high) == pytest.approx(tuple(np.percentile(boot, [5, 95])))
     assert iv.low <= iv.estimate <= iv.high
     # monotone data: every resample has rho = 1
-    mono = A.spearman_bootstrap(np.arange(6.0), np.arange(6.0) ** 3, n_resamples=50, seed=0)
+    mono = SS.spearman_bootstrap(np.arange(6.0), np.arange(6.0) ** 3, n_resamples=50, seed=0)
     assert (mono.estimate, mono.low, mono.high) == pytest.approx((1.0, 1.0, 1.0))
     # too few pairs: no interval
-    assert math.isnan(A.spearman_bootstrap([1, 2], [2, 1], 10, 0).low)
+    assert math.isnan(SS.spearman_bootstrap([1, 2], [2, 1], 10, 0).low)
 
 
 # ------------------------------------------------------------------------------------------ summaries
@@ -323,7 +324,7 @@ def test_run_symmetry_and_symmetry_vs_gain():
             "tiny-wiki-encoder-symmetric-fresh-s0": ("encoder", "symmetric-fresh", 0, {0: [1.0, 1.0], 200: [0.7, 0.9]}),
         }
     )
-    rs = A.run_symmetry(scores).set_index("init")
+    rs = SS.run_symmetry(scores).set_index("init")
     assert rs.loc["standard", "symmetry_final"] == pytest.approx(0.3)
     assert rs.loc["symmetric-fresh", "symmetry_change"] == pytest.approx(0.8 - 1.0)
     assert rs.loc["standard", "directionality_final"] == pytest.approx(-0.475)
@@ -333,7 +334,7 @@ def test_run_symmetry_and_symmetry_vs_gain():
             ("encoder", "symmetric-fresh", 0): list(zip(steps, [5.0, 3.0, 2.5])),
         }
     )
-    j = A.symmetry_vs_gain(scores, loss, "standard")
+    j = SS.symmetry_vs_gain(scores, loss, "standard")
     assert list(j["init"]) == ["symmetric-fresh"]
     assert j["loss_gain"].iloc[0] == pytest.approx(0.5)
     assert j["speedup"].iloc[0] == pytest.approx(0.5)  # reaches 3.0 exactly at step 100 of 200
@@ -341,7 +342,7 @@ def test_run_symmetry_and_symmetry_vs_gain():
 
 def test_correlation_table_shapes():
     t = pd.DataFrame({"a": [1, 2, 3, 4, 5.0], "b": [2, 1, 4, 3, 5.0], "c": [5, 4, 3, 2, 1.0]})
-    out = A.correlation_table(t, ["a"], ["b", "c"], n_resamples=20, seed=0).set_index("y")
+    out = SS.correlation_table(t, ["a"], ["b", "c"], n_resamples=20, seed=0).set_index("y")
     assert out.loc["b", "spearman"] == pytest.approx(stats.spearmanr(t["a"], t["b"]).statistic)
     assert out.loc["c", "spearman"] == pytest.approx(-1.0)
 

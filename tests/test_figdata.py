@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from attention_geometry import cli
-from attention_geometry.analysis import figdata
+from attention_geometry.analysis import figdata, symmetry_speedup
 from attention_geometry.analysis import summaries as analysis
 from attention_geometry.errors import UserError
 
@@ -231,7 +231,7 @@ def test_symmetry_speedup_correlations_are_within_each_init():
                     )
                 )
     table = pd.DataFrame(rows)
-    corr = analysis.correlation_table(
+    corr = symmetry_speedup.correlation_table(
         table, figdata.SYMMETRY_COLUMNS, figdata.GAIN_COLUMNS, n_resamples=50, seed=0, by=["objective", "init"]
     )
     assert len(corr) == 2 * 2 * 2 * 2

@@ -6,6 +6,7 @@ claim_effects.py each claim's effect on its units and the paper's figure on the 
 claim_rules.py   an effect to its row: statistics, Holm within families, the verdict rules
 paper_claims.py  the paper's own figure for each claim on the same unit
 summaries.py     summaries over layers, loss contrasts, Table 1
+symmetry_speedup.py per ablation run: symmetry vs loss gain and speed-up, their Spearman correlations
 figdata.py       data behind figures made by rules (Figure 1's W_qk, the symmetry/speed-up table)
 figure_frames.py each notebook figure's data frame: the grouping, joins and seed pairing the notebooks draw from
 gqa.py           the grouped-query table per model, beside the paper's published scores

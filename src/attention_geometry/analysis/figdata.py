@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from attention_geometry.analysis import summaries as analysis
+from attention_geometry.analysis.symmetry_speedup import correlation_table, symmetry_vs_gain
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import RUN_COLUMNS, SCORES
 from attention_geometry.formats.files import atomic_write_bytes, atomic_write_table, check_table_path, check_writable
@@ -170,16 +171,16 @@ def symmetry_speedup_tables(
     n_resamples: int,
     seed: int,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(one row per ablation run: analysis.symmetry_vs_gain; Spearman correlation of each symmetry column
+    """(one row per ablation run: symmetry_speedup.symmetry_vs_gain; Spearman correlation of each symmetry column
     with each gain column within each (objective, init), with percentile-bootstrap intervals). Within an
     init, not pooled: inits differ in their symmetry by construction (symmetric-fresh starts at s = 1), so a
     pooled rank correlation would measure the difference between inits, not a relation within any of them."""
     scores = analysis.select_runs(scores, runs, "training scores")
     loss = analysis.select_runs(loss, runs, "training loss")
-    table = analysis.symmetry_vs_gain(scores, loss, baseline_init)
+    table = symmetry_vs_gain(scores, loss, baseline_init)
     if table.empty:
         raise UserError("no ablation run has both training scores and a same-seed baseline run in the loss table")
-    corr = analysis.correlation_table(
+    corr = correlation_table(
         table,
         SYMMETRY_COLUMNS,
         GAIN_COLUMNS,
