@@ -283,11 +283,12 @@ def test_a_text_run_yaml_has_no_vision_fields(tmp_path):
     but the authors' recipe fields, which run.yaml leaves out at their defaults: hyper.RECIPE_FIELDS)."""
     from helpers import write_random_corpus, write_run_config_file
 
-    from attention_geometry.training.run_config import read_corpus, resolve_run
+    from attention_geometry.formats.corpus import load_corpus
+    from attention_geometry.training.run_config import resolve_run
 
     text = write_random_corpus(tmp_path / "text")
     cfg = load_run_config(write_run_config_file(tmp_path / "t.yaml", text))
-    hyper = resolve_run(cfg, read_corpus(cfg.corpus)).as_run_yaml()["hyper"]
+    hyper = resolve_run(cfg, load_corpus(cfg.corpus)).as_run_yaml()["hyper"]
     omitted = set(IMAGE_ONLY_FIELDS) | set(RECIPE_FIELDS)
     assert list(hyper) == [f for f in Hyper.__dataclass_fields__ if f not in omitted]
-    assert "n_train_blocks" in resolve_run(cfg, read_corpus(cfg.corpus)).as_run_yaml()
+    assert "n_train_blocks" in resolve_run(cfg, load_corpus(cfg.corpus)).as_run_yaml()

@@ -2,10 +2,10 @@
 
 score_null(run_config, inits, samples) builds `samples` models per init with training.build_model, under
 the same size, hyperparameters (RUN.yaml `overrides`), vocabulary and special tokens as the run (resolved
-by the trainer's own readers: load_run_config, read_corpus, resolve_run), and scores every layer's summed
-W_qk with checkpoints.score_model, the function `score-checkpoints` applies to each snapshot. Sample i is built
-with seed NULL_SEED_OFFSET + i (100000 + i), so a null model never equals a training run's initial weights
-(training seeds are small integers); the `sample` column holds that seed.
+by the trainer's own readers: load_run_config, formats.corpus.load_corpus, resolve_run), and scores every
+layer's summed W_qk with checkpoints.score_model, the function `score-checkpoints` applies to each snapshot.
+Sample i is built with seed NULL_SEED_OFFSET + i (100000 + i), so a null model never equals a training run's
+initial weights (training seeds are small integers); the `sample` column holds that seed.
 
 Rows (NULL_COLUMNS): size, init, sample, layer, symmetry, directionality: one per (init, sample, layer),
 head "all" only (docs/contracts.md conventions). Subcommand `attention-geometry score-null`.
@@ -68,14 +68,15 @@ def score_null(
     import pandas as pd
     from tqdm.auto import tqdm
 
+    from attention_geometry.formats.corpus import load_corpus
     from attention_geometry.scoring.scorer import score_model
     from attention_geometry.training.models import build_model
-    from attention_geometry.training.run_config import RunConfig, load_run_config, read_corpus, resolve_run
+    from attention_geometry.training.run_config import RunConfig, load_run_config, resolve_run
 
     inits = _check_inits(inits)
     samples = _check_samples(samples)
     cfg = run_config if isinstance(run_config, RunConfig) else load_run_config(run_config)
-    corpus = read_corpus(cfg.corpus)
+    corpus = load_corpus(cfg.corpus)
     h = resolve_run(cfg, corpus).hyper
     special = corpus.special_tokens
     tables = []

@@ -35,7 +35,6 @@ __all__ = [
     "RunConfig",
     "ResolvedRun",
     "RunRuntime",
-    "read_corpus",
     "read_run_data",
     "is_image_run",
     "load_run_config",
@@ -46,8 +45,6 @@ __all__ = [
     "RUN_MINIMUMS",
     "REGULARIZER_MINIMUMS",
 ]
-
-read_corpus = load_corpus  # the trainer's name for the one prepared-corpus reader (attention_geometry.formats.corpus)
 
 
 def is_image_run(objective: str) -> bool:
