@@ -240,6 +240,12 @@ def run_cli(*args, env=None, **kw):
 TOY_VOCAB = 61
 
 
+def fresh_linear_std(fan_in: int) -> float:
+    """The standard deviation of PyTorch's default nn.Linear weight init, U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    (a uniform on [-b, b] has variance b^2 / 3): what the fresh inits' q, k and v weights must show."""
+    return 1.0 / (3.0 * fan_in) ** 0.5
+
+
 def tiny_bert_config(objective: str, hidden=24, layers=2, heads=3):
     from transformers import BertConfig
 

@@ -140,26 +140,7 @@ def test_p_floor_is_the_smallest_exact_p(n):
     assert S.p_floor(n) == pytest.approx(2.0 ** (1 - n))
     # all differences positive and distinct: only the observed flip and its mirror are as extreme
     assert S.sign_flip_p(np.arange(1.0, n + 1)) == pytest.approx(S.p_floor(n))
-    assert S.sign_test_p(np.arange(1.0, n + 1)) == pytest.approx(S.p_floor(n))
     assert math.isnan(S.p_floor(0))
-
-
-def _binomial_two_sided(k, n):
-    """min(1, 2 P(X <= min(k, n - k))), X ~ Binomial(n, 1/2), from binomial coefficients."""
-    return min(1.0, 2.0 * sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2.0**n)
-
-
-@pytest.mark.parametrize("k,n", [(0, 1), (1, 1), (3, 3), (2, 3), (0, 5), (4, 7), (9, 10), (5, 10), (3, 20)])
-def test_sign_test_p_matches_binomial_coefficients(k, n):
-    diffs = [1.0] * k + [-2.0] * (n - k)
-    assert S.sign_test_p(diffs) == pytest.approx(_binomial_two_sided(k, n))
-
-
-def test_sign_test_p_hand_cases_and_zeros():
-    assert S.sign_test_p([1.0, 2.0, -1.0]) == pytest.approx(1.0)  # 2 * P(X <= 1) = 2 * 4/8
-    assert S.sign_test_p([1.0, 2.0, 3.0, 4.0, -1.0]) == pytest.approx(0.375)  # 2 * (1 + 5) / 32
-    assert S.sign_test_p([0.0, 1.0, 2.0, 3.0]) == pytest.approx(0.25)  # zero dropped: 3 of 3 -> 2/8
-    assert math.isnan(S.sign_test_p([0.0, 0.0]))
 
 
 # --------------------------------------------------------------------------------- t-test, Holm, TOST
@@ -434,48 +415,45 @@ def test_speedup_at_returns_nan_instead_of_raising():
     assert math.isnan(S.speedup_at(STEPS, base, STEPS, base, 11.0)[2])  # S = 0
 
 
-def test_speedup_curve_with_a_plateau():
+def test_speedup_at_with_a_plateau():
     steps = [0, 100, 200, 300, 400, 500]
     base = [10.0, 6.0, 5.0, 5.0, 5.0, 3.0]  # on a plateau at 5 from step 200 to 400
     treat = [10.0, 5.0, 4.0, 3.0, 2.0, 2.0]
-    c = S.speedup_curve(steps, base, steps, treat).set_index("target")
-    # the range both reach: from max(3, 2) = 3 up; 10 is left out (S = 0 there)
-    assert list(c.index) == [6.0, 5.0, 4.0, 3.0]
     # 5: the baseline reaches it at the plateau's start, 200; the treatment at 100
-    assert c.loc[5.0, "speedup"] == pytest.approx(1 - 100 / 200)
+    assert S.speedup_at(steps, base, steps, treat, 5.0)[2] == pytest.approx(1 - 100 / 200)
     # 4: just below the plateau the baseline needs the drop after it: 400 + 100 * (5 - 4) / (5 - 3) = 450
-    assert c.loc[4.0, ["baseline_s", "s_star"]].tolist() == pytest.approx([450.0, 200.0])
-    assert c.loc[3.0, "speedup"] == pytest.approx(1 - 300 / 500)
-    assert c.loc[6.0, "speedup"] == pytest.approx(1 - 100 * 4 / 5 / 100)
-    # an explicit target between breakpoints is interpolated: 4.5 -> S = 425, s* = 150
-    one = S.speedup_curve(steps, base, steps, treat, [4.5]).iloc[0]
-    assert (one["baseline_s"], one["s_star"], one["speedup"]) == pytest.approx((425.0, 150.0, 1 - 150 / 425))
+    assert S.speedup_at(steps, base, steps, treat, 4.0)[:2] == pytest.approx((450.0, 200.0))
+    assert S.speedup_at(steps, base, steps, treat, 3.0)[2] == pytest.approx(1 - 300 / 500)
+    assert S.speedup_at(steps, base, steps, treat, 6.0)[2] == pytest.approx(1 - 100 * 4 / 5 / 100)
+    # a target between evaluations is interpolated: 4.5 -> S = 425, s* = 150
+    assert S.speedup_at(steps, base, steps, treat, 4.5) == pytest.approx((425.0, 150.0, 1 - 150 / 425))
 
 
-def test_speedup_curve_never_reached_target_is_nan_not_an_error():
+def test_speedup_at_a_target_never_reached_is_nan_not_an_error():
     base = [10.0, 6.0, 4.0, 3.0, 2.5]
     treat = [10.0, 8.0, 6.0, 5.0, 4.0]
-    c = S.speedup_curve(STEPS, base, STEPS, treat, [5.0, 2.0, 12.0]).set_index("target")
-    assert math.isnan(c.loc[2.0, "speedup"]) and math.isnan(c.loc[2.0, "s_star"])  # neither reaches 2
-    assert math.isnan(c.loc[12.0, "speedup"])  # S = 0: at the target from the first evaluation
+    big_s, s_star, sp = S.speedup_at(STEPS, base, STEPS, treat, 2.0)
+    assert math.isnan(sp) and math.isnan(s_star) and math.isnan(big_s)  # neither reaches 2
+    big_s, s_star, sp = S.speedup_at(STEPS, base, STEPS, treat, 3.0)
+    assert math.isnan(sp) and math.isnan(s_star) and big_s == pytest.approx(300.0)  # the treatment never does
+    assert math.isnan(S.speedup_at(STEPS, base, STEPS, treat, 12.0)[2])  # S = 0: at the target from the start
     # 5: baseline 100 + 100 * (6 - 5) / (6 - 4) = 150, treatment 300: slower, negative
-    assert c.loc[5.0, "speedup"] == pytest.approx(1 - 300 / 150)
-    # the default range stops at the treatment's lowest loss, 4: the baseline's 3 and 2.5 are out of it
-    assert S.speedup_curve(STEPS, base, STEPS, treat)["target"].min() == pytest.approx(4.0)
+    assert S.speedup_at(STEPS, base, STEPS, treat, 5.0)[2] == pytest.approx(1 - 300 / 150)
 
 
-def test_speedup_curve_non_monotone_uses_first_crossings():
+def test_speedup_at_non_monotone_uses_first_crossings():
     base = [10.0, 3.0, 6.0, 2.0, 2.5]  # dips to 3 at 100, back up, then 2
     treat = [10.0, 5.0, 4.0, 3.0, 2.0]
-    c = S.speedup_curve(STEPS, base, STEPS, treat).set_index("target")
     # 4: the baseline's first crossing is in the first dip, 100 * (10 - 4) / (10 - 3); the treatment's at 200
-    assert c.loc[4.0, "baseline_s"] == pytest.approx(600 / 7)
-    assert c.loc[4.0, "speedup"] == pytest.approx(1 - 200 / (600 / 7))
+    big_s, _, sp = S.speedup_at(STEPS, base, STEPS, treat, 4.0)
+    assert big_s == pytest.approx(600 / 7) and sp == pytest.approx(1 - 200 / (600 / 7))
     # 2.5: below the dip: the baseline reaches it between 200 (6) and 300 (2), 200 + 100 * 3.5 / 4 = 287.5
-    assert c.loc[2.5, "baseline_s"] == pytest.approx(287.5) and c.loc[2.5, "s_star"] == pytest.approx(350.0)
-    # every target agrees with signed_speedup at it
-    for t, r in c.iterrows():
-        assert r["speedup"] == pytest.approx(S.signed_speedup(STEPS, base, STEPS, treat, t))
+    assert S.speedup_at(STEPS, base, STEPS, treat, 2.5)[:2] == pytest.approx((287.5, 350.0))
+    # every target both curves reach (but 10, where S = 0) agrees with signed_speedup at it
+    for t in (6.0, 5.0, 4.0, 3.0, 2.5, 2.0):
+        assert S.speedup_at(STEPS, base, STEPS, treat, t)[2] == pytest.approx(
+            S.signed_speedup(STEPS, base, STEPS, treat, t)
+        )
 
 
 def test_steps_saved_share_is_the_papers_table_1_definition():

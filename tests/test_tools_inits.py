@@ -22,13 +22,14 @@ import test_proof_seq2seq
 import test_proof_text
 import test_proof_vision
 import torch
+from helpers import fresh_linear_std
 
 from attention_geometry.architectures.keys import get_family, supported_model_types
 from attention_geometry.errors import UserError
 from attention_geometry.scoring.extract import iter_layer_qk
 from attention_geometry.scoring.scorer import score_model
 from attention_geometry.tools.inits import InitError, symmetric_init
-from attention_geometry.training.models import apply_init, fresh_linear_std
+from attention_geometry.training.models import apply_init
 
 # the families whose registry entry refuses a mode, with the reason (tested to refuse with that line): none
 REFUSED: dict[tuple[str, str], str] = {}

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from helpers import fresh_linear_std
 from test_vision_data import write_digits_csv
 
 from attention_geometry.data import images as images_mod
@@ -26,7 +27,7 @@ from attention_geometry.scoring.scorer import score_checkpoints
 from attention_geometry.training import loop as loop_mod
 from attention_geometry.training.hyper import IMAGE_ONLY_FIELDS, RECIPE_FIELDS, TEXT_ONLY_FIELDS, Hyper
 from attention_geometry.training.loop import train
-from attention_geometry.training.models import fresh_linear_std, symmetry_penalty
+from attention_geometry.training.models import symmetry_penalty
 from attention_geometry.training.run_config import load_run_config, run_config_from_dict
 from attention_geometry.training.vit import build_vit, pixel_batch, qk_layers, vit_attentions
 

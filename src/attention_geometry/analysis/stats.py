@@ -1,6 +1,6 @@
 """The statistics that decide the claims: intervals, t-test, exact sign-flip and equivalence (TOST) p-values,
 Holm's step-down adjustment, the verdict rule, the per-run horizon statistic and the signed speed-up (at one
-target, as a curve over targets, and the paper's share of steps saved).
+target, and the paper's share of steps saved).
 
 Pure functions of arrays and tables (docs/contracts.md columns); nothing here reads files or draws.
 
@@ -10,7 +10,7 @@ Conventions:
 - alpha is 1 - level, so a t-test p < alpha exactly when the level interval excludes 0;
 - the verdict rule (docs/contracts.md, "Claims"): see `verdict`.
 
-The t-intervals and t-tests (one-sample, paired, Welch, TOST) and the sign test are scipy.stats' (imported when
+The t-intervals and t-tests (one-sample, paired, Welch, TOST) are scipy.stats' (imported when
 called); this module adds the NaN handling, the small-n and zero-spread cases, and the exact sign-flip test
 and Holm, which scipy does not serve (see those functions).
 """
@@ -166,20 +166,6 @@ def p_floor(n: int) -> float:
     """The smallest two-sided p-value an exact sign or sign-flip test can give with n values: 2^(1-n)."""
     n = int(n)
     return math.nan if n < 1 else min(1.0, 2.0 ** (1 - n))
-
-
-def sign_test_p(diffs: Sequence[float]) -> float:
-    """Exact two-sided binomial sign test of P(diff > 0) == 1/2; zeros and NaNs dropped; NaN when none left.
-    p = min(1, 2 * P(X <= min(k, n - k))) with X ~ Binomial(n, 1/2), k the number of positive differences
-    (scipy.stats.binomtest)."""
-    from scipy import stats
-
-    d = _finite(diffs)
-    d = d[d != 0]
-    n = int(d.size)
-    if n == 0:
-        return math.nan
-    return float(stats.binomtest(int(np.count_nonzero(d > 0)), n, 0.5).pvalue)
 
 
 def t_test_p(values: Sequence[float], mu: float = 0.0, alternative: str = "two-sided") -> float:
@@ -414,37 +400,6 @@ def speedup_at(
     s_star = first_reaching_step(treatment_steps, treatment_losses, target)
     ok = math.isfinite(big_s) and math.isfinite(s_star) and big_s > 0
     return big_s, s_star, (1.0 - s_star / big_s) if ok else math.nan
-
-
-def speedup_curve(
-    baseline_steps: Sequence[float],
-    baseline_losses: Sequence[float],
-    treatment_steps: Sequence[float],
-    treatment_losses: Sequence[float],
-    targets: Sequence[float] | None = None,
-) -> pd.DataFrame:
-    """The signed speed-up 1 - s*/S as a function of the target loss (S, s* the baseline's and the treatment's
-    first steps at it, speedup_at). `targets` None: every target in the range both runs reach, at the curves'
-    breakpoints (S and s* are piecewise linear in the target between them): the losses of either curve from
-    L_low, the higher of the two curves' lowest losses, upward, leaving out those where the speed-up is
-    undefined (S = 0: the baseline is there from its first evaluation). Explicit targets are all kept, NaN
-    where undefined (never reached, or S = 0). Columns: target, baseline_s, s_star, speedup; highest target
-    first (the order training reaches them)."""
-    yb, yt = _finite(baseline_losses), _finite(treatment_losses)
-    if yb.size == 0 or yt.size == 0:
-        raise UserError("speed-up curve: a loss curve without finite values")
-    default = targets is None
-    if default:
-        low = max(float(yb.min()), float(yt.min()))
-        pool = np.unique(np.concatenate([yb, yt]))
-        targets = pool[pool >= low]
-    rows = []
-    for t in np.unique(np.asarray(targets, dtype=float))[::-1]:
-        big_s, s_star, sp = speedup_at(baseline_steps, baseline_losses, treatment_steps, treatment_losses, t)
-        if default and not math.isfinite(sp):
-            continue
-        rows.append({"target": float(t), "baseline_s": big_s, "s_star": s_star, "speedup": sp})
-    return pd.DataFrame(rows, columns=["target", "baseline_s", "s_star", "speedup"])
 
 
 def steps_saved_share(

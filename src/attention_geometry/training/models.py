@@ -9,8 +9,6 @@ checks it against the stock forward.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -278,8 +276,3 @@ def symmetry_penalty(model, pairs=None) -> torch.Tensor:
         r = torch.linalg.matrix_norm(M) / torch.linalg.matrix_norm(0.5 * (M + M.t()))
         total = r if total is None else total + r
     return total
-
-
-def fresh_linear_std(fan_in: int) -> float:
-    """Standard deviation of PyTorch's default nn.Linear weight init, U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
-    return 1.0 / math.sqrt(3.0 * fan_in)
