@@ -108,6 +108,30 @@ def test_notebook_rules_read_only_committed_files():
             assert path in tracked, (nb, key, path)
 
 
+def test_committed_input_sums_are_those_of_the_committed_notebooks_and_tables():
+    """Every committed figure's input-sums record ({results}/config/make_*.inputs.sha256) names exactly the
+    sha256 of its notebook and inputs as committed now (hashed here with hashlib), so a fresh clone's `make run`
+    redraws nothing. An edited notebook committed without redrawing its figure fails here, in the fast tier,
+    instead of in the clone test of test-all."""
+    p = config_plan(validated_config("config.yaml"))
+    stale = []
+    for nb in p.notebooks:
+        parameters, _, outputs = p.notebook_io(nb)
+        record = REPO / p.res("config", f"make_{nb}.inputs.sha256")
+        if not record.is_file():
+            stale.append(f"{nb}: no record {record.relative_to(REPO)}")
+            continue
+        files = [notebook_file(p.catalog, nb), *parameters["inputs"].values()]
+        want = {str(Path(f)): hashlib.sha256((REPO / f).read_bytes()).hexdigest() for f in files}
+        got = {}
+        for line in record.read_text().splitlines():
+            digest, _, name = line.partition("  ")
+            got[str(Path(name))] = digest
+        if got != want:
+            stale.append(f"{nb}: {sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))}")
+    assert not stale, "redraw these figures (snakemake --cores all) and commit their records: " + "; ".join(stale)
+
+
 def test_corpus_record(tmp_path):
     corpus = tmp_path / "wiki_offline"
     corpus.mkdir()
