@@ -93,8 +93,8 @@ rule tabulate_symmetry_speedup:
         "python -m attention_geometry symmetry-speedup --no-progress --scores {input.scores:q} --loss {input.loss:q} --runs {params.runs}"
         " --baseline-init {params.baseline} --ci-level {params.level} --bootstrap-resamples {params.resamples}"
         " --bootstrap-seed {params.seed} --out-runs {output.runs:q} --out-correlations {output.correlations:q} > {log:q} 2>&1;"
-        " python -c 'import sys; from attention_geometry.workflow.records import write_input_sums as w; w(sys.argv[1], sys.argv[2:])'"
-        " {output.input_sums:q} {input.scores:q} {input.loss:q} >> {log:q} 2>&1"
+        " python -m attention_geometry input-sums --no-progress {input.scores:q} {input.loss:q} --out {output.input_sums:q}"
+        " >> {log:q} 2>&1"
 
 
 # The one fact of the prepared corpus the reproduction report cites (its manifest's sha256, with its counts),
@@ -109,8 +109,8 @@ rule record_corpus:
     conda:
         "../envs/figures.yaml"
     shell:
-        "python -c 'import sys; from attention_geometry.formats.corpus import write_corpus_record as w; w(*sys.argv[1:])'"
-        " {input:q} {wildcards.corpus} {output:q} > {log:q} 2>&1"
+        "python -m attention_geometry record-corpus --no-progress {input:q} --corpus {wildcards.corpus} --out {output:q}"
+        " > {log:q} 2>&1"
 
 
 # The config that made each committed result (attention_geometry.workflow.records), written from the config

@@ -190,3 +190,71 @@ def test_content_current_marks_only_outputs_whose_inputs_are_unchanged(tmp_path,
     assert content_current(plan) == []
     os.remove(made[-1])  # no record at all
     assert content_current(plan) == [] and read_input_sums(made[-1]) == {}
+
+
+# ---------------------------------------------------------------------------- the records' subcommands
+def test_input_sums_subcommand_writes_sha256sum_lines(tmp_path, monkeypatch, capsys):
+    """`input-sums` (rule tabulate_symmetry_speedup): one `sha256sum` line per file, sorted by path, the digests
+    computed here with hashlib; a folder or missing input, and a record over one of its inputs, are one line."""
+    import hashlib
+
+    from attention_geometry.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("tables")
+    for name, text in (("tables/b.csv", "x,y\n1,2\n"), ("tables/a.csv", "loss\n0.5\n")):
+        with open(name, "w") as fh:
+            fh.write(text)
+    out = os.path.join("config", "t.inputs.sha256")
+    assert main(["input-sums", "tables/b.csv", "./tables/a.csv", "tables/b.csv", "--out", out]) == 0
+    expected = "".join(
+        f"{hashlib.sha256(open(f, 'rb').read()).hexdigest()}  {f}\n" for f in ("tables/a.csv", "tables/b.csv")
+    )
+    assert open(out).read() == expected
+    assert set(read_input_sums(out)) == {"tables/a.csv", "tables/b.csv"}  # what content_current reads back
+    capsys.readouterr()
+    for argv, why in (
+        (["tables", "--out", "s"], "tables: is a folder"),
+        (["tables/none.csv", "--out", "s"], "tables/none.csv: is missing"),
+        (["tables/a.csv", "--out", "tables/a.csv"], "is the source tables/a.csv"),
+    ):
+        assert main(["input-sums", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and why in err, err
+    assert not os.path.exists("s") and open("tables/a.csv").read() == "loss\n0.5\n"
+
+
+def test_record_corpus_subcommand_writes_the_manifest_record(tmp_path, capsys):
+    """`record-corpus` (rule record_corpus): the corpus key, the manifest's sha256 (hashlib here) and its counts,
+    without the manifest's machine paths; an output inside the corpus and a folder that is no corpus are one line."""
+    import hashlib
+    import json
+
+    from attention_geometry.cli import main
+
+    corpus = tmp_path / "corpora" / "c1"
+    corpus.mkdir(parents=True)
+    manifest = {
+        "block_len": 16,
+        "vocab_size": 50,
+        "n_train_blocks": 7,
+        "n_heldout_blocks": 2,
+        "n_documents": 5,
+        "n_tokens": 123,
+        "documents_sha256": "cd" * 32,
+        "sources": [{"path": "/a/machine/path"}],
+    }
+    (corpus / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    out = tmp_path / "tables" / "corpus_c1.csv"
+    assert main(["record-corpus", str(corpus), "--corpus", "c1", "--out", str(out)]) == 0
+    digest = hashlib.sha256((corpus / "manifest.json").read_bytes()).hexdigest()
+    assert out.read_text() == (
+        "corpus,manifest_sha256,documents_sha256,n_documents,n_tokens,n_train_blocks,n_heldout_blocks,block_len,"
+        f"vocab_size\nc1,{digest},{'cd' * 32},5,123,7,2,16,50\n"
+    )
+    capsys.readouterr()
+    assert main(["record-corpus", str(corpus), "--corpus", "c1", "--out", str(corpus / "r.csv")]) == 2
+    assert "lies inside the source" in capsys.readouterr().err and not (corpus / "r.csv").exists()
+    assert main(["record-corpus", str(tmp_path / "tables"), "--corpus", "c1", "--out", str(tmp_path / "r.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a prepared corpus" in err and not (tmp_path / "r.csv").exists()

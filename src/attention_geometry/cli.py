@@ -96,6 +96,14 @@ COMMANDS: dict[str, Command] = {
         "tabulate symmetry vs loss gain and speed-up per ablation run",
         commands.add_arguments_symmetry_speedup,
     ),
+    "input-sums": Command(
+        "record the sha256 of files (what a workflow rule read) as `sha256sum` lines",
+        commands.add_arguments_input_sums,
+    ),
+    "record-corpus": Command(
+        "write the committed record of a prepared corpus: its manifest's sha256 and counts",
+        commands.add_arguments_record_corpus,
+    ),
 }
 
 
@@ -135,6 +143,10 @@ def runner(name: str) -> Callable[[argparse.Namespace], int]:
             from attention_geometry.workflow.pretrained import run_locate_package as run
         case "symmetry-speedup":
             from attention_geometry.analysis.figdata import run_symmetry_speedup as run
+        case "input-sums":
+            from attention_geometry.workflow.records import run_input_sums as run
+        case "record-corpus":
+            from attention_geometry.workflow.records import run_record_corpus as run
         case _:
             raise KeyError(name)
     return run

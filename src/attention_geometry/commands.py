@@ -34,6 +34,8 @@ __all__ = [
     "add_arguments_join_parts",
     "add_arguments_locate_package",
     "add_arguments_symmetry_speedup",
+    "add_arguments_input_sums",
+    "add_arguments_record_corpus",
 ]
 
 
@@ -318,3 +320,16 @@ def add_arguments_symmetry_speedup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-seed", type=int, required=True)
     parser.add_argument("--out-runs", required=True, help="per-run table (.csv)")
     parser.add_argument("--out-correlations", required=True, help="correlation table (.csv)")
+
+
+def add_arguments_input_sums(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="FILE", help="the files to record (what a rule read)")
+    parser.add_argument(
+        "--out", required=True, metavar="SUMS", help="the record: one `sha256sum` line per file, sorted by path"
+    )
+
+
+def add_arguments_record_corpus(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("corpus_dir", metavar="CORPUS_DIR", help="a prepared corpus (prepare-corpus --out)")
+    parser.add_argument("--corpus", required=True, metavar="KEY", help="its key in the workflow config (`corpus`)")
+    parser.add_argument("--out", required=True, metavar="FILE", help="the one-row record, .csv")

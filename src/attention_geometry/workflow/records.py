@@ -22,6 +22,9 @@ stops with one line naming them and the `rm` that makes the next run remake them
 folders, so Snakemake would otherwise draw the committed tables as they are). A missing record is written by
 the next run (a results folder from before records existed is taken as made with the current config).
 
+The small jobs that write such records are its subcommands: `input-sums` (rule tabulate_symmetry_speedup's
+record of the tables it read) and `record-corpus` (rule record_corpus: formats.corpus.write_corpus_record).
+
 Torch-free: rules/common.smk calls it at parse time.
 """
 
@@ -31,7 +34,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from attention_geometry.errors import ConfigError
+from attention_geometry.errors import ConfigError, UserError
 from attention_geometry.formats.rundir import is_complete_snapshot
 from attention_geometry.workflow.plan import yaml_text
 
@@ -50,6 +53,8 @@ __all__ = [
     "content_entries",
     "content_current",
     "drop_unfinished_markers",
+    "run_input_sums",
+    "run_record_corpus",
 ]
 
 RECORD_DIR = "config"
@@ -259,3 +264,37 @@ def drop_unfinished_markers(plan: Plan) -> list[str]:
             ) from None
         removed.append(marker)
     return removed
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+def _check_input_files(files) -> None:
+    for f in files:
+        if not os.path.isfile(f):
+            what = "a folder" if os.path.isdir(f) else "missing" if not os.path.lexists(f) else "not a file"
+            raise UserError(f"{f}: is {what}; input-sums records the sha256 of files")
+
+
+def run_input_sums(args) -> int:
+    """CLI `input-sums FILE... --out SUMS`: write_input_sums of the files (what a rule read), checked first: every
+    one a file, SUMS none of them."""
+    from attention_geometry.formats.files import check_out_location, check_writable
+
+    _check_input_files(args.files)
+    check_writable(args.out)
+    check_out_location(args.out, args.files)
+    write_input_sums(args.out, args.files)
+    print(f"{args.out}: the sha256 of {len(set(map(os.path.normpath, args.files)))} file(s)")
+    return 0
+
+
+def run_record_corpus(args) -> int:
+    """CLI `record-corpus CORPUS_DIR --corpus KEY --out FILE.csv`: the committed record of a prepared corpus
+    (formats.corpus.write_corpus_record: its manifest's sha256 and counts, no machine path)."""
+    from attention_geometry.formats.corpus import write_corpus_record
+    from attention_geometry.formats.files import check_out_location, check_writable
+
+    check_writable(args.out)
+    check_out_location(args.out, [args.corpus_dir])
+    write_corpus_record(args.corpus_dir, args.corpus, args.out)
+    print(f"{args.out}: the record of corpus {args.corpus} ({args.corpus_dir})")
+    return 0
