@@ -8,6 +8,11 @@ which every process knows without communication). What is written where: trainin
 An image classifier (objective `classifier`, training/vit.py) goes through the same loop: example g of update t
 is train image perm_e[g mod n] (the same Order), the loss of an update is the mean cross-entropy over the
 global batch's images, and the held-out rows also carry the accuracy (loss.csv's `eval_accuracy` column).
+
+Why over 600 lines: the steps of a run (build, update, evaluate, checkpoint, stop, resume) all read and write one
+private `_Run`; bitwise resume depends on their order (what is saved, restored and drawn from the generators
+when), which is checked here in one file rather than across modules that would share that private state.
+What can stand alone already does: batches, snapshots, hyper-parameters, models, budget.
 """
 
 from __future__ import annotations
