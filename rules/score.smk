@@ -190,8 +190,8 @@ rule score_null_inits:
     output:
         report(TABLES["null_scores"], caption=table_caption("null_scores"), category="Tables", subcategory="tidy data"),
     params:
-        inits="standard symmetric-fresh fresh",
-        samples=config["figures"].get("null_samples", 100),
+        inits=" ".join(PLAN.null_inits()),
+        samples=PLAN.null_samples(),
     threads: config["scoring"]["threads"]
     resources:
         mem_mb=config["scoring"]["mem_mb"],

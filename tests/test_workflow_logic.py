@@ -166,6 +166,27 @@ def test_snapshot_steps_are_the_trainers_resolver():
     assert runs["tiny-c1-encoder-standard-s0"].snapshot_steps == [0, 100]  # neither given: 0 and the last step
 
 
+def test_the_null_tables_design_is_the_plans():
+    """Rule score_null_inits draws what the plan names (Plan.null_inits, Plan.null_samples), which is what the
+    completeness check expects in null_scores: the null's design is in one place."""
+    from attention_geometry.training.hyper import INITS
+
+    for name in ("config.yaml", "smoke.yaml"):
+        cfg = validated_config(name)
+        p = config_plan(cfg)
+        (block,) = p.expected_tables()["null_scores"]
+        assert p.null_inits() == block["init"] and p.null_samples() == block["sample"]
+        assert p.null_samples() == cfg["figures"]["null_samples"]
+        assert len(p.null_inits()) == len(set(p.null_inits())) >= 2 and set(p.null_inits()) <= set(INITS)
+    cfg = validated_config()
+    del cfg["figures"]["null_samples"]
+    assert config_plan(cfg).null_samples() == 100
+    # the rule passes the plan's values, not a copy of them
+    rule = (REPO / "rules" / "score.smk").read_text().split("\nrule score_null_inits:", 1)[1].split("\nrule ", 1)[0]
+    assert 'inits=" ".join(PLAN.null_inits())' in rule and "samples=PLAN.null_samples()" in rule
+    assert "--inits {params.inits}" in rule and "--samples {params.samples}" in rule
+
+
 def test_update_runs_and_group_checks():
     cfg = validated_config()
     p = config_plan(cfg)

@@ -82,7 +82,8 @@ _NOT_NOTEBOOK_PARAMS = (
 )
 
 
-# the inits of the random-init null table (rule score_null_inits's --inits; scoring.random_init_null.NULL_INITS)
+# the inits of the random-init null table (Plan.null_inits: rule score_null_inits's --inits), the same as the
+# scorer's default (scoring.random_init_null.NULL_INITS, which imports torch)
 NULL_INITS = ("standard", "symmetric-fresh", "fresh")
 # a run's held-out blocks where its settings give no eval_blocks (training.run_config.RunConfig.eval_blocks)
 EVAL_BLOCKS_DEFAULT = 512
@@ -392,6 +393,16 @@ class Plan:
         baseline-init encoder run of the emergence group."""
         return self.emergence_runs()["encoder"][0]
 
+    def null_inits(self) -> list[str]:
+        """The inits of the random-init null table, in order (NULL_INITS): rule score_null_inits's --inits, and
+        the inits expected_tables expects in null_scores."""
+        return list(NULL_INITS)
+
+    def null_samples(self) -> int:
+        """The untrained models per init of the null table (config figures.null_samples, 100 when absent): rule
+        score_null_inits's --samples, and the samples expected_tables expects in null_scores."""
+        return int(self.config["figures"].get("null_samples", 100))
+
     def gqa_models(self) -> list[str]:
         """The pretrained keys scored also by the paper's grouped-query expansion (config figures.gqa_models)."""
         keys = list(self.config["figures"].get("gqa_models", []))
@@ -461,8 +472,8 @@ class Plan:
             "null_scores": [
                 {
                     "size": [self.runs[source].size],
-                    "init": list(NULL_INITS),
-                    "sample": int(self.config["figures"].get("null_samples", 100)),
+                    "init": self.null_inits(),
+                    "sample": self.null_samples(),
                     "layer": layers[source],
                 }
             ],
