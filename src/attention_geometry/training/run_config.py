@@ -1,7 +1,11 @@
-"""RUN.yaml: the run config and its validation (one UserError naming the key, before any training), and
-the run it resolves to on a prepared corpus, or for objective `classifier` on a prepared image set (what
-run.yaml holds). Both are read by attention_geometry.formats.corpus, snapshot steps and the run name come from
-attention_geometry.formats.rundir."""
+"""RUN.yaml: the run config (RunConfig, frozen: every key's value kind and bound in its field, the one table TYPES,
+RUN_MINIMUMS and RUN_SETTINGS come from; config/schema.yaml's `run_settings` states the same, tests/test_schema.py)
+and its one validation (run_config_from_dict: one UserError naming the key, before any training), which the trainer
+runs on RUN.yaml and the workflow's plan on every planned run at parse time; and the run it resolves to on a
+prepared corpus, or for objective `classifier` on a prepared image set (what run.yaml holds). Both are read by
+attention_geometry.formats.corpus, snapshot steps and the run name come from attention_geometry.formats.rundir.
+
+Torch- and numpy-free at module level: rules/common.smk imports it (through workflow.plan) at parse time."""
 
 from __future__ import annotations
 
@@ -9,8 +13,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import RUN_KEYS
@@ -39,10 +41,12 @@ __all__ = [
     "is_image_run",
     "load_run_config",
     "run_config_from_dict",
+    "run_steps",
     "resolve_run",
     "DEVICES",
     "TYPES",
     "RUN_MINIMUMS",
+    "RUN_SETTINGS",
     "REGULARIZER_MINIMUMS",
 ]
 
@@ -60,69 +64,64 @@ def read_run_data(path: str | Path, objective: str) -> Corpus | ImageSet:
 
 RUNTIME_KEYS = ("threads", "device")  # how a run is executed, not what it computes
 DEVICES = ("auto", "cpu", "cuda")
-# the inclusive minimum of each integer key (null allowed where the type says so); the steps in
-# snapshot_steps / eval_steps are >= 0 and at most max_steps. config/schema.yaml (run_settings, training)
-# states the same bounds: tests/test_schema.py
-RUN_MINIMUMS = {
-    "seed": 0,
-    "max_steps": 1,
-    "snapshot_every": 1,
-    "eval_every": 1,
-    "state_every": 1,
-    "threads": 1,
-    "eval_blocks": 0,
-    "log_every": 1,
-}
-REGULARIZER_MINIMUMS = {"lambda": 0}  # the only key of `regularizer`
 
 
-@dataclass
+def _key(kind: str, default: Any = dataclasses.MISSING, *, minimum: int | None = None, setting: bool = False):
+    """A RUN.yaml key: its value kind (attention_geometry.formats.value_kinds), its inclusive minimum (integers;
+    null allowed where the kind says so) and whether it is a run setting, a key of config/schema.yaml's
+    `run_settings` that a workflow group or run entry sets (the others are a run's identity and its runtime)."""
+    meta = {"kind": kind, "minimum": minimum, "setting": setting}
+    if isinstance(default, dict):
+        return field(default_factory=dict, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """One training run (RUN.yaml). Snapshot, eval and state steps always include 0 (snapshot, eval) and
-    max_steps (all three). `regularizer`: {"lambda": float} adds lambda * sum_l ||W_qk,l|| / ||sym(W_qk,l)||
-    to the loss (off when absent or 0)."""
+    max_steps (all three); the steps in snapshot_steps / eval_steps are >= 0 and at most max_steps. `regularizer`:
+    {"lambda": float} adds lambda * sum_l ||W_qk,l|| / ||sym(W_qk,l)|| to the loss (off when absent or 0).
+    Built only by run_config_from_dict (validated); `given` names the keys its mapping gave, in order, so that
+    as_mapping writes back exactly those (the workflow's RUN.yaml)."""
 
-    corpus: str  # a prepared corpus, or for objective classifier a prepared image set
-    size: str = "tiny"
-    objective: str = "encoder"
-    init: str = "standard"
-    seed: int = 0
-    max_steps: int | None = None  # None: the size's default (Hyper.max_steps)
-    snapshot_steps: list[int] | None = None
-    snapshot_every: int | None = None
-    eval_steps: list[int] | None = None
-    eval_every: int | None = None
-    eval_blocks: int = 512
-    state_every: int | None = 1000  # also write the resumable state every N steps (and at every snapshot)
-    log_every: int = 1  # one loss.csv row per N steps: the mean train loss of those N steps
-    overrides: dict = field(default_factory=dict)
-    regularizer: dict | None = None
-    run: str | None = None  # run name; default rundir.run_name: {size}-{dataset}-{objective}-{init}-s{seed}
-    threads: int | None = None
-    device: str = "auto"
+    corpus: str = _key("nonempty_str")  # a prepared corpus, or for objective classifier a prepared image set
+    size: str = _key("nonempty_str", "tiny")
+    objective: str = _key("nonempty_str", "encoder")
+    init: str = _key("nonempty_str", "standard")
+    seed: int = _key("int", 0, minimum=0)
+    # None: the size's default (Hyper.max_steps)
+    max_steps: int | None = _key("opt_int", None, minimum=1, setting=True)
+    snapshot_steps: list[int] | None = _key("opt_int_list", None, setting=True)
+    snapshot_every: int | None = _key("opt_int", None, minimum=1, setting=True)
+    eval_steps: list[int] | None = _key("opt_int_list", None, setting=True)
+    eval_every: int | None = _key("opt_int", None, minimum=1, setting=True)
+    eval_blocks: int = _key("int", 512, minimum=0, setting=True)
+    # also write the resumable state every N steps (and at every snapshot)
+    state_every: int | None = _key("opt_int", 1000, minimum=1, setting=True)
+    # one loss.csv row per N steps: the mean train loss of those N steps
+    log_every: int = _key("int", 1, minimum=1, setting=True)
+    overrides: dict = _key("opt_dict", {}, setting=True)
+    regularizer: dict | None = _key("opt_dict", None, setting=True)
+    # the run name; default rundir.run_name: {size}-{dataset}-{objective}-{init}-s{seed}
+    run: str | None = _key("opt_nonempty_str", None)
+    threads: int | None = _key("opt_int", None, minimum=1)
+    device: str = _key("nonempty_str", "auto")
+    given: tuple[str, ...] | None = field(default=None, repr=False)  # None: every key
+
+    def as_mapping(self) -> dict[str, Any]:
+        """The RUN.yaml mapping of this config: the keys its source gave (`given`), with their values."""
+        return {k: getattr(self, k) for k in (TYPES if self.given is None else self.given)}
+
+    def settings(self) -> dict[str, Any]:
+        """The run settings (RUN_SETTINGS) among the keys given, with their values."""
+        return {k: v for k, v in self.as_mapping().items() if k in RUN_SETTINGS}
 
 
-# the value kind of each key (attention_geometry.formats.value_kinds)
-TYPES = {
-    "corpus": "nonempty_str",
-    "size": "nonempty_str",
-    "objective": "nonempty_str",
-    "init": "nonempty_str",
-    "seed": "int",
-    "max_steps": "opt_int",
-    "snapshot_steps": "opt_int_list",
-    "snapshot_every": "opt_int",
-    "eval_steps": "opt_int_list",
-    "eval_every": "opt_int",
-    "eval_blocks": "int",
-    "state_every": "opt_int",
-    "log_every": "int",
-    "overrides": "opt_dict",
-    "regularizer": "opt_dict",
-    "run": "opt_nonempty_str",
-    "threads": "opt_int",
-    "device": "nonempty_str",
-}
+_KEYS = [f for f in dataclasses.fields(RunConfig) if "kind" in f.metadata]
+TYPES = {f.name: f.metadata["kind"] for f in _KEYS}  # the value kind of each key
+RUN_MINIMUMS = {f.name: f.metadata["minimum"] for f in _KEYS if f.metadata["minimum"] is not None}
+RUN_SETTINGS = tuple(f.name for f in _KEYS if f.metadata["setting"])  # config/schema.yaml's run_settings
+REGULARIZER_MINIMUMS = {"lambda": 0}  # the only key of `regularizer`
 
 
 def _typed(value: Any, kind: str, key: str, where: str) -> Any:
@@ -143,7 +142,7 @@ def run_config_from_dict(raw: Any, where: str = "run config") -> RunConfig:
     kw = {k: _typed(v, TYPES[k], k, where) for k, v in raw.items()}
     if kw.get("overrides") is None:
         kw.pop("overrides", None)
-    cfg = RunConfig(**kw)
+    cfg = RunConfig(**kw, given=tuple(kw))
     if cfg.objective not in RUN_OBJECTIVES:
         raise UserError(f"{where}: objective: unknown objective {cfg.objective!r} (known: {', '.join(RUN_OBJECTIVES)})")
     image = is_image_run(cfg.objective)
@@ -189,7 +188,7 @@ def run_config_from_dict(raw: Any, where: str = "run config") -> RunConfig:
         raise UserError(
             f"{where}: overrides.compile: not supported for objective {cfg.objective} (the ViT runs eagerly)"
         )
-    _resolve_steps(cfg, cfg.max_steps or h.max_steps, where)
+    run_steps(cfg, cfg.max_steps or h.max_steps, where)
     return cfg
 
 
@@ -199,14 +198,14 @@ def load_run_config(path: str | Path) -> RunConfig:
     cfg = run_config_from_dict(raw, where=str(p))
     corpus = Path(cfg.corpus)
     if not corpus.is_absolute():  # relative to the working directory, as the workflow passes it
-        cfg.corpus = str(corpus)
+        cfg = dataclasses.replace(cfg, corpus=str(corpus))
     return cfg
 
 
 # ------------------------------------------------------------------------------------------ resolution
 
 
-def _resolve_steps(cfg: RunConfig, max_steps: int, where: str) -> tuple[list[int], list[int]]:
+def run_steps(cfg: RunConfig, max_steps: int, where: str = "run config") -> tuple[list[int], list[int]]:
     """(snapshot steps, eval steps) of the run (rundir.snapshot_steps: 0 and max_steps always; an explicit
     step beyond max_steps is an error, as in the workflow)."""
 
@@ -308,20 +307,20 @@ def resolve_run(cfg: RunConfig, corpus: Corpus | ImageSet) -> ResolvedRun:
     whose size is not a multiple of the patch size."""
     h = resolve_hyper(cfg.size, cfg.overrides, where="overrides")
     if cfg.max_steps is not None:
-        h.max_steps = cfg.max_steps
+        h = dataclasses.replace(h, max_steps=cfg.max_steps)
     if isinstance(corpus, ImageSet) != is_image_run(cfg.objective):  # read_run_data picks by the objective
         raise UserError(f"corpus: {corpus.path} does not hold the data of objective {cfg.objective}")
     if isinstance(corpus, ImageSet):
         return _resolve_image_run(cfg, corpus, h)
     if h.vocab_size is None:
-        h.vocab_size = corpus.vocab_size
+        h = dataclasses.replace(h, vocab_size=corpus.vocab_size)
     elif h.vocab_size < corpus.vocab_size:
         raise UserError(
             f"overrides.vocab_size: {h.vocab_size} is smaller than the corpus vocabulary "
             f"({corpus.vocab_size}, {corpus.path / 'manifest.json'})"
         )
     if h.seq_len is None:
-        h.seq_len = corpus.block_len
+        h = dataclasses.replace(h, seq_len=corpus.block_len)
     elif h.seq_len != corpus.block_len:
         raise UserError(
             f"overrides.seq_len: {h.seq_len} but the corpus has block_len {corpus.block_len} "
@@ -341,7 +340,7 @@ def resolve_run(cfg: RunConfig, corpus: Corpus | ImageSet) -> ResolvedRun:
             "prepare the corpus with `layout: documents`"
         )
     max_steps = h.max_steps
-    snaps, evals = _resolve_steps(cfg, max_steps, "run config")
+    snaps, evals = run_steps(cfg, max_steps, "run config")
     dataset = corpus.dataset
     name = cfg.run or run_name(cfg.size, dataset, cfg.objective, cfg.init, cfg.seed)
     lam = float((cfg.regularizer or {}).get("lambda", 0.0))
@@ -378,6 +377,8 @@ def _resolve_image_run(cfg: RunConfig, images: ImageSet, h: Hyper) -> ResolvedRu
         raise UserError(
             f"overrides.patch_size: {h.patch_size} does not divide the images' size {images.image_size} ({images.path})"
         )
+    import numpy as np  # lazily: the workflow imports this module at parse time, without numpy
+
     classes = np.unique(np.asarray(images.train_labels))
     if classes.size < 2:  # prepare-images refuses such a set; one prepared before it did is refused here
         raise UserError(
@@ -386,7 +387,7 @@ def _resolve_image_run(cfg: RunConfig, images: ImageSet, h: Hyper) -> ResolvedRu
         )
     if cfg.eval_blocks > 0 and images.heldout.shape[0] == 0:
         raise UserError(f"eval_blocks: {cfg.eval_blocks} but the image set {images.path} has no held-out images")
-    snaps, evals = _resolve_steps(cfg, h.max_steps, "run config")
+    snaps, evals = run_steps(cfg, h.max_steps, "run config")
     dataset = images.dataset
     return ResolvedRun(
         run=cfg.run or run_name(cfg.size, dataset, cfg.objective, cfg.init, cfg.seed),
