@@ -1,6 +1,12 @@
-# Lookups shared by the rule files, and the wildcard constraints; no rules, no logic. Everything is derived
-# from the validated config once, at parse time, by attention_geometry.workflow.plan (run expansion and names,
-# snapshot steps, group selection, pretrained sources, notebook I/O; unit-tested without Snakemake).
+# Lookups shared by the rule files, and the wildcard constraints; no rules. Everything is derived from the
+# validated config once, at parse time, by attention_geometry.workflow.plan (run expansion and names, snapshot
+# steps, group selection, pretrained sources, notebook I/O; unit-tested without Snakemake). What else this file
+# does at parse time: it sets the jobs' environment (the offline hub, the shell prefix) and, in the submitting
+# process, checks the committed results. Results made with another config (workflow.records.stale_error) and
+# damaged tidy tables (analysis.completeness.table_error) stop the parse with one line (a dry run prints it and
+# goes on, --forceall skips both: workflow.records.run_mode reads the command line), and committed results that
+# are current by content get their mtime touched, so that Snakemake does not redraw them
+# (workflow.records.content_current).
 import json
 import os
 import shlex
@@ -9,7 +15,7 @@ import sys
 from snakemake.exceptions import WorkflowError
 
 from attention_geometry.errors import ConfigError
-from attention_geometry.workflow.records import content_current, input_sums_path, record_path, record_text, records, stale_error
+from attention_geometry.workflow.records import content_current, input_sums_path, record_path, record_text, records, run_mode, stale_error
 from attention_geometry.training.launch import train_launch
 from attention_geometry.workflow.plan import ONLINE_ENV, alternation, notebook_file, plan, shell_prefix, slurm_resources, yaml_text
 from attention_geometry.workflow.pretrained import scoring_mem_mb
@@ -102,13 +108,11 @@ if config["training"]["provenance_table"]:
 # as if current; workflow.records.stale_error says how to remake them). Under --forceall every result is
 # remade from this config, so nothing old can be drawn and the parse goes on; a dry run (-n) prints the same
 # line and goes on, so that a user can look at the plan after editing the config (Snakemake has not read its
-# DAG settings yet when it parses this file, hence the command line). Only the submitting process decides: a
-# cluster job re-parses this file while the results it remakes are still the old ones.
-_SHORT_FLAGS = "".join(a[1:] for a in sys.argv[1:] if a[:1] == "-" and a[1:2] != "-")
-_FORCEALL = "--forceall" in sys.argv[1:] or "F" in _SHORT_FLAGS
-_DRYRUN = bool({"--dry-run", "--dryrun"} & set(sys.argv[1:])) or "n" in _SHORT_FLAGS
-if workflow.is_main_process and not _FORCEALL and (_stale := stale_error(PLAN, RECORDS)) is not None:
-    if not _DRYRUN:
+# DAG settings yet when it parses this file, hence the command line: workflow.records.run_mode). Only the
+# submitting process decides: a cluster job re-parses this file while the results it remakes are still the old ones.
+_MODE = run_mode(sys.argv[1:])
+if workflow.is_main_process and not _MODE.forceall and (_stale := stale_error(PLAN, RECORDS)) is not None:
+    if not _MODE.dry_run:
         raise WorkflowError(_stale)
     print(f"{_stale} (a dry run goes on; the workflow itself stops here until then)", file=sys.stderr)
 
@@ -117,7 +121,7 @@ if workflow.is_main_process and not _FORCEALL and (_stale := stale_error(PLAN, R
 # row-dropped or repeated-row table stops the parse with one line naming it, before any job draws a figure or a
 # claim from what is left of it (a dry run prints the line and goes on). Under --forceall every table is remade, so
 # none is read as it is.
-if workflow.is_main_process and not _FORCEALL:
+if workflow.is_main_process and not _MODE.forceall:
     from attention_geometry.analysis.completeness import table_error
 
     _damaged = table_error(
@@ -125,7 +129,7 @@ if workflow.is_main_process and not _FORCEALL:
         checked(PLAN.expected_tables),
         PLAN.notebook_param("config_name", "reproduction_report"),
     )
-    if _damaged is not None and not _DRYRUN:
+    if _damaged is not None and not _MODE.dry_run:
         raise WorkflowError(_damaged)
     if _damaged is not None:
         print(f"{_damaged} (a dry run goes on; the workflow itself stops here until then)", file=sys.stderr)

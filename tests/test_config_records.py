@@ -19,6 +19,7 @@ from attention_geometry.workflow.records import (
     record_path,
     record_text,
     records,
+    run_mode,
     stale_error,
     write_input_sums,
 )
@@ -95,6 +96,30 @@ def test_each_record_holds_only_the_config_that_feeds_its_results():
     assert _changed(rec, records(config_plan(cfg))) == set()
     assert "code_version" not in record_text(rec["make_reproduction_report"][1])
     assert "config_hash" not in record_text(rec["make_reproduction_report"][1])
+
+
+def test_run_mode_reads_forceall_and_dry_run_from_snakemakes_arguments():
+    """The parse-time checks stop unless Snakemake is asked for --forceall (skip them) or a dry run (print and go
+    on): the long options and their short letters, alone or bundled, and nothing else."""
+    cases = {
+        (): (False, False),
+        ("--cores", "1"): (False, False),
+        ("-n",): (False, True),
+        ("--dry-run",): (False, True),
+        ("--dryrun", "--cores", "all"): (False, True),
+        ("-pn", "--cores", "2"): (False, True),
+        ("--forceall",): (True, False),
+        ("-F", "-j", "4"): (True, False),
+        ("-nF",): (True, True),
+        ("--forceall", "-n"): (True, True),
+        # long options that merely contain the letters, and values, are neither
+        ("--notemp", "--printshellcmds", "--rerun-incomplete", "--configfile", "config/smoke.yaml"): (False, False),
+        ("--forcerun", "make_fig3_emergence", "--force"): (False, False),
+        ("make_fig3_emergence", "results/figures/fig3_emergence.pdf"): (False, False),
+    }
+    for argv, (forceall, dry_run) in cases.items():
+        mode = run_mode(argv)
+        assert (mode.forceall, mode.dry_run) == (forceall, dry_run), argv
 
 
 def test_results_made_with_another_config_stop_with_one_line(tmp_path):

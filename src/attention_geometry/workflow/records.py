@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from attention_geometry.errors import ConfigError, UserError
 from attention_geometry.formats.rundir import is_complete_snapshot
@@ -53,6 +54,8 @@ __all__ = [
     "content_entries",
     "content_current",
     "drop_unfinished_markers",
+    "RunMode",
+    "run_mode",
     "run_input_sums",
     "run_record_corpus",
 ]
@@ -264,6 +267,25 @@ def drop_unfinished_markers(plan: Plan) -> list[str]:
             ) from None
         removed.append(marker)
     return removed
+
+
+class RunMode(NamedTuple):
+    """What a Snakemake command line asks that the parse-time checks depend on."""
+
+    forceall: bool  # --forceall / -F: every result is remade from the config, so none is drawn as it is
+    dry_run: bool  # -n / --dry-run / --dryrun: the checks print their line and the parse goes on
+
+
+def run_mode(argv: Sequence[str]) -> RunMode:
+    """The RunMode of Snakemake's arguments `argv` (sys.argv[1:]): the long options, or the letters F and n among
+    bundled short flags (`-nF`, `-pn`). Snakemake has not read its DAG settings yet when it parses the workflow
+    (rules/common.smk), hence its command line."""
+    argv = list(argv)
+    short = "".join(a[1:] for a in argv if a[:1] == "-" and a[1:2] != "-")
+    return RunMode(
+        forceall="--forceall" in argv or "F" in short,
+        dry_run=bool({"--dry-run", "--dryrun"} & set(argv)) or "n" in short,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the CLI
