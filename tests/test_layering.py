@@ -315,3 +315,47 @@ def test_the_checker_finds_a_second_address(tmp_path, monkeypatch):
 def test_module_file_names_are_unique():
     names = Counter(p.name for p in SRC.rglob("*.py") if p.name != "__init__.py")
     assert not [n for n, c in names.items() if c > 1]
+
+
+# --------------------------------------------------------------------------------------- the module map
+def _design_block(section: str) -> str:
+    """The fenced module list under docs/DESIGN.md's heading `section`."""
+    text = (ROOT / "docs" / "DESIGN.md").read_text(encoding="utf-8")
+    return text.split(f"\n## {section}", 1)[1].split("```", 2)[1]
+
+
+def _listed(text: str, indent: int = 0) -> set[str]:
+    """The module (NAME.py) and subpackage (NAME/) names that open a line of a module list: the entries, not the
+    descriptions' continuation lines, which are indented further."""
+    return set(re.findall(rf"^ {{0,{indent}}}(\w+\.py|\w+/)(?= |$)", text, re.M))
+
+
+def _on_disk(package: Path) -> set[str]:
+    return {p.name for p in package.glob("*.py") if p.name != "__init__.py"} | {
+        f"{d.name}/" for d in package.iterdir() if (d / "__init__.py").is_file()
+    }
+
+
+def _docstring(package: Path) -> str:
+    return ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8"))) or ""
+
+
+SUBPACKAGES = sorted(d.name for d in SRC.iterdir() if (d / "__init__.py").is_file())
+
+
+@pytest.mark.parametrize("sub", SUBPACKAGES)
+def test_the_module_map_and_the_docstring_list_every_module_of(sub):
+    """docs/DESIGN.md's section on a subpackage and the subpackage's docstring each list exactly its modules (and
+    sub-subpackages) as they are on disk: a module added, moved or removed shows in both."""
+    assert _listed(_design_block(f"`{sub}/`")) == _on_disk(SRC / sub)
+    assert _listed(_docstring(SRC / sub), indent=4) == _on_disk(SRC / sub)
+
+
+def test_the_top_level_is_mapped_too():
+    top = {p.name for p in SRC.glob("*.py")}
+    assert _listed(_design_block("Top level")) == top
+    assert (
+        _listed(_docstring(SRC), indent=4) == _on_disk(SRC) == (top - {"__init__.py"}) | {f"{s}/" for s in SUBPACKAGES}
+    )
+    # what counts as listed: the entries at the margin, never a description's continuation line
+    assert _listed("a.py  x\nb/  y\n    c.py  a continuation line\n") == {"a.py", "b/"}

@@ -1,8 +1,12 @@
 """What the Snakemake workflow asks of the package at parse time and in its small jobs; torch-free.
 
 plan.py         config -> Plan (runs, groups, snapshot steps, pretrained sources, notebook I/O)
-records.py      the config parts behind each committed result, and the check that stops on another config
-pretrained.py   `pretrained:` entries -> files to read, score arguments, provenance (CLI `join-parts`)
+records.py      the config parts behind each committed result, and the check that stops on another config;
+                the input-sums records (CLI `input-sums`, `record-corpus`)
+keep.py         the last good committed outputs, kept aside at parse time and put back after a failed job
+pretrained.py   `pretrained:` entries -> files to read, score arguments, provenance (CLI `join-parts`,
+                `locate-package`)
 concat.py       CLI `concat-tables`
+notebook.py     CLI `run-notebook`: papermill for the notebook rules, a failing cell as one error line
 provenance.py   package versions and the machine, for the report
 """
