@@ -32,7 +32,7 @@ rule write_run_config:
         # a function of the wildcards only: Snakemake records it, so an edited run setting re-runs this rule
         # (and then training, which continues or starts afresh: docs/workflow.md); one computed from `input`
         # would not be tracked
-        text=lambda w: yaml_text({"corpus": run_corpus(w.run), **RUNS[w.run].run_config()}),
+        text=lambda w: PLAN.run_yaml(w.run),
     # every run's config is written first (a second each), so that all training jobs are ready together and
     # their own priorities (longest first) decide the order; otherwise the order in which these small jobs
     # happen to run would decide it, and a long decoder run could start last and leave a core idle at the end

@@ -32,7 +32,7 @@ from attention_geometry.analysis.completeness import (
 from attention_geometry.analysis.summaries import read_table
 from attention_geometry.errors import UserError
 from attention_geometry.workflow.keep import RESTORED_MTIME, keep_outputs, restore_missing
-from attention_geometry.workflow.plan import EVAL_BLOCKS_DEFAULT, NULL_INITS
+from attention_geometry.workflow.plan import NULL_INITS
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = {"tiny-w-encoder-standard-s0": "encoder", "tiny-w-decoder-standard-s0": "decoder"}
@@ -225,9 +225,7 @@ def test_a_design_claim_not_tested_stops_with_one_line():
 # ------------------------------------------------------------------------------------ the plan's expectations
 def test_the_plan_expects_what_the_trainer_and_scorers_write():
     from attention_geometry.scoring import random_init_null
-    from attention_geometry.training.run_config import RunConfig
 
-    assert EVAL_BLOCKS_DEFAULT == RunConfig.__dataclass_fields__["eval_blocks"].default
     assert NULL_INITS == random_init_null.NULL_INITS
     assert 'inits=" ".join(PLAN.null_inits())' in (REPO / "rules" / "score.smk").read_text()  # the plan's
     p = config_plan(validated_config("smoke.yaml"))

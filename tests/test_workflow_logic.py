@@ -466,7 +466,7 @@ def test_bad_overrides_are_refused_at_parse_time(overrides, message):
     # reaches a job that would write a run directory first
     groups = copy.deepcopy(GROUPS)
     groups["main"]["runs"][1]["overrides"] = {"mlm_probability": 0.3, **overrides}
-    with pytest.raises(ConfigError, match=r"config training\.groups\.main\.runs\[1\]\." + message):
+    with pytest.raises(ConfigError, match=r"config training\.groups\.main\.runs\[1\]: " + message):
         expand_runs(groups, ["c1"])
 
 

@@ -4,7 +4,8 @@
 
     corpora      corpus key -> the corpus config given to `attention-geometry prepare-corpus`
     images       image set key -> the config given to `attention-geometry prepare-images` (the ViT runs' data)
-    runs         run name -> Run (its identity, its group settings merged with the entry's, its groups)
+    runs         run name -> Run (its identity, its RUN.yaml as a validated RunConfig: the group's settings
+                 merged with the entry's, its snapshot steps, its groups)
     groups       group name -> run names, in config order
     update_runs  the runs whose W_qk updates are scored (`updates.group` x `updates.inits`)
     pretrained   model key -> Pretrained (where the files are, the CLI arguments, the pinned revision); a hub
@@ -38,8 +39,9 @@ from attention_geometry.errors import ConfigError, UserError
 from attention_geometry.formats.checkout import code_version
 from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.files import csv_text, read_yaml
-from attention_geometry.formats.rundir import run_name, snapshot_dir, snapshot_steps
+from attention_geometry.formats.rundir import run_name, snapshot_dir
 from attention_geometry.training.hyper import IMAGE_OBJECTIVES, IMAGE_SIZES, resolve_hyper
+from attention_geometry.training.run_config import RunConfig, run_config_from_dict, run_steps
 from attention_geometry.workflow.pretrained import (
     PRETRAINED_COLUMNS,
     pretrained_rows,
@@ -50,13 +52,13 @@ __all__ = [
     "CONFIG_KEY",
     "CONDITIONAL_PLACEHOLDERS",
     "NULL_INITS",
-    "EVAL_BLOCKS_DEFAULT",
     "Run",
     "Plan",
     "plan",
     "schema_error",
     "expand_corpora",
     "expand_runs",
+    "data_dir",
     "load_catalog",
     "slurm_resources",
     "yaml_text",
@@ -85,8 +87,6 @@ _NOT_NOTEBOOK_PARAMS = (
 # the inits of the random-init null table (Plan.null_inits: rule score_null_inits's --inits), the same as the
 # scorer's default (scoring.random_init_null.NULL_INITS, which imports torch)
 NULL_INITS = ("standard", "symmetric-fresh", "fresh")
-# a run's held-out blocks where its settings give no eval_blocks (training.run_config.RunConfig.eval_blocks)
-EVAL_BLOCKS_DEFAULT = 512
 # the authors' decoder objective and the ViT classifiers' (training.hyper.OBJECTIVES)
 PAPER_DECODER = "decoder-paper"
 SYMMETRIC = "symmetric-fresh"  # the paper's "symmetric" init
@@ -106,7 +106,9 @@ def _as_list(value):
 # ------------------------------------------------------------------------------------------------- runs
 @dataclass
 class Run:
-    """One training run: its identity (RUN_KEYS), its settings (RUN.yaml keys) and the groups listing it."""
+    """One training run: its identity (RUN_KEYS), its RUN.yaml (`config`: a RunConfig built once by the trainer's
+    own validation, training.run_config.run_config_from_dict, from its data folder, name, identity and the settings
+    of its group and entry), its snapshot steps and the groups listing it."""
 
     name: str
     size: str
@@ -114,7 +116,7 @@ class Run:
     objective: str
     init: str
     seed: int
-    settings: dict
+    config: RunConfig
     snapshot_steps: list[int]
     groups: list[str] = field(default_factory=list)
 
@@ -123,8 +125,13 @@ class Run:
         return {k: getattr(self, k) for k in RUN_KEYS}
 
     @property
+    def settings(self) -> dict:
+        """The run settings its group and entry give (RUN.yaml keys of training.run_config.RUN_SETTINGS)."""
+        return self.config.settings()
+
+    @property
     def max_steps(self) -> int:
-        return int(self.settings["max_steps"])
+        return int(self.config.max_steps)
 
     @property
     def priority(self) -> int:
@@ -133,12 +140,8 @@ class Run:
         return self.max_steps * (3 if self.objective == "decoder" else 2)
 
     def run_config(self) -> dict:
-        """The RUN.yaml content (without the corpus path, which comes from the rule's input)."""
-        return {
-            "run": self.name,
-            **{k: getattr(self, k) for k in ("size", "objective", "init", "seed")},
-            **self.settings,
-        }
+        """The RUN.yaml content without the corpus path (the config records name the corpus by its config)."""
+        return {k: v for k, v in self.config.as_mapping().items() if k != "corpus"}
 
 
 def expand_corpora(corpora: Mapping) -> dict[str, dict]:
@@ -147,14 +150,20 @@ def expand_corpora(corpora: Mapping) -> dict[str, dict]:
     return {key: {**c, "name": key} for key, c in corpora.items()}
 
 
+def data_dir(results: str, key: str, image: bool = False) -> str:
+    """The prepared folder a run trains on: {results}/corpora/KEY, or an image set's {results}/images/KEY."""
+    return os.path.join(results, "images" if image else "corpora", key)
+
+
 def expand_runs(
-    groups: Mapping, corpora: Iterable[str], images: Iterable[str] = ()
+    groups: Mapping, corpora: Iterable[str], images: Iterable[str] = (), results: str = "results"
 ) -> tuple[dict[str, Run], dict[str, list[str]]]:
     """(run name -> Run, group -> run names). Each entry of `training.groups.G.runs` expands to the product
     of its lists; its other keys override the group's settings. A run in two groups must have the same
-    settings in both; its snapshot steps are resolved (rundir.snapshot_steps, as the trainer does). A text run's
-    `corpus` is a key of `corpora`; an image classifier's (objective classifier, a size of IMAGE_SIZES) a key of
-    `images`."""
+    settings in both. Each run's RUN.yaml is checked as the trainer checks it (run_config_from_dict: the
+    hyperparameters, the steps, before any run directory exists) and its snapshot steps are resolved as the
+    trainer does (run_steps). A text run's `corpus` is a key of `corpora`, its data {results}/corpora/KEY; an
+    image classifier's (objective classifier, a size of IMAGE_SIZES) a key of `images`, {results}/images/KEY."""
     corpora, images = list(corpora), list(images)
     runs: dict[str, Run] = {}
     members: dict[str, list[str]] = {}
@@ -174,20 +183,19 @@ def expand_runs(
                         "or the same settings"
                     )
                 if name not in runs:
-                    for a, b in (("snapshot_steps", "snapshot_every"), ("eval_steps", "eval_every")):
-                        if settings.get(a) is not None and settings.get(b) is not None:
-                            raise ConfigError(f"{where}: give {a} or {b}, not both")
-                    try:
-                        steps = snapshot_steps(
-                            settings.get("snapshot_steps"), settings.get("snapshot_every"), settings["max_steps"]
-                        )
-                    except UserError as exc:
-                        raise ConfigError(f"{where}: {exc}") from None
-                    try:  # the trainer's own check of the hyperparameters, before any run directory exists
-                        resolve_hyper(spec["size"], settings.get("overrides"), where=f"{where}.overrides")
+                    image = spec["objective"] in IMAGE_OBJECTIVES
+                    raw = {
+                        "corpus": data_dir(results, spec["dataset"], image),
+                        "run": name,
+                        **{k: spec[k] for k in ("size", "objective", "init", "seed")},
+                        **settings,
+                    }
+                    try:  # the trainer's own checks, before any run directory exists
+                        config = run_config_from_dict(raw, where=where)
                     except UserError as exc:
                         raise ConfigError(str(exc)) from None
-                    runs[name] = Run(name=name, **spec, settings=settings, snapshot_steps=steps)
+                    steps = run_steps(config, config.max_steps, where)[0]
+                    runs[name] = Run(name=name, **spec, config=config, snapshot_steps=steps)
                 if group not in runs[name].groups:
                     runs[name].groups.append(group)
                 if name not in members[group]:
@@ -276,7 +284,7 @@ class Plan:
         self.configfiles = [str(p) for p in configfiles]
         self.corpora = expand_corpora(config["corpora"])
         self.images = expand_corpora(config.get("images") or {})  # image set key -> prepare-images config
-        self.runs, self.groups = expand_runs(config["training"]["groups"], self.corpora, self.images)
+        self.runs, self.groups = expand_runs(config["training"]["groups"], self.corpora, self.images, self.results)
         f = config["figures"]
         vision = [f["vision_group"]] if f.get("vision_group") else []
         for group in (config["updates"]["group"], f["emergence_group"], f["ablation_group"], *vision):
@@ -305,18 +313,21 @@ class Plan:
         return os.path.join(self.results, *parts)
 
     def corpus_dir(self, corpus: str) -> str:
-        return self.res("corpora", corpus)
+        return data_dir(self.results, corpus)
 
     def image_dir(self, images: str) -> str:
-        return self.res("images", images)
+        return data_dir(self.results, images, image=True)
 
     def is_image_run(self, run: str) -> bool:
         return self.runs[run].objective in IMAGE_OBJECTIVES
 
     def run_corpus(self, run: str) -> str:
         """The prepared corpus folder a run trains on (for an image classifier, its prepared image set)."""
-        r = self.runs[run]
-        return self.image_dir(r.dataset) if self.is_image_run(run) else self.corpus_dir(r.dataset)
+        return self.runs[run].config.corpus
+
+    def run_yaml(self, run: str) -> str:
+        """The text of a run's RUN.yaml (rule write_run_config), from its RunConfig: the keys the config gave."""
+        return yaml_text(self.runs[run].config.as_mapping())
 
     def corpus_inputs(self, corpus: str) -> str:
         """`path sha256` lines of the local input files corpus `corpus` reads (data.sources.input_fingerprint):
@@ -425,15 +436,15 @@ class Plan:
     # ---------------------------------------------------------------- what the claims' tables must hold
     def num_layers(self, run: str) -> int:
         r = self.runs[run]
-        return resolve_hyper(r.size, r.settings.get("overrides")).num_layers
+        return resolve_hyper(r.size, r.config.overrides).num_layers
 
     def eval_steps(self, run: str) -> list[int]:
         """The steps at which a run evaluates its held-out loss (rundir.snapshot_steps, as the trainer resolves
         them: 0 and max_steps always); none with eval_blocks 0."""
-        s = self.runs[run].settings
-        if int(s.get("eval_blocks", EVAL_BLOCKS_DEFAULT)) == 0:
+        config = self.runs[run].config
+        if config.eval_blocks == 0:
             return []
-        return snapshot_steps(s.get("eval_steps"), s.get("eval_every"), s["max_steps"], key="eval_steps")
+        return run_steps(config, config.max_steps)[1]
 
     def expected_tables(self) -> dict[str, list[dict]]:
         """The rows each tidy table the claims read must hold (analysis.completeness: table kind -> blocks, each
