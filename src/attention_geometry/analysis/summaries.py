@@ -156,15 +156,8 @@ def model_table(
 
 # ------------------------------------------------------------------------- held-out loss contrasts
 GROUP_KEYS = ["size", "dataset", "objective"]
-CONTRAST_COLUMNS = [
-    "size",
-    "dataset",
-    "objective",
-    "init",
-    "compared_to",
-    "seed",
-    "run",
-    "baseline_run",
+# what contrast_runs measures of each (treatment, baseline) pair, after the pair's keys
+CONTRAST_MEASURES = [
     "horizon",
     "final_eval_loss",
     "baseline_final_eval_loss",
@@ -174,6 +167,7 @@ CONTRAST_COLUMNS = [
     "s_star",
     "speedup",
 ]
+CONTRAST_COLUMNS = [*GROUP_KEYS, "init", "compared_to", "seed", "run", "baseline_run", *CONTRAST_MEASURES]
 
 
 def eval_curves(loss: pd.DataFrame) -> pd.DataFrame:
@@ -232,24 +226,10 @@ def contrast_runs(loss: pd.DataFrame, treatment: str, baseline: str = "standard"
             at_b = float(np.interp(horizon, br["step"], br["eval_loss"]))
             big_s = first_reaching_step(br["step"], br["eval_loss"], target)
             s_star = first_reaching_step(tr["step"], tr["eval_loss"], target)
-            rows.append(
-                dict(
-                    zip(GROUP_KEYS, key),
-                    init=treatment,
-                    compared_to=baseline,
-                    seed=s,
-                    run=tr["run"].iloc[0],
-                    baseline_run=br["run"].iloc[0],
-                    horizon=horizon,
-                    final_eval_loss=at_t,
-                    baseline_final_eval_loss=at_b,
-                    loss_gain=at_b - at_t,
-                    target=target,
-                    baseline_s=big_s,
-                    s_star=s_star,
-                    speedup=signed_speedup(br["step"], br["eval_loss"], tr["step"], tr["eval_loss"], target),
-                )
-            )
+            pair = (treatment, baseline, s, tr, br)
+            speedup = signed_speedup(br["step"], br["eval_loss"], tr["step"], tr["eval_loss"], target)
+            row = _speedup_row(key, pair, horizon, (target, big_s, s_star, speedup))
+            rows.append({**row, "final_eval_loss": at_t, "baseline_final_eval_loss": at_b, "loss_gain": at_b - at_t})
     return pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
 
 

@@ -14,7 +14,13 @@ import numpy as np
 import pandas as pd
 
 from attention_geometry.analysis.stats import Interval, check_level
-from attention_geometry.analysis.summaries import CONTRAST_COLUMNS, contrast_runs, eval_curves, layer_medians
+from attention_geometry.analysis.summaries import (
+    CONTRAST_COLUMNS,
+    CONTRAST_MEASURES,
+    contrast_runs,
+    eval_curves,
+    layer_medians,
+)
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import RUN_KEYS
 
@@ -94,23 +100,7 @@ def symmetry_vs_gain(scores: pd.DataFrame, loss: pd.DataFrame, baseline_init: st
     sym = run_symmetry(scores)
     sp = per_run_speedups(loss, baseline_init)
     sp = sp[(sp["init"] != baseline_init) & (sp["baseline_run"] != "")]
-    out = sym.merge(
-        sp[
-            [
-                "run",
-                "horizon",
-                "final_eval_loss",
-                "baseline_final_eval_loss",
-                "loss_gain",
-                "target",
-                "baseline_s",
-                "s_star",
-                "speedup",
-            ]
-        ],
-        on="run",
-        how="inner",
-    )
+    out = sym.merge(sp[["run", *CONTRAST_MEASURES]], on="run", how="inner")
     return out.sort_values(["objective", "init", "seed"], kind="stable", ignore_index=True)
 
 
