@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -157,25 +158,38 @@ def write_manifest(path: str | os.PathLike, manifest: dict[str, Any]) -> Path:
     return mf
 
 
+def _check_version_and_fields(
+    manifest: dict[str, Any], mf: Path, key: str, required: Iterable[str], what: str, command: str
+) -> None:
+    """What every prepared folder's manifest (a corpus's, an image set's) holds: this package's format_version
+    (else: prepare `what` again with `command`) and each of the `required` fields."""
+    version = manifest.get("format_version", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise CorpusError(
+            f"{key}: {mf}: format_version {version!r}, this package reads {FORMAT_VERSION}: "
+            f"prepare {what} again (`attention-geometry {command} --force`)"
+        )
+    for k in required:
+        if k not in manifest:
+            raise CorpusError(f"{key}: {mf}: field {k!r} is missing")
+
+
+def _positive_int(manifest: dict[str, Any], k: str, mf: Path, key: str) -> int:
+    v = manifest[k]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise CorpusError(f"{key}: {mf}: {k} must be a positive integer, got {v!r}")
+    return v
+
+
 def _check_manifest(manifest: dict[str, Any], mf: Path, key: str) -> None:
     if manifest.get("kind") == IMAGES_KIND:
         raise CorpusError(
             f"{key}: {mf.parent} is a prepared image set (prepare-images), not a text corpus: "
             "it trains with objective classifier"
         )
-    version = manifest.get("format_version", FORMAT_VERSION)
-    if version != FORMAT_VERSION:
-        raise CorpusError(
-            f"{key}: {mf}: format_version {version!r}, this package reads {FORMAT_VERSION}: "
-            "prepare the corpus again (`attention-geometry prepare-corpus --force`)"
-        )
-    for k in REQUIRED_FIELDS:
-        if k not in manifest:
-            raise CorpusError(f"{key}: {mf}: field {k!r} is missing")
+    _check_version_and_fields(manifest, mf, key, REQUIRED_FIELDS, "the corpus", "prepare-corpus")
     for k in ("block_len", "vocab_size"):
-        v = manifest[k]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise CorpusError(f"{key}: {mf}: {k} must be a positive integer, got {v!r}")
+        _positive_int(manifest, k, mf, key)
     special = manifest["special_tokens"]
     if not isinstance(special, dict):
         raise CorpusError(f"{key}: {mf}: special_tokens must be a mapping role -> id, got {special!r}")
@@ -323,28 +337,13 @@ def is_image_set(path: str | os.PathLike) -> bool:
         return False
 
 
-def _positive_int(manifest: dict[str, Any], k: str, mf: Path, key: str) -> int:
-    v = manifest[k]
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise CorpusError(f"{key}: {mf}: {k} must be a positive integer, got {v!r}")
-    return v
-
-
 def _check_image_manifest(manifest: dict[str, Any], mf: Path, key: str) -> None:
     if manifest.get("kind") != IMAGES_KIND:
         raise CorpusError(
             f"{key}: {mf.parent} is not a prepared image set (its manifest has no `kind: {IMAGES_KIND}`): "
             "run `attention-geometry prepare-images` first"
         )
-    version = manifest.get("format_version", FORMAT_VERSION)
-    if version != FORMAT_VERSION:
-        raise CorpusError(
-            f"{key}: {mf}: format_version {version!r}, this package reads {FORMAT_VERSION}: "
-            "prepare the image set again (`attention-geometry prepare-images --force`)"
-        )
-    for k in IMAGE_REQUIRED_FIELDS:
-        if k not in manifest:
-            raise CorpusError(f"{key}: {mf}: field {k!r} is missing")
+    _check_version_and_fields(manifest, mf, key, IMAGE_REQUIRED_FIELDS, "the image set", "prepare-images")
     for k in ("image_size", "num_channels", "num_classes"):
         _positive_int(manifest, k, mf, key)
     names = manifest["class_names"]
