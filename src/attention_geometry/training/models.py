@@ -9,6 +9,10 @@ checks it against the stock forward.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -27,6 +31,40 @@ __all__ = [
 from attention_geometry.training.hyper import CAUSAL_OBJECTIVES, INITS, OBJECTIVES, Hyper, resolve_hyper
 
 
+def encoder_keywords(h: Hyper) -> dict[str, Any]:
+    """What a Hyper sets alike in a BertConfig and a ViTConfig (both BERT-style encoder layers): the layers'
+    shape, activation, dropout, weight init and layer-norm epsilon."""
+    return dict(
+        hidden_size=h.hidden_size,
+        num_hidden_layers=h.num_layers,
+        num_attention_heads=h.num_heads,
+        intermediate_size=h.intermediate_size,
+        hidden_act=h.hidden_act,
+        hidden_dropout_prob=h.hidden_dropout,
+        attention_probs_dropout_prob=h.attention_dropout,
+        initializer_range=h.initializer_range,
+        layer_norm_eps=h.layer_norm_eps,
+    )
+
+
+@contextmanager
+def seeded_quietly(seed: int) -> Iterator[None]:
+    """The body under torch.manual_seed(seed), with transformers logging errors only (a model built from a
+    config warns of nothing the run needs to see); the global torch RNG and the verbosity are restored
+    afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    rng_state = torch.get_rng_state()
+    verbosity = hf_logging.get_verbosity()
+    try:
+        hf_logging.set_verbosity_error()
+        torch.manual_seed(seed)
+        yield
+    finally:
+        torch.set_rng_state(rng_state)
+        hf_logging.set_verbosity(verbosity)
+
+
 def bert_config(h: Hyper, objective: str, special_tokens: dict | None = None):
     from transformers import BertConfig
 
@@ -37,17 +75,9 @@ def bert_config(h: Hyper, objective: str, special_tokens: dict | None = None):
     special_tokens = special_tokens or {}
     cfg = BertConfig(
         vocab_size=h.vocab_size,
-        hidden_size=h.hidden_size,
-        num_hidden_layers=h.num_layers,
-        num_attention_heads=h.num_heads,
-        intermediate_size=h.intermediate_size,
-        hidden_act=h.hidden_act,
-        hidden_dropout_prob=h.hidden_dropout,
-        attention_probs_dropout_prob=h.attention_dropout,
+        **encoder_keywords(h),
         max_position_embeddings=h.max_position_embeddings,
         type_vocab_size=2,
-        initializer_range=h.initializer_range,
-        layer_norm_eps=h.layer_norm_eps,
         is_decoder=objective in CAUSAL_OBJECTIVES,
         pad_token_id=special_tokens.get("pad", 0),
         attn_implementation="sdpa",
@@ -112,20 +142,12 @@ def build_model(
     if h.vocab_size is None:
         h.vocab_size = 2048
     from transformers import BertForMaskedLM, BertLMHeadModel
-    from transformers.utils import logging as hf_logging
 
     cfg = bert_config(h, objective, special_tokens)
     cls = BertForMaskedLM if objective == "encoder" else BertLMHeadModel
-    rng_state = torch.get_rng_state()
-    verbosity = hf_logging.get_verbosity()
-    try:
-        hf_logging.set_verbosity_error()
-        torch.manual_seed(seed)
+    with seeded_quietly(seed):
         model = cls(cfg)
         apply_init(model, init)
-    finally:
-        torch.set_rng_state(rng_state)
-        hf_logging.set_verbosity(verbosity)
     return model
 
 

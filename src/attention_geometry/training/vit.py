@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from attention_geometry.errors import UserError
 from attention_geometry.training.hyper import INITS, Hyper, resolve_hyper
-from attention_geometry.training.models import init_attention
+from attention_geometry.training.models import encoder_keywords, init_attention, seeded_quietly
 
 __all__ = [
     "QKV_NAMES",
@@ -44,15 +44,7 @@ def vit_config(h: Hyper, image_size: int, num_channels: int, class_names: list[s
         image_size=image_size,
         patch_size=h.patch_size,
         num_channels=num_channels,
-        hidden_size=h.hidden_size,
-        num_hidden_layers=h.num_layers,
-        num_attention_heads=h.num_heads,
-        intermediate_size=h.intermediate_size,
-        hidden_act=h.hidden_act,
-        hidden_dropout_prob=h.hidden_dropout,
-        attention_probs_dropout_prob=h.attention_dropout,
-        initializer_range=h.initializer_range,
-        layer_norm_eps=h.layer_norm_eps,
+        **encoder_keywords(h),
         qkv_bias=True,
         num_labels=len(class_names),
         id2label={i: str(n) for i, n in enumerate(class_names)},
@@ -91,20 +83,12 @@ def build_vit(
     h = overrides.pop("_hyper", None) or resolve_hyper(size, overrides)
     names = class_names if class_names is not None else [str(c) for c in range(10)]
     from transformers import ViTForImageClassification
-    from transformers.utils import logging as hf_logging
 
     cfg = vit_config(h, image_size, num_channels, names)
-    rng_state = torch.get_rng_state()
-    verbosity = hf_logging.get_verbosity()
-    try:
-        hf_logging.set_verbosity_error()
-        torch.manual_seed(seed)
+    with seeded_quietly(seed):
         model = ViTForImageClassification(cfg)
         for att in vit_attentions(model):
             init_attention(att, init, QKV_NAMES)
-    finally:
-        torch.set_rng_state(rng_state)
-        hf_logging.set_verbosity(verbosity)
     return model
 
 
