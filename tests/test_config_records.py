@@ -33,9 +33,35 @@ def _default():
     return validated_config("config.yaml")
 
 
+def _longer_emergence_runs(cfg: dict) -> dict:
+    """A copy of `cfg` whose emergence group's runs train twice as long: a run setting, which every snapshot step
+    and updates.steps stay valid under."""
+    cfg = copy.deepcopy(cfg)
+    group = cfg["training"]["groups"][cfg["figures"]["emergence_group"]]
+    for settings in (group["settings"], *group["runs"]):
+        if "max_steps" in settings:
+            settings["max_steps"] = 2 * settings["max_steps"]
+    return cfg
+
+
 def test_each_record_holds_only_the_config_that_feeds_its_results():
     base = _default()
     rec = records(config_plan(base))
+    # Figure 1 draws the lowest-seed baseline-init encoder and decoder of the emergence group and the configured
+    # pretrained models, and the report cites the corpus of that encoder (read here from the config itself)
+    f = base["figures"]
+    runs, groups = expand_runs(base["training"]["groups"], base["corpora"], base.get("images") or {})
+    group = groups[f["emergence_group"]]
+    first = {
+        role: min(
+            (r for r in group if (runs[r].objective, runs[r].init) == (role, f["baseline_init"])),
+            key=lambda r: runs[r].seed,
+        )
+        for role in ("encoder", "decoder")
+    }
+    fig1_runs = set(first.values())
+    corpus = f"corpus_{runs[first['encoder']].dataset}"
+    model = f["fig1_models"]["encoder"]
     assert {
         "training_scores",
         "training_loss",
@@ -44,16 +70,8 @@ def test_each_record_holds_only_the_config_that_feeds_its_results():
         "pretrained_scores",
         "pretrained_models",
         "symmetry_speedup",
-        "corpus_wiki_offline",
+        corpus,
     } <= set(rec)
-    # Figure 1 draws the lowest-seed standard encoder and decoder of the emergence group and the configured
-    # pretrained models (read here from the config itself)
-    runs, groups = expand_runs(base["training"]["groups"], base["corpora"], base.get("images") or {})
-    group = groups[base["figures"]["emergence_group"]]
-    fig1_runs = {
-        min((r for r in group if runs[r].objective == role and runs[r].init == "standard"), key=lambda r: runs[r].seed)
-        for role in ("encoder", "decoder")
-    }
     assert {k for k in rec if k.startswith("wqk_")} == {f"wqk_run_{r}" for r in fig1_runs} | {
         f"wqk_pretrained_{m}" for m in base["figures"]["fig1_models"].values()
     }
@@ -67,26 +85,26 @@ def test_each_record_holds_only_the_config_that_feeds_its_results():
     assert "symmetry_speedup" in changed and changed - {"symmetry_speedup"} <= notebooks
     assert "make_fig3_emergence" in changed and "make_fig1_wqk_examples" not in changed
 
-    # a run setting: the tables made from the runs, and Figure 1's matrix of that run
-    cfg = copy.deepcopy(base)
-    cfg["training"]["groups"]["main"]["settings"]["max_steps"] = 3000
-    changed = _changed(rec, records(config_plan(cfg)))
+    # a run setting: the tables made from the runs (the update table where its runs are among them: the null's
+    # source run always is), and Figure 1's matrix of that run
+    changed = _changed(rec, records(config_plan(_longer_emergence_runs(base))))
     assert {
         "training_scores",
         "training_loss",
-        "update_scores",
         "null_scores",
+        *(["update_scores"] if set(config_plan(base).update_runs) & set(group) else []),
         *(f"wqk_run_{r}" for r in fig1_runs),
     } <= changed
-    assert not changed & {"pretrained_scores", "pretrained_models", "corpus_wiki_offline", "wqk_pretrained_minilm"}
+    assert not changed & {"pretrained_scores", "pretrained_models", corpus, f"wqk_pretrained_{model}"}
 
-    # a pretrained entry: its tables and its Figure 1 matrix only
+    # a pretrained entry: its tables and its Figure 1 matrix only (and the grouped-query table where it is in it)
     cfg = copy.deepcopy(base)
-    cfg["pretrained"]["minilm"]["revision"] = "0" * 40
+    cfg["pretrained"][model]["revision"] = "0" * 40
     assert _changed(rec, records(config_plan(cfg))) == {
         "pretrained_scores",
         "pretrained_models",
-        "wqk_pretrained_minilm",
+        f"wqk_pretrained_{model}",
+        *(["gqa_paper_method"] if model in f.get("gqa_models", []) else []),
     }
 
     # machine settings (threads, device, GPUs) and provenance (the commit, the whole-config hash) are not parts
@@ -133,9 +151,7 @@ def test_results_made_with_another_config_stop_with_one_line(tmp_path):
         atomic_write_text(record_path(made, key), record_text(parts))
     assert stale_error(made) is None
 
-    cfg = copy.deepcopy(base)
-    cfg["training"]["groups"]["main"]["settings"]["max_steps"] = 3000
-    edited = config_plan(cfg)
+    edited = config_plan(_longer_emergence_runs(base))
     msg = stale_error(edited)
     assert msg is not None and "\n" not in msg
     assert "--forceall" in msg  # the other remedy (the Snakefile skips this check under --forceall)

