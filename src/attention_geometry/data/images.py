@@ -21,11 +21,11 @@ import gzip
 import hashlib
 import importlib.util
 import io
-import json
 import logging
 import os
 import shutil
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,16 @@ from attention_geometry.data.image_config import (
     load_image_config,
     split_files,
 )
-from attention_geometry.data.prepare import _versions, offline_hub, write_prepared
+from attention_geometry.data.prepare import (
+    _versions,
+    already_prepared,
+    prepared_status,
+    recorded_input_changes,
+    refuse_replacing,
+    start_prepare_cli,
+    write_prepared,
+)
+from attention_geometry.data.sources import file_source
 from attention_geometry.formats.corpus import (
     FORMAT_VERSION,
     IMAGE_FILES,
@@ -50,7 +59,7 @@ from attention_geometry.formats.corpus import (
     content_sha256,
     read_manifest,
 )
-from attention_geometry.formats.files import check_out_location, file_sha256
+from attention_geometry.formats.files import check_out_location
 
 __all__ = [
     "DIGITS_FILE",
@@ -308,46 +317,22 @@ def image_inputs(cfg: ImageConfig) -> list[Path]:
     )
 
 
-def _file_source(path: Path) -> dict[str, Any]:
-    return {"path": str(path), "sha256": file_sha256(path), "bytes": path.stat().st_size}
-
-
 def image_input_changes(cfg: ImageConfig, manifest: dict[str, Any]) -> str | None:
     """None when the local files image set `cfg` reads are those its manifest's `sources` record, with the
     same sha256; else what changed, in words. The digits file is compared by content only (its path moves
     with the environment)."""
-    recorded = [s for s in manifest.get("sources") or [] if isinstance(s, dict) and s.get("path")]
     try:
         current = image_inputs(cfg)
     except CorpusError as exc:
         return str(exc)
-    for i, src in enumerate(recorded):
-        if i >= len(current):
-            return f"{src['path']} is no longer an input"
-        path = current[i]
-        if cfg.dataset != "digits" and str(path) != src["path"]:
-            return f"input {path} where it read {src['path']}"
-        if file_sha256(path) != src.get("sha256"):
-            return f"the content of {path} changed (sha256)"
-    if len(current) > len(recorded):
-        return f"{current[len(recorded)]} is a new input"
-    return None
+    return recorded_input_changes(manifest, current, same_paths=cfg.dataset != "digits", new_inputs=True)
 
 
 def images_status(cfg: ImageConfig, out: str | os.PathLike) -> str:
     """ "missing" (no OUT), "current" (OUT holds this config prepared from the same inputs), "changed" (this
     config, but inputs that changed since: image_input_changes), "different" (another config or not an
     image set)."""
-    p = Path(out)
-    if not p.exists():
-        return "missing"
-    try:
-        manifest = read_manifest(p)
-    except CorpusError:
-        return "different"
-    if manifest.get("kind") != IMAGES_KIND or manifest.get("config") != json.loads(json.dumps(cfg.to_dict())):
-        return "different"
-    return "changed" if image_input_changes(cfg, manifest) else "current"
+    return prepared_status(out, cfg.to_dict(), partial(image_input_changes, cfg), IMAGES_KIND)
 
 
 # -------------------------------------------------------------------------------------------- prepare
@@ -369,17 +354,8 @@ def prepare_images(
     if status == "current":
         log.info("%s already holds this image set: nothing to do", out)
         return out
-    if status == "different" and not force:
-        raise CorpusError(
-            f"{out} exists and holds another image set config (or no image manifest): "
-            "use --force to replace it, or another --out"
-        )
-    if status == "changed" and not force:
-        why = image_input_changes(cfg, read_manifest(out))
-        raise CorpusError(
-            f"{out} was prepared from input data that changed since ({why}): use --force to prepare it again "
-            "from the current data"
-        )
+    changes = partial(image_input_changes, cfg)
+    refuse_replacing(out, status, force, changes, "image set config (or no image manifest)", "data")
     t0 = time.perf_counter()
     if fetched is not None:
         fetched.verify()  # a missing or changed file stops before any work
@@ -422,7 +398,7 @@ def _prepare_into(cfg: ImageConfig, tmp: Path, fetched: FetchedData | None = Non
     names: list[str] | None
     if cfg.dataset == "digits":
         path = digits_path()
-        sources.append({**_file_source(path), "reader": "sklearn.datasets.load_digits's digits.csv.gz"})
+        sources.append({**file_source(path), "reader": "sklearn.datasets.load_digits's digits.csv.gz"})
         images, labels = read_digits(path)
         names = list(DIGIT_NAMES)
         _save(tmp / "source_images.npy", images)
@@ -431,7 +407,7 @@ def _prepare_into(cfg: ImageConfig, tmp: Path, fetched: FetchedData | None = Non
     elif cfg.dataset in HUB_IMAGE_DATASETS:
         if fetched is None and hub_inputs(cfg):
             fetched = fetch_now(hub_inputs(cfg), tmp / "hub-data", "images")
-        sources.extend(_file_source(p) for p in image_inputs(cfg))
+        sources.extend(file_source(p) for p in image_inputs(cfg))
         train = _read_hub_split(cfg, cfg.hub.split, tmp, tmp / "source_images.npy", fetched)
         names = train["names"]
         sources.append(train["source"])
@@ -516,16 +492,11 @@ def _manifest(cfg: ImageConfig, tmp: Path, names, sources, split, where: str) ->
 
 
 def run_prepare_images(args: argparse.Namespace) -> int:
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.hub_data is not None:
-        offline_hub()
+    start_prepare_cli(args)
     cfg = load_image_config(args.config)
     # never the config itself, nor the --hub-data folder (prepare_images checks the data it reads)
     check_out_location(args.out, [args.config, *([args.hub_data] if args.hub_data is not None else [])])
-    if images_status(cfg, args.out) == "current":
-        check_hub_data(hub_inputs(cfg), args.hub_data, "images")  # a wrong --hub-data is an error still
-        print(f"{args.out} already holds this image set: nothing to do")
+    if already_prepared(args, images_status(cfg, args.out), hub_inputs(cfg), "images", "image set"):
         return 0
     out = prepare_images(cfg, args.out, force=args.force, hub_data=args.hub_data)
     m = read_manifest(out)

@@ -18,6 +18,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import numpy as np
 
 from attention_geometry.data import blocks, wordpiece
 from attention_geometry.data.corpus_config import CorpusConfig, hub_inputs, load_corpus_config
-from attention_geometry.data.hub_data import FetchedData, check_hub_data, fetch_now
+from attention_geometry.data.hub_data import FetchedData, HubInput, check_hub_data, fetch_now
 from attention_geometry.data.sources import READERS, local_inputs, wiki_offline_path
 from attention_geometry.formats.corpus import (
     FORMAT_VERSION,
@@ -81,20 +82,36 @@ def input_changes(cfg: CorpusConfig, manifest: dict[str, Any]) -> str | None:
     added to a folder counts unless max_documents or max_bytes cut the reading short."""
     if cfg.dataset not in ("wiki_offline", "text_files", "jigsaw"):
         return None
-    recorded = [s for s in manifest.get("sources") or [] if isinstance(s, dict) and s.get("path")]
     try:
         current = local_inputs(cfg)
     except CorpusError as exc:
         return str(exc)
+    return recorded_input_changes(
+        manifest,
+        current,
+        same_paths=cfg.dataset != "wiki_offline",
+        new_inputs=cfg.max_documents is None and cfg.max_bytes is None,
+    )
+
+
+def recorded_input_changes(
+    manifest: dict[str, Any], current: list[Path], *, same_paths: bool, new_inputs: bool
+) -> str | None:
+    """None when the local files a prepare reads now (`current`, in reading order) are those `manifest`'s
+    `sources` record (the entries with a `path`), with the same sha256; else the first difference, in words.
+    The paths themselves are compared only where `same_paths` (not for a file whose place moves with the
+    environment), and a file added after the recorded ones counts only where `new_inputs` (not where the
+    reading stopped short of it)."""
+    recorded = [s for s in manifest.get("sources") or [] if isinstance(s, dict) and s.get("path")]
     for i, src in enumerate(recorded):
         if i >= len(current):
             return f"{src['path']} is no longer an input"
         path = current[i]
-        if cfg.dataset != "wiki_offline" and str(path) != src["path"]:
+        if same_paths and str(path) != src["path"]:
             return f"input {path} where it read {src['path']}"
         if not path.is_file() or file_sha256(path) != src.get("sha256"):
             return f"the content of {path} changed (sha256)"
-    if len(current) > len(recorded) and cfg.max_documents is None and cfg.max_bytes is None:
+    if len(current) > len(recorded) and new_inputs:
         return f"{current[len(recorded)]} is a new input"
     return None
 
@@ -115,6 +132,19 @@ def corpus_status(cfg: CorpusConfig, out: str | os.PathLike) -> str:
     """ "missing" (no OUT), "current" (OUT's manifest has this config and its inputs are unchanged:
     input_changes), "changed" (this config, but input text that changed since), "different" (another
     config or not a corpus)."""
+    return prepared_status(out, cfg.to_dict(), partial(input_changes, cfg))
+
+
+def prepared_status(
+    out: str | os.PathLike,
+    config: dict[str, Any],
+    changes: Callable[[dict[str, Any]], str | None],
+    kind: str | None = None,
+) -> str:
+    """What OUT holds, for a prepare of `config` (a corpus's or an image set's, as its manifest records it):
+    "missing" (no OUT), "current" (a manifest of this `kind` and config whose inputs are unchanged: `changes`
+    of it says nothing), "changed" (this config, but inputs that changed since), "different" (another kind or
+    config, or no manifest)."""
     p = Path(out)
     if not p.exists():
         return "missing"
@@ -122,9 +152,25 @@ def corpus_status(cfg: CorpusConfig, out: str | os.PathLike) -> str:
         manifest = read_manifest(p)
     except CorpusError:
         return "different"
-    if manifest.get("config") != json.loads(json.dumps(cfg.to_dict())):
+    if manifest.get("kind") != kind or manifest.get("config") != json.loads(json.dumps(config)):
         return "different"
-    return "changed" if input_changes(cfg, manifest) else "current"
+    return "changed" if changes(manifest) else "current"
+
+
+def refuse_replacing(
+    out: Path, status: str, force: bool, changes: Callable[[dict[str, Any]], str | None], held: str, inputs: str
+) -> None:
+    """CorpusError, unless force, where OUT (of prepared_status `status`) holds something else than this
+    config: another config (`held` says what), or one prepared from `inputs` that changed since (`changes`
+    of its manifest says how)."""
+    if status == "different" and not force:
+        raise CorpusError(f"{out} exists and holds another {held}: use --force to replace it, or another --out")
+    if status == "changed" and not force:
+        why = changes(read_manifest(out))
+        raise CorpusError(
+            f"{out} was prepared from input {inputs} that changed since ({why}): use --force to prepare it again "
+            f"from the current {inputs}"
+        )
 
 
 def write_prepared(out: Path, build: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
@@ -164,17 +210,8 @@ def prepare_corpus(
     if status == "current":
         log.info("%s already holds this corpus config: nothing to do", out)
         return out
-    if status == "different" and not force:
-        raise CorpusError(
-            f"{out} exists and holds another corpus config (or no manifest): "
-            "use --force to replace it, or another --out"
-        )
-    if status == "changed" and not force:
-        why = input_changes(cfg, read_manifest(out))
-        raise CorpusError(
-            f"{out} was prepared from input text that changed since ({why}): use --force to "
-            "prepare it again from the current text"
-        )
+    changes = partial(input_changes, cfg)
+    refuse_replacing(out, status, force, changes, "corpus config (or no manifest)", "text")
     if fetched is not None:
         fetched.verify()  # a missing or changed file stops before any work
     t0 = time.perf_counter()
@@ -333,17 +370,32 @@ def offline_hub() -> None:
     os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
 
-def run_prepare_corpus(args: argparse.Namespace) -> int:
+def start_prepare_cli(args: argparse.Namespace) -> None:
+    """What the prepare CLIs (prepare-corpus, prepare-images) do first: progress lines to stderr (where
+    logging is not set up yet) and, with --hub-data, the hub offline."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.hub_data is not None:
         offline_hub()
+
+
+def already_prepared(args: argparse.Namespace, status: str, hub: list[HubInput], kind: str, held: str) -> bool:
+    """Whether a prepare CLI has nothing to do: --out holds this config prepared from the same inputs (prepared
+    `status` "current"), said on stdout; a --hub-data folder that is not for these `hub` inputs is an error
+    still."""
+    if status != "current":
+        return False
+    check_hub_data(hub, args.hub_data, kind)
+    print(f"{args.out} already holds this {held}: nothing to do")
+    return True
+
+
+def run_prepare_corpus(args: argparse.Namespace) -> int:
+    start_prepare_cli(args)
     cfg = load_corpus_config(args.config)
     hub = [args.hub_data] if args.hub_data is not None else []
     check_out_location(args.out, [args.config, *_input_paths(cfg), *hub])
-    if corpus_status(cfg, args.out) == "current":
-        check_hub_data(hub_inputs(cfg), args.hub_data, "corpus")  # a wrong --hub-data is an error still
-        print(f"{args.out} already holds this corpus config: nothing to do")
+    if already_prepared(args, corpus_status(cfg, args.out), hub_inputs(cfg), "corpus", "corpus config"):
         return 0
     out = prepare_corpus(cfg, args.out, force=args.force, hub_data=args.hub_data)
     m = read_manifest(out)

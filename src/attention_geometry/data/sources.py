@@ -23,7 +23,7 @@ from attention_geometry.data.corpus_config import CorpusConfig
 from attention_geometry.formats.corpus import CorpusError
 from attention_geometry.formats.files import file_sha256
 
-__all__ = ["READERS", "wiki_offline_path", "clean", "local_inputs", "input_fingerprint"]
+__all__ = ["READERS", "wiki_offline_path", "file_source", "clean", "local_inputs", "input_fingerprint"]
 
 log = logging.getLogger("attention_geometry.data")
 
@@ -42,7 +42,8 @@ def wiki_offline_path() -> Path:
     )
 
 
-def _file_source(path: Path) -> dict[str, Any]:
+def file_source(path: Path) -> dict[str, Any]:
+    """A local input file as the manifest's `sources` record it (what input_changes compares)."""
     return {"path": str(path), "sha256": file_sha256(path), "bytes": path.stat().st_size}
 
 
@@ -55,7 +56,7 @@ def clean(text: Any) -> str:
 
 def _iter_wiki_offline(cfg: CorpusConfig, sources: list, hub_data: Any = None) -> Iterator[str]:
     path = wiki_offline_path()
-    sources.append(_file_source(path))
+    sources.append(file_source(path))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -123,7 +124,7 @@ def _iter_text_files(cfg: CorpusConfig, sources: list, hub_data: Any = None) -> 
 
     files = _expand_paths(cfg)
     for path in tqdm(files, desc="reading files", unit="file", **({"disable": True} if len(files) < 2 else {})):
-        sources.append(_file_source(path))
+        sources.append(file_source(path))
         text = _read_text(path)
         if cfg.one_document_per == "file":
             yield text
@@ -139,7 +140,7 @@ def _iter_jigsaw(cfg: CorpusConfig, sources: list, hub_data: Any = None) -> Iter
                 f"`paths`: the Jigsaw CSV {path} does not exist (download train.csv from Kaggle's "
                 "jigsaw-toxic-comment-classification-challenge)"
             )
-        sources.append(_file_source(path))
+        sources.append(file_source(path))
         csv.field_size_limit(sys.maxsize)
         with open(path, encoding="utf-8", newline="") as f:
             reader = csv.DictReader(f)
