@@ -13,10 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attention_geometry.data.hub_data import CONVERTED_PARQUET, NATIVE_PARQUET, HubInput, split_patterns
+from attention_geometry.data.hub_data import (
+    CONVERTED_PARQUET,
+    HUB_LOCATION_KINDS,
+    NATIVE_PARQUET,
+    HubInput,
+    split_patterns,
+)
 from attention_geometry.formats.corpus import CorpusError
 from attention_geometry.formats.files import read_yaml
-from attention_geometry.formats.value_kinds import expected
+from attention_geometry.formats.value_kinds import check_choice, check_minimums, checked_keys
 
 __all__ = [
     "DATASETS",
@@ -163,29 +169,6 @@ class CorpusConfig:
         return {k: getattr(self, k) for k, default in RECIPE_KEYS.items() if getattr(self, k) != default}
 
 
-def _check_type(value: Any, kind: str, key: str, where: str) -> Any:
-    what = expected(value, kind)
-    if what is not None:
-        raise CorpusError(f"{where}: `{key}` must be {what}, got {value!r}")
-    return value
-
-
-def _build(cls: type, raw: Any, types: Mapping[str, str], prefix: str, where: str) -> dict[str, Any]:
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, Mapping):
-        raise CorpusError(f"{where}: `{prefix.rstrip('.') or 'corpus config'}` must be a mapping, got {raw!r}")
-    known = {f.name for f in dataclasses.fields(cls)}
-    for key in raw:
-        if key not in known:
-            raise CorpusError(f"{where}: unknown key `{prefix}{key}` (known: {', '.join(sorted(known))})")
-    out = {}
-    for key, value in raw.items():
-        if key in types:
-            out[key] = _check_type(value, types[key], prefix + key, where)
-    return out
-
-
 def _str_list(value: Any, key: str, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
@@ -218,58 +201,38 @@ TOKENIZER_TYPES = {
     "name": "opt_str",
     "revision": "opt_str",
 }
-HUB_TYPES = {
-    "path": "opt_str",
-    "name": "opt_str",
-    "revision": "opt_str",
-    "split": "str",
-    "streaming": "bool",
-    "n_documents": "opt_int",
-    "text_field": "opt_str",
-    "data_files": "any",
-}
+HUB_TYPES = {**HUB_LOCATION_KINDS, "streaming": "bool", "n_documents": "opt_int", "text_field": "opt_str"}
 
 
 def corpus_config_from_dict(raw: Any, where: str = "corpus config") -> CorpusConfig:
     """Validate a mapping (a parsed CORPUS.yaml or a workflow's params) into a resolved CorpusConfig; any
     unknown key or value raises CorpusError naming it."""
-    top = _build(CorpusConfig, raw, TYPES, "", where)
+    top = checked_keys(raw, CorpusConfig, TYPES, "", where, "corpus config", CorpusError)
     raw = dict(raw or {})
     dataset = top.get("dataset", CorpusConfig.dataset)
-    if dataset not in DATASETS:
-        raise CorpusError(f"{where}: unknown `dataset` {dataset!r} (one of {', '.join(DATASETS)})")
+    check_choice(dataset, "dataset", DATASETS, where, CorpusError)
     if "paths" in raw:
         top["paths"] = _str_list(raw["paths"], "paths", where)
     if "suffixes" in raw:
         top["suffixes"] = _str_list(raw["suffixes"], "suffixes", where)
     layout = top.get("layout", "packed")
-    if layout not in LAYOUTS:
-        raise CorpusError(f"{where}: unknown `layout` {layout!r} (one of {', '.join(LAYOUTS)})")
+    check_choice(layout, "layout", LAYOUTS, where, CorpusError)
     odp = top.get("one_document_per", "file")
-    if odp not in ONE_DOCUMENT_PER:
-        raise CorpusError(f"{where}: unknown `one_document_per` {odp!r} (one of {', '.join(ONE_DOCUMENT_PER)})")
+    check_choice(odp, "one_document_per", ONE_DOCUMENT_PER, where, CorpusError)
 
-    tok = _build(TokenizerConfig, raw.get("tokenizer"), TOKENIZER_TYPES, "tokenizer.", where)
+    tok = checked_keys(raw.get("tokenizer"), TokenizerConfig, TOKENIZER_TYPES, "tokenizer.", where, "", CorpusError)
     kind = tok.get("kind", "wordpiece")
-    if kind not in TOKENIZER_KINDS:
-        raise CorpusError(f"{where}: unknown `tokenizer.kind` {kind!r} (one of {', '.join(TOKENIZER_KINDS)})")
+    check_choice(kind, "tokenizer.kind", TOKENIZER_KINDS, where, CorpusError)
     if kind == "pretrained" and not tok.get("name"):
         raise CorpusError(f"{where}: `tokenizer.name` is required for tokenizer.kind 'pretrained'")
 
     hub = dict(HUB_DEFAULTS.get(dataset, {}))
-    hub.update(_build(HubConfig, raw.get("hub"), HUB_TYPES, "hub.", where))
+    hub.update(checked_keys(raw.get("hub"), HubConfig, HUB_TYPES, "hub.", where, "", CorpusError))
     top["heldout_fraction"] = float(top.get("heldout_fraction", CorpusConfig.heldout_fraction))
     values = {**top, **{f"tokenizer.{k}": v for k, v in tok.items()}, **{f"hub.{k}": v for k, v in hub.items()}}
-    for key, minimum in MINIMUMS.items():
-        v = values.get(key)
-        if v is None or (key == "tokenizer.vocab_size" and kind != "wordpiece"):
-            continue
-        high = EXCLUSIVE_MAXIMUMS.get(key)
-        if high is not None and not minimum <= v < high:
-            raise CorpusError(f"{where}: `{key}` must be in [{minimum}, {high:g}), got {v}")
-        if v < minimum:
-            null = " or null" if key in OPTIONAL else ""
-            raise CorpusError(f"{where}: `{key}` must be >= {minimum}{null}, got {v}")
+    if kind != "wordpiece":
+        values.pop("tokenizer.vocab_size", None)  # a pretrained tokenizer's vocabulary is its own
+    check_minimums(values, MINIMUMS, EXCLUSIVE_MAXIMUMS, OPTIONAL, where, CorpusError)
     if dataset in ("text_files", "jigsaw") and not top.get("paths"):
         raise CorpusError(f"{where}: `paths` is required for dataset {dataset!r}")
     if top.get("name") is None:

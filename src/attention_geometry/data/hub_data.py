@@ -42,6 +42,7 @@ __all__ = [
     "MANIFEST",
     "NATIVE_PARQUET",
     "CONVERTED_PARQUET",
+    "HUB_LOCATION_KINDS",
     "HubInput",
     "split_patterns",
     "FetchedData",
@@ -66,6 +67,10 @@ FOLDERS = {"dataset": "dataset", "tokenizer": "tokenizer"}  # role -> sub-folder
 NATIVE_PARQUET = ("{config}/{split}-*.parquet",)
 CONVERTED_PARQUET = ("{config}/{split}/*.parquet", "{config}/partial-{split}/*.parquet")
 _UNNAMED = {NATIVE_PARQUET: "data", CONVERTED_PARQUET: "default"}
+# the value kinds (formats.value_kinds) of the keys of a config's `hub` mapping that say where a dataset's
+# parquet files are, alike for corpora and image sets: repository `path` (or a local folder), config `name`,
+# `revision`, `split`, and `data_files` (patterns, or a mapping split -> patterns; null: the layout)
+HUB_LOCATION_KINDS = {"path": "opt_str", "name": "opt_str", "revision": "opt_str", "split": "str", "data_files": "any"}
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attention_geometry.data.hub_data import NATIVE_PARQUET, HubInput, split_patterns
+from attention_geometry.data.hub_data import HUB_LOCATION_KINDS, NATIVE_PARQUET, HubInput, split_patterns
 from attention_geometry.formats.corpus import CorpusError
 from attention_geometry.formats.files import read_yaml
-from attention_geometry.formats.value_kinds import expected
+from attention_geometry.formats.value_kinds import check_choice, check_minimums, checked_keys
 
 __all__ = [
     "IMAGE_DATASETS",
@@ -127,46 +127,22 @@ IMAGE_TYPES = {
     "channels": "opt_int",
 }
 IMAGE_HUB_TYPES = {
-    "path": "opt_str",
-    "name": "opt_str",
-    "revision": "opt_str",
-    "split": "str",
+    **HUB_LOCATION_KINDS,
     "heldout_split": "opt_str",
     "image_field": "opt_str",
     "label_field": "str",
-    "data_files": "any",
     "n_images": "opt_int",
 }
-
-
-def _typed(raw: Any, cls: type, types: Mapping[str, str], prefix: str, where: str) -> dict[str, Any]:
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, Mapping):
-        raise CorpusError(f"{where}: `{prefix.rstrip('.') or 'image config'}` must be a mapping, got {raw!r}")
-    known = {f.name for f in dataclasses.fields(cls)}
-    out = {}
-    for key, value in raw.items():
-        if key not in known:
-            raise CorpusError(f"{where}: unknown key `{prefix}{key}` (known: {', '.join(sorted(known))})")
-        if key not in types:  # a sub-mapping (hub), checked by its own call
-            continue
-        what = expected(value, types[key])
-        if what is not None:
-            raise CorpusError(f"{where}: `{prefix}{key}` must be {what}, got {value!r}")
-        out[key] = value
-    return out
 
 
 def image_config_from_dict(raw: Any, where: str = "image config") -> ImageConfig:
     """Validate a mapping (a parsed IMAGES.yaml or a workflow's params) into a resolved ImageConfig; any
     unknown key or value raises CorpusError naming it."""
-    top = _typed(raw, ImageConfig, IMAGE_TYPES, "", where)
+    top = checked_keys(raw, ImageConfig, IMAGE_TYPES, "", where, "image config", CorpusError)
     raw = dict(raw or {})
     dataset = top.get("dataset", ImageConfig.dataset)
-    if dataset not in IMAGE_DATASETS:
-        raise CorpusError(f"{where}: unknown `dataset` {dataset!r} (one of {', '.join(IMAGE_DATASETS)})")
-    hub_raw = _typed(raw.get("hub"), ImageHubConfig, IMAGE_HUB_TYPES, "hub.", where)
+    check_choice(dataset, "dataset", IMAGE_DATASETS, where, CorpusError)
+    hub_raw = checked_keys(raw.get("hub"), ImageHubConfig, IMAGE_HUB_TYPES, "hub.", where, "", CorpusError)
     if dataset == "digits" and hub_raw:
         raise CorpusError(f"{where}: `hub` is for the hub datasets ({', '.join(HUB_IMAGE_DATASETS)}), not digits")
     hub = {**IMAGE_HUB_DEFAULTS.get(dataset, {}), **hub_raw}
@@ -184,16 +160,7 @@ def image_config_from_dict(raw: Any, where: str = "image config") -> ImageConfig
         )
     top["heldout_fraction"] = float(top.get("heldout_fraction", ImageConfig.heldout_fraction))
     values = {**top, **{f"hub.{k}": v for k, v in hub.items()}}
-    for key, minimum in IMAGE_MINIMUMS.items():
-        v = values.get(key)
-        if v is None:
-            continue
-        high = IMAGE_EXCLUSIVE_MAXIMUMS.get(key)
-        if high is not None and not minimum <= v < high:
-            raise CorpusError(f"{where}: `{key}` must be in [{minimum}, {high:g}), got {v}")
-        if v < minimum:
-            null = " or null" if key in IMAGE_OPTIONAL else ""
-            raise CorpusError(f"{where}: `{key}` must be >= {minimum}{null}, got {v}")
+    check_minimums(values, IMAGE_MINIMUMS, IMAGE_EXCLUSIVE_MAXIMUMS, IMAGE_OPTIONAL, where, CorpusError)
     if dataset in HUB_IMAGE_DATASETS and not hub.get("path"):
         raise CorpusError(f"{where}: `hub.path` is required for dataset {dataset!r}")
     if dataset in HUB_IMAGE_DATASETS and hub.get("label_field") == hub.get("image_field"):

@@ -1,14 +1,16 @@
 """The value kinds of the config readers (CORPUS.yaml: data.config, RUN.yaml: training.config, the
 hyperparameter overrides: training.models), checked by one function, so the three readers accept the same
 values and name them the same way. config/schema.yaml states the same kinds as JSON-schema types
-(`SCHEMA_TYPES`; tests/test_schema.py compares them)."""
+(`SCHEMA_TYPES`; tests/test_schema.py compares them). The corpus and image-set readers (data.corpus_config,
+data.image_config) also share the checks of a mapping's keys, of a choice and of the minimums here."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["VALUE_KINDS", "SCHEMA_TYPES", "expected"]
+__all__ = ["VALUE_KINDS", "SCHEMA_TYPES", "expected", "checked_keys", "check_choice", "check_minimums"]
 
 
 def _is_int(v: Any) -> bool:
@@ -55,3 +57,57 @@ def expected(value: Any, kind: str) -> str | None:
     if ok(value):
         return None
     return f"null or {what}" if optional else what
+
+
+def checked_keys(
+    raw: Any, cls: type, kinds: Mapping[str, str], prefix: str, where: str, what: str, error: type[Exception]
+) -> dict[str, Any]:
+    """The keys of one config mapping (`raw`; None: empty) that `kinds` names, with their values: `error` where
+    `raw` is not a mapping (named `prefix` without its dot, or `what` at the top), where a key is not a field of
+    dataclass `cls` (all keys are checked before any value), or a value is not of its kind. A key of `cls`
+    that `kinds` does not name (a sub-mapping) is left to its own call."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise error(f"{where}: `{prefix.rstrip('.') or what}` must be a mapping, got {raw!r}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in known:
+            raise error(f"{where}: unknown key `{prefix}{key}` (known: {', '.join(sorted(known))})")
+    out = {}
+    for key, value in raw.items():
+        if key in kinds:
+            problem = expected(value, kinds[key])
+            if problem is not None:
+                raise error(f"{where}: `{prefix}{key}` must be {problem}, got {value!r}")
+            out[key] = value
+    return out
+
+
+def check_choice(value: Any, key: str, choices: tuple[str, ...], where: str, error: type[Exception]) -> None:
+    """`error` where `value`, of config key `key`, is not one of `choices` (naming them)."""
+    if value not in choices:
+        raise error(f"{where}: unknown `{key}` {value!r} (one of {', '.join(choices)})")
+
+
+def check_minimums(
+    values: Mapping[str, Any],
+    minimums: Mapping[str, int | float],
+    exclusive_maximums: Mapping[str, int | float],
+    optional: tuple[str, ...],
+    where: str,
+    error: type[Exception],
+) -> None:
+    """`error` naming the first key of `minimums` whose value (null: not checked) is below its inclusive minimum
+    or, where `exclusive_maximums` gives one, not below that; `optional` keys may also be null, which the
+    message says."""
+    for key, minimum in minimums.items():
+        v = values.get(key)
+        if v is None:
+            continue
+        high = exclusive_maximums.get(key)
+        if high is not None and not minimum <= v < high:
+            raise error(f"{where}: `{key}` must be in [{minimum}, {high:g}), got {v}")
+        if v < minimum:
+            null = " or null" if key in optional else ""
+            raise error(f"{where}: `{key}` must be >= {minimum}{null}, got {v}")
