@@ -364,16 +364,36 @@ def compare_gqa(source: Any, num_std: float = 2.0, name: str | None = None, **op
     return pd.DataFrame(rows, columns=GQA_COLUMNS)
 
 
+def _open_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of `score` and `compare-gqa` that say how to open SOURCE (loading.open_source's keywords)."""
+    return dict(
+        name=args.name, gguf_file=args.gguf_file, revision=args.revision, trust_remote_code=args.trust_remote_code
+    )
+
+
+def _scoring_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options `score` and `score-checkpoints` share (commands._scoring_arguments), as score_model's and
+    score_checkpoints' keywords."""
+    return dict(per_head=args.per_head, num_std=args.num_std, device=args.device, progress=not args.quiet)
+
+
+def _check_out(out: str) -> None:
+    """A score table's --out, checked before any work: a table path, or - (CSV on stdout)."""
+    if out != "-":
+        check_table_path(out)
+
+
+def _write_scores(df, out: str) -> None:
+    """A score table to --out: the file, or CSV on stdout where it is -."""
+    if out == "-":
+        df.to_csv(sys.stdout, index=False)
+    else:
+        atomic_write_table(df, out)
+
+
 def run_compare_gqa(args: argparse.Namespace) -> int:
     check_table_path(args.out)
-    df = compare_gqa(
-        args.source,
-        num_std=args.num_std,
-        name=args.name,
-        gguf_file=args.gguf_file,
-        revision=args.revision,
-        trust_remote_code=args.trust_remote_code,
-    )
+    df = compare_gqa(args.source, num_std=args.num_std, **_open_options(args))
     atomic_write_table(df, args.out)
     return 0
 
@@ -393,34 +413,16 @@ def summary_lines(df) -> list[str]:
 
 
 def run_score(args: argparse.Namespace) -> int:
-    to_stdout = args.out == "-"
-    if not to_stdout:
-        check_table_path(args.out)
-    df = score_model(
-        args.source,
-        per_head=args.per_head,
-        num_std=args.num_std,
-        device=args.device,
-        progress=not args.quiet,
-        name=args.name,
-        gguf_file=args.gguf_file,
-        revision=args.revision,
-        trust_remote_code=args.trust_remote_code,
-        gqa_method=args.gqa_method,
-    )
-    if to_stdout:
-        df.to_csv(sys.stdout, index=False)
-    else:
-        atomic_write_table(df, args.out)
+    _check_out(args.out)
+    df = score_model(args.source, gqa_method=args.gqa_method, **_scoring_options(args), **_open_options(args))
+    _write_scores(df, args.out)
     for line in summary_lines(df):  # stderr: stdout may be the table itself
         print(line, file=sys.stderr)
     return 0
 
 
 def run_score_checkpoints(args: argparse.Namespace) -> int:
-    to_stdout = args.out == "-"  # as for `score`: the table as CSV on stdout
-    if not to_stdout:
-        check_table_path(args.out)
+    _check_out(args.out)
     labels: dict[str, Any] = {}
     for item in args.label:
         key, sep, value = item.partition("=")
@@ -433,16 +435,6 @@ def run_score_checkpoints(args: argparse.Namespace) -> int:
         if labels.get(key, value) != value:
             raise UserError(f"--label {key}: given twice, as {labels[key]!r} and {value!r}")
         labels[key] = value
-    df = score_checkpoints(
-        args.run_dir,
-        per_head=args.per_head,
-        num_std=args.num_std,
-        device=args.device,
-        progress=not args.quiet,
-        labels=labels,
-    )
-    if to_stdout:
-        df.to_csv(sys.stdout, index=False)
-    else:
-        atomic_write_table(df, args.out)
+    df = score_checkpoints(args.run_dir, labels=labels, **_scoring_options(args))
+    _write_scores(df, args.out)
     return 0
