@@ -11,6 +11,7 @@ worked out here, independently of extract.py's head and layout logic.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -325,9 +326,24 @@ REQUIRED = {
 }
 
 
-def test_every_text_family_is_registered_and_proven():
-    assert set(BY_TYPE) == REQUIRED
-    assert REQUIRED <= set(supported_model_types())
+def _registered_by(module_name: str, monkeypatch) -> list[str]:
+    """The model types a family module registers, in order: its source run again with `register` recording."""
+    from attention_geometry.architectures import registry
+
+    seen: list[str] = []
+    monkeypatch.setattr(registry, "register", lambda family: seen.append(family.model_type) or family)
+    spec = importlib.util.find_spec(module_name)
+    exec(compile(spec.loader.get_source(module_name), spec.origin, "exec"), {"__name__": f"{module_name}.copy"})
+    return seen
+
+
+def test_every_text_family_is_registered_and_proven(monkeypatch):
+    """Every family that families/text.py registers has a case here, which test_proof proves against the model's
+    own attention, and the families this project requires are among them."""
+    registered = _registered_by("attention_geometry.architectures.families.text", monkeypatch)
+    assert len(registered) == len(set(registered)) and set(registered) == set(BY_TYPE) == REQUIRED
+    assert set(registered) <= set(supported_model_types())
+    assert {c.model_type for c in CASES} == set(BY_TYPE) and len(CASES) == len(BY_TYPE)  # what test_proof runs
     assert get_family("imagegpt").modality == "vision"
     for t in REQUIRED - {"imagegpt"}:
         assert get_family(t).modality == "text"
