@@ -64,6 +64,14 @@ def _scoring_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
 
 
+def _open_arguments(parser: argparse.ArgumentParser, name_help: str, trust_help: str) -> None:
+    """How `score` and `compare-gqa` open SOURCE (loading.open_source's keywords; scorer._open_options)."""
+    parser.add_argument("--gguf-file", metavar="F", help="GGUF file inside SOURCE (a directory or hub id)")
+    parser.add_argument("--revision", metavar="R", help="hub revision: branch, tag or commit (default main)")
+    parser.add_argument("--name", metavar="LABEL", help=name_help)
+    parser.add_argument("--trust-remote-code", action="store_true", help=trust_help)
+
+
 def add_arguments_score(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "source",
@@ -72,18 +80,11 @@ def add_arguments_score(parser: argparse.ArgumentParser) -> None:
     )
     _scoring_arguments(parser)
     parser._option_string_actions["--out"].help = "output table, .csv or .parquet, or - for CSV on stdout"
-    parser.add_argument("--gguf-file", metavar="F", help="GGUF file inside SOURCE (a directory or hub id)")
-    parser.add_argument("--revision", metavar="R", help="hub revision: branch, tag or commit (default main)")
-    parser.add_argument(
-        "--name",
-        metavar="LABEL",
-        help="value of the model column (default: the repo id the "
-        "files record, else the hub id, folder or file name: docs/cli.md)",
-    )
-    parser.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="let transformers run the model repository's own code (off by default)",
+    _open_arguments(
+        parser,
+        name_help="value of the model column (default: the repo id the files record, else the hub id, folder or file "
+        "name: docs/cli.md)",
+        trust_help="let transformers run the model repository's own code (off by default)",
     )
     parser.add_argument(
         "--gqa-method",
@@ -118,11 +119,10 @@ def add_arguments_compare_gqa(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", metavar="SOURCE", help="model directory, .gguf file or hub id (as for `score`)")
     parser.add_argument("--out", required=True, metavar="FILE", help="output table, .csv or .parquet")
     parser.add_argument("--num-std", type=num_std_arg, default=2.0, help="directionality threshold (default 2)")
-    parser.add_argument("--gguf-file", metavar="F", help="GGUF file inside SOURCE (a directory or hub id)")
-    parser.add_argument("--revision", metavar="R", help="hub revision: branch, tag or commit (default main)")
-    parser.add_argument("--name", metavar="LABEL", help="value of the model column")
-    parser.add_argument(
-        "--trust-remote-code", action="store_true", help="let transformers run the repository's code (as for score)"
+    _open_arguments(
+        parser,
+        name_help="value of the model column",
+        trust_help="let transformers run the repository's code (as for score)",
     )
 
 
