@@ -30,7 +30,8 @@ SCHEMA = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "schem
 DEFS = SCHEMA["definitions"]
 CORPUS = SCHEMA["properties"]["corpora"]["additionalProperties"]["properties"]
 TRAINING = SCHEMA["properties"]["training"]["properties"]
-RUN_ITEM = TRAINING["groups"]["additionalProperties"]["properties"]["runs"]["items"]["properties"]
+GROUP = TRAINING["groups"]["additionalProperties"]["properties"]
+RUN_ITEM = GROUP["runs"]["items"]["properties"]
 BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 
 
@@ -103,26 +104,67 @@ def test_corpus_bounds_are_enforced():
 
 
 def test_run_settings_are_run_config_keys_with_the_same_bounds():
+    """The schema's run_settings are exactly RunConfig's fields marked as settings (RUN_SETTINGS), with their
+    bounds; a group's settings and a run entry take those keys alone (one list of them, by $ref), so a new run
+    setting is its schema entry and its RunConfig field (CONTRIBUTING.md, "Adding a run setting")."""
     settings = DEFS["run_settings"]["properties"]
-    assert set(settings) <= fields(run_cfg.RunConfig)
+    assert set(settings) == set(run_cfg.RUN_SETTINGS)
+    assert set(run_cfg.RESOLVED_SETTINGS) <= set(run_cfg.RUN_SETTINGS)
+    for obj in (GROUP["settings"], GROUP["runs"]["items"]):
+        assert obj["$ref"] == "#/definitions/run_settings" and obj["unevaluatedProperties"] is False, obj
+    assert "additionalProperties" not in DEFS["run_settings"]  # each object that uses it closes itself
     # a run entry: the run's identity (size, corpus, objective, init, seed) plus the settings it overrides
-    assert set(RUN_ITEM) == set(settings) | {"size", "corpus", "objective", "init", "seed"}
+    assert set(RUN_ITEM) == {"size", "corpus", "objective", "init", "seed"}
     assert DEFS["int_or_list"]["oneOf"][0] == {"type": "integer", "minimum": run_cfg.RUN_MINIMUMS["seed"]}
     assert DEFS["int_or_list"]["oneOf"][1]["items"] == DEFS["int_or_list"]["oneOf"][0]
     assert RUN_ITEM["seed"] == {"$ref": "#/definitions/int_or_list"}
-    for props in (settings, RUN_ITEM):
-        for key, prop in props.items():
-            if key == "seed":
-                continue
-            if key in run_cfg.RUN_MINIMUMS:
-                assert bounds(prop) == {"minimum": run_cfg.RUN_MINIMUMS[key]}, key
-            elif key.endswith("_steps"):
-                assert prop["items"] == {"type": "integer", "minimum": 0}, key
-            elif key in ("overrides", "regularizer"):
-                assert prop == {"$ref": f"#/definitions/{key}"}, key
+    for key, prop in settings.items():
+        if key in run_cfg.RUN_MINIMUMS:
+            assert bounds(prop) == {"minimum": run_cfg.RUN_MINIMUMS[key]}, key
+        elif key.endswith("_steps"):
+            assert prop["items"] == {"type": "integer", "minimum": 0}, key
+        elif key in ("overrides", "regularizer"):
+            assert prop == {"$ref": f"#/definitions/{key}"}, key
+        else:
+            assert not bounds(prop), key
     assert set(run_cfg.RUN_MINIMUMS) - set(settings) == {"threads", "seed"}  # workflow-wide; a run's identity
     assert bounds(TRAINING["threads"]) == {"minimum": run_cfg.RUN_MINIMUMS["threads"]}
     assert enum(TRAINING["device"]) == set(run_cfg.DEVICES)
+
+
+def _sample(prop: dict):
+    """A valid value of a run setting's schema property (small: every step within max_steps 2)."""
+    if "$ref" in prop:
+        return {}
+    if "enum" in prop:
+        return prop["enum"][0]
+    return {"integer": 2, "number": 0.5, "boolean": True, "string": "x", "array": [0], "object": {}}[prop["type"]]
+
+
+def test_every_run_setting_goes_from_the_workflow_config_into_run_yaml_and_back():
+    """Each run setting of the schema, given in a workflow group, is in the plan's RunConfig of the run and in the
+    RUN.yaml the workflow writes, which the trainer reads back to the same RunConfig: nothing names the settings
+    one by one on the way (a new setting needs no code of its own there)."""
+    from helpers import config_plan, validated_config
+
+    settings = {k: _sample(p) for k, p in DEFS["run_settings"]["properties"].items()}
+    cfg = validated_config("smoke.yaml")
+    main = cfg["training"]["groups"]["main"]
+    explicit = {k: v for k, v in settings.items() if not k.endswith("_every")}  # X_steps and X_every exclude
+    every = {k: v for k, v in settings.items() if not k.endswith("_steps") or k == "max_steps"}  # each other
+    main["settings"] = explicit
+    cfg["training"]["groups"]["other"] = {"settings": every, "runs": [{**main["runs"][0], "seed": 7}]}
+    cfg["updates"]["steps"] = [0]
+    plan = config_plan(cfg)
+    seen = set()
+    for name, run in plan.runs.items():
+        text = plan.run_yaml(name)
+        back = run_cfg.run_config_from_dict(yaml.safe_load(text))
+        assert back == run.config and back.as_mapping() == run.config.as_mapping()
+        for key, value in run.config.settings().items():
+            assert yaml.safe_load(text)[key] == value == getattr(run.config, key)
+            seen.add(key)
+    assert seen == set(run_cfg.RUN_SETTINGS)
 
 
 def test_run_identity_enums():

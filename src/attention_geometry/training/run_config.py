@@ -47,6 +47,7 @@ __all__ = [
     "TYPES",
     "RUN_MINIMUMS",
     "RUN_SETTINGS",
+    "RESOLVED_SETTINGS",
     "REGULARIZER_MINIMUMS",
 ]
 
@@ -106,7 +107,8 @@ class RunConfig:
     run: str | None = _key("opt_nonempty_str", None)
     threads: int | None = _key("opt_int", None, minimum=1)
     device: str = _key("nonempty_str", "auto")
-    given: tuple[str, ...] | None = field(default=None, repr=False)  # None: every key
+    # the keys its mapping gave, in order (None: every key); not compared: equal configs train alike
+    given: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
 
     def as_mapping(self) -> dict[str, Any]:
         """The RUN.yaml mapping of this config: the keys its source gave (`given`), with their values."""
@@ -122,6 +124,20 @@ TYPES = {f.name: f.metadata["kind"] for f in _KEYS}  # the value kind of each ke
 RUN_MINIMUMS = {f.name: f.metadata["minimum"] for f in _KEYS if f.metadata["minimum"] is not None}
 RUN_SETTINGS = tuple(f.name for f in _KEYS if f.metadata["setting"])  # config/schema.yaml's run_settings
 REGULARIZER_MINIMUMS = {"lambda": 0}  # the only key of `regularizer`
+# the run settings resolve_run turns into ResolvedRun's own fields (steps, hyperparameters, the regularizer's
+# lambda); any other run setting is written into run.yaml as given (ResolvedRun.other_settings)
+RESOLVED_SETTINGS = (
+    "max_steps",
+    "snapshot_steps",
+    "snapshot_every",
+    "eval_steps",
+    "eval_every",
+    "eval_blocks",
+    "state_every",
+    "log_every",
+    "overrides",
+    "regularizer",
+)
 
 
 def _typed(value: Any, kind: str, key: str, where: str) -> Any:
@@ -260,6 +276,10 @@ class ResolvedRun:
     regularizer_lambda: float  # the symmetry regularizer's weight; 0: off
     hyper: Hyper
     runtime: RunRuntime
+    # the run settings outside RESOLVED_SETTINGS that differ from their default, as given (the trainer reads them
+    # from its RunConfig): run.yaml leaves a setting out at its default, so a run.yaml of a run that does not use
+    # a setting is what it was before the setting existed
+    other_settings: dict[str, Any] = field(default_factory=dict)
 
     def labels(self) -> dict[str, Any]:
         """The run name and the RUN_KEYS columns (formats.columns) that label each loss.csv row."""
@@ -296,9 +316,16 @@ class ResolvedRun:
             "state_every": self.state_every,
             "log_every": self.log_every,
             "regularizer": {"lambda": self.regularizer_lambda},
+            **self.other_settings,
             "hyper": hyper,
             "runtime": dataclasses.asdict(self.runtime),
         }
+
+
+def _other_settings(cfg: RunConfig) -> dict[str, Any]:
+    """ResolvedRun.other_settings: the run settings outside RESOLVED_SETTINGS that differ from their default."""
+    default = RunConfig(corpus=cfg.corpus)
+    return {k: v for k in RUN_SETTINGS if k not in RESOLVED_SETTINGS and (v := getattr(cfg, k)) != getattr(default, k)}
 
 
 def resolve_run(cfg: RunConfig, corpus: Corpus | ImageSet) -> ResolvedRun:
@@ -368,6 +395,7 @@ def resolve_run(cfg: RunConfig, corpus: Corpus | ImageSet) -> ResolvedRun:
         regularizer_lambda=lam,
         hyper=h,
         runtime=RunRuntime(threads=cfg.threads, device=cfg.device),
+        other_settings=_other_settings(cfg),
     )
 
 
@@ -413,4 +441,5 @@ def _resolve_image_run(cfg: RunConfig, images: ImageSet, h: Hyper) -> ResolvedRu
         regularizer_lambda=float((cfg.regularizer or {}).get("lambda", 0.0)),
         hyper=h,
         runtime=RunRuntime(threads=cfg.threads, device=cfg.device),
+        other_settings=_other_settings(cfg),
     )
