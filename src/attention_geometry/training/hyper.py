@@ -106,10 +106,11 @@ HYPER_ENUMS = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class Hyper:
     """Every model and optimization hyperparameter of a run (a named size's defaults, then RUN.yaml
-    `overrides` field by field). `vocab_size` / `seq_len` None: taken from the corpus manifest."""
+    `overrides` field by field). `vocab_size` / `seq_len` None: taken from the corpus manifest. Frozen: a value
+    filled in later (the corpus's vocabulary, the run's max_steps) makes a new one (dataclasses.replace)."""
 
     num_layers: int = 2
     hidden_size: int = 128
@@ -224,7 +225,7 @@ def resolve_hyper(size: str, overrides: dict | None = None, where: str = "overri
     unknown field or a value of the wrong type)."""
     if size not in SIZES and size not in IMAGE_SIZES:
         raise UserError(f"size: unknown size {size!r} (known: {', '.join([*SIZES, *IMAGE_SIZES])})")
-    h = Hyper(**(SIZES.get(size) or IMAGE_SIZES[size]))
+    values = dict(SIZES.get(size) or IMAGE_SIZES[size])
     fields = {f.name: f for f in dataclasses.fields(Hyper)}
     for key, value in (overrides or {}).items():
         if key not in fields:
@@ -236,7 +237,8 @@ def resolve_hyper(size: str, overrides: dict | None = None, where: str = "overri
             value = (float(value[0]), float(value[1]))
         elif HYPER_KINDS[key] == "number":
             value = float(value)
-        setattr(h, key, value)
+        values[key] = value
+    h = Hyper(**values)
     _check_hyper(h, where)
     return h
 

@@ -9,6 +9,7 @@ checks it against the stock forward.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -140,7 +141,7 @@ def build_model(
         raise UserError(f"init: unknown init {init!r} (known: {', '.join(INITS)})")
     h = overrides.pop("_hyper", None) or resolve_hyper(size, overrides)
     if h.vocab_size is None:
-        h.vocab_size = 2048
+        h = dataclasses.replace(h, vocab_size=2048)
     from transformers import BertForMaskedLM, BertLMHeadModel
 
     cfg = bert_config(h, objective, special_tokens)
