@@ -30,6 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 CATALOG = load_catalog(str(REPO / "notebooks" / "catalog.yaml"))
 # what a notebook edit or a fresh clone may schedule: drawing from committed tables, nothing heavier
 DRAWING = {f"make_{nb}" for nb in CATALOG} | {"tabulate_symmetry_speedup", "all"}
+# the default config's results folder: where a fresh clone's committed results are
+RESULTS = validated_config("config.yaml")["results"]
 
 
 def _git_files(*args: str) -> list[str]:
@@ -171,7 +173,7 @@ def _clone_into(dest: Path) -> Path:
         if src.is_file() and not src.is_symlink():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dest / rel)
-    for ignored in ("results/runs", "results/corpora", "results/notebooks", "results/report", ".snakemake"):
+    for ignored in (*(f"{RESULTS}/{d}" for d in ("runs", "corpora", "notebooks", "report")), ".snakemake"):
         assert not (dest / ignored).exists(), ignored
     return dest
 
@@ -192,7 +194,7 @@ def test_a_clone_with_an_edited_config_stops_instead_of_drawing_old_tables(tmp_p
     proc = snakemake("-n", cwd=wf, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("config: ")]
-    assert len(lines) == 1 and "results/tables/training_scores.csv" in lines[0], proc.stderr[-3000:]
+    assert len(lines) == 1 and f"{RESULTS}/tables/training_scores.csv" in lines[0], proc.stderr[-3000:]
     assert "a dry run goes on" in lines[0]
     # ... while the workflow itself stops with the same line before any job
     real = snakemake("--cores", "1", cwd=wf, check=False)
@@ -209,7 +211,7 @@ def test_a_clone_with_an_edited_config_stops_instead_of_drawing_old_tables(tmp_p
     n_runs = len(config_plan(validated_config("config.yaml")).runs)
     assert counts["train_model"] == counts["score_checkpoints"] == n_runs
     assert counts["concat_training_scores"] == counts["concat_training_loss"] == 1
-    assert counts["record_config"] == sum(1 for p in rm if p.startswith("results/config/"))
+    assert counts["record_config"] == sum(1 for p in rm if p.startswith(f"{RESULTS}/config/"))
     assert "score_pretrained" not in counts and "concat_pretrained_scores" not in counts
 
     cfg = yaml.safe_load(original)
@@ -217,7 +219,7 @@ def test_a_clone_with_an_edited_config_stops_instead_of_drawing_old_tables(tmp_p
     path.write_text(yaml.safe_dump(cfg))
     proc = snakemake("-n", cwd=wf, check=False)
     line = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("config: ")]
-    assert len(line) == 1 and "results/figures/fig3_emergence.pdf" in line[0]
+    assert len(line) == 1 and f"{RESULTS}/figures/fig3_emergence.pdf" in line[0]
     assert "training_scores.csv" not in line[0] and "null_scores.csv" not in line[0]
 
 
@@ -280,18 +282,18 @@ def test_report_from_a_fresh_clone_lists_every_figure_and_table_with_its_caption
     expected = {}
     for nb, entry in CATALOG.items():
         for template in entry["outputs"].values():
-            expected[template.replace("{results}", "results")] = (f"make_{nb}", entry["caption"])
+            expected[template.replace("{results}", RESULTS)] = (f"make_{nb}", entry["caption"])
     speedup = CATALOG["fig_symmetry_speedup"]["caption"]
     for name in ("symmetry_speedup_runs.csv", "symmetry_speedup_correlations.csv"):
-        expected[f"results/tables/{name}"] = ("tabulate_symmetry_speedup", speedup)
+        expected[f"{RESULTS}/tables/{name}"] = ("tabulate_symmetry_speedup", speedup)
     tidy = {"pretrained_scores": "concat_pretrained_scores", "training_scores": "concat_training_scores"}
     tidy |= {"training_loss": "concat_training_loss", "update_scores": "concat_update_scores"}
     tidy |= {"null_scores": "score_null_inits"}
     tidy |= {"gqa_paper_method": "concat_gqa", "pretrained_models": "list_pretrained_models"}
     for name, rule in tidy.items():  # the tidy tables and records, captioned from report/tables/
-        expected[f"results/tables/{name}.csv"] = (rule, (REPO / "report" / "tables" / f"{name}.rst").read_text())
+        expected[f"{RESULTS}/tables/{name}.csv"] = (rule, (REPO / "report" / "tables" / f"{name}.rst").read_text())
     corpus_caption = (REPO / "report" / "tables" / "corpus.rst").read_text()  # one record per corpus, one caption
-    expected["results/tables/corpus_wiki_offline.csv"] = ("record_corpus", corpus_caption)
+    expected[f"{RESULTS}/tables/corpus_wiki_offline.csv"] = ("record_corpus", corpus_caption)
     assert set(results) == set(expected)
     for path, (rule, caption) in expected.items():
         record = results[path]

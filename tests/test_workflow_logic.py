@@ -406,11 +406,11 @@ def test_emergence_runs_null_source_and_paths():
     assert p.null_source_run() == em["encoder"][0]
     assert p.ablation_runs() == p.groups["g"]
     run = em["encoder"][0]
-    assert p.final_snapshot(run) == f"results/runs/{run}/checkpoints/step-0000300"
+    assert p.final_snapshot(run) == f"{cfg['results']}/runs/{run}/checkpoints/step-0000300"
     # an entry's own max_steps overrides its group's
     assert p.final_snapshot(f"tiny-{corpus}-encoder-fresh-s0").endswith("step-0000200")
-    assert p.train_done(run) == f"results/runs/{run}/train.done"
-    assert p.run_corpus(run) == f"results/corpora/{corpus}"
+    assert p.train_done(run) == f"{cfg['results']}/runs/{run}/train.done"
+    assert p.run_corpus(run) == f"{cfg['results']}/corpora/{corpus}"
     cfg["training"]["groups"]["g"]["runs"] = [{**entry, "objective": "encoder", "init": "standard", "seed": 0}]
     with pytest.raises(ConfigError, match="has no decoder run with init 'standard'"):
         config_plan(cfg).emergence_runs()
@@ -421,7 +421,7 @@ def test_notebook_io_fills_every_catalog_entry():
     p = config_plan(cfg, configfiles=[str(REPO / "config" / "paper.yaml")])
     for nb, entry in p.catalog.items():
         parameters, deps, outputs = p.notebook_io(nb)
-        assert outputs == {k: v.replace("{results}", "results") for k, v in entry["outputs"].items()}
+        assert outputs == {k: v.replace("{results}", cfg["results"]) for k, v in entry["outputs"].items()}
         assert set(parameters["params"]) == set(entry["params"]) | set(entry.get("constants", {}))
         assert set(deps) == set(parameters["inputs"])
     params, deps, _ = p.notebook_io("fig1_wqk_examples")
@@ -731,7 +731,10 @@ def _run_name_of(cfg, objective, init):
 def test_gqa_models_are_pretrained_keys():
     cfg = validated_config("config.yaml")
     p = config_plan(cfg)
-    assert p.gqa_models() == cfg["figures"]["gqa_models"] and p.gqa_table() == "results/tables/gqa_paper_method.csv"
+    assert (
+        p.gqa_models() == cfg["figures"]["gqa_models"]
+        and p.gqa_table() == f"{cfg['results']}/tables/gqa_paper_method.csv"
+    )
     cfg["figures"]["gqa_models"] = ["nope"]
     with pytest.raises(ConfigError, match="figures.gqa_models: 'nope' is not a key of config pretrained"):
         config_plan(cfg).gqa_models()
@@ -740,13 +743,16 @@ def test_gqa_models_are_pretrained_keys():
 def test_the_grouped_query_entries_follow_figures_gqa_models(tmp_path):
     """The gqa table ({gqa_table}) exists only with figures.gqa_models: without it its figure is not made and the
     entries that list it as optional (Figure 2, the report) are made without it; with it, they read it."""
-    table = "results/tables/gqa_paper_method.csv"
-    p = config_plan(validated_config("config.yaml"))
+    cfg = validated_config("config.yaml")
+    table = f"{cfg['results']}/tables/gqa_paper_method.csv"
+    p = config_plan(cfg)
     assert "fig_gqa_paper_method" in p.notebooks and p.entry_made("fig_gqa_paper_method")
     for nb in ("fig_gqa_paper_method", "fig2_pretrained_scores", "reproduction_report"):
         params, deps, _ = p.notebook_io(nb)
         assert params["inputs"]["gqa"] == deps["gqa"] == table, nb
-    assert table in p.notebook_targets() and "results/figures/fig_gqa_paper_method.png" in p.notebook_targets()
+    assert (
+        table in p.notebook_targets() and f"{cfg['results']}/figures/fig_gqa_paper_method.png" in p.notebook_targets()
+    )
     assert "gqa" not in p.notebook_io("figS1_vision_audio")[0]["inputs"]  # only Figure 2 of its notebook reads it
 
     for cfg in (validated_config("smoke.yaml"), validated_config("config.yaml")):
