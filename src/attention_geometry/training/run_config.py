@@ -10,6 +10,7 @@ Torch- and numpy-free at module level: rules/common.smk imports it (through work
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -328,6 +329,11 @@ def _other_settings(cfg: RunConfig) -> dict[str, Any]:
     return {k: v for k in RUN_SETTINGS if k not in RESOLVED_SETTINGS and (v := getattr(cfg, k)) != getattr(default, k)}
 
 
+# what run.yaml keeps of a corpus's and of an image set's manifest (ResolvedRun.corpus_manifest)
+_CORPUS_RECORD = ("dataset", "name", "block_len", "vocab_size", "special_tokens", "layout", "split_characters")
+_IMAGES_RECORD = ("dataset", "name", "image_size", "num_channels", "num_classes", "class_names", "normalization")
+
+
 def resolve_run(cfg: RunConfig, corpus: Corpus | ImageSet) -> ResolvedRun:
     """The full resolved run (what run.yaml holds; its Hyper is `.hyper`); UserError on a corpus that does
     not fit the model (block_len > positions, token ids >= vocab size, no held-out blocks), or an image set
@@ -366,37 +372,7 @@ def resolve_run(cfg: RunConfig, corpus: Corpus | ImageSet) -> ResolvedRun:
             f"overrides.recipe: authors trains on one document per sample, but {corpus.path} holds {layout} blocks: "
             "prepare the corpus with `layout: documents`"
         )
-    max_steps = h.max_steps
-    snaps, evals = run_steps(cfg, max_steps, "run config")
-    dataset = corpus.dataset
-    name = cfg.run or run_name(cfg.size, dataset, cfg.objective, cfg.init, cfg.seed)
-    lam = float((cfg.regularizer or {}).get("lambda", 0.0))
-    return ResolvedRun(
-        run=name,
-        size=cfg.size,
-        dataset=dataset,
-        objective=cfg.objective,
-        init=cfg.init,
-        seed=cfg.seed,
-        corpus=str(Path(cfg.corpus).resolve()),
-        corpus_sha256=corpus_sha256(corpus),
-        corpus_manifest={
-            k: corpus.manifest[k]
-            for k in ("dataset", "name", "block_len", "vocab_size", "special_tokens", "layout", "split_characters")
-            if k in corpus.manifest
-        },
-        n_train_blocks=int(corpus.train.shape[0]),
-        max_steps=max_steps,
-        snapshot_steps=tuple(snaps),
-        eval_steps=tuple(evals),
-        eval_blocks=min(cfg.eval_blocks, int(corpus.heldout.shape[0])),
-        state_every=cfg.state_every,
-        log_every=cfg.log_every,
-        regularizer_lambda=lam,
-        hyper=h,
-        runtime=RunRuntime(threads=cfg.threads, device=cfg.device),
-        other_settings=_other_settings(cfg),
-    )
+    return _resolved(cfg, corpus, h, corpus_sha256, _CORPUS_RECORD)
 
 
 def _resolve_image_run(cfg: RunConfig, images: ImageSet, h: Hyper) -> ResolvedRun:
@@ -415,8 +391,16 @@ def _resolve_image_run(cfg: RunConfig, images: ImageSet, h: Hyper) -> ResolvedRu
         )
     if cfg.eval_blocks > 0 and images.heldout.shape[0] == 0:
         raise UserError(f"eval_blocks: {cfg.eval_blocks} but the image set {images.path} has no held-out images")
+    return _resolved(cfg, images, h, images_sha256, _IMAGES_RECORD)
+
+
+def _resolved(
+    cfg: RunConfig, data: Corpus | ImageSet, h: Hyper, sha256: Callable[[Any], str], record: tuple[str, ...]
+) -> ResolvedRun:
+    """The ResolvedRun of `cfg` on its checked data (a corpus or an image set) with the resolved `h`: `sha256`
+    is the data's identity (corpus_sha256, images_sha256), `record` the keys of its manifest that run.yaml keeps."""
     snaps, evals = run_steps(cfg, h.max_steps, "run config")
-    dataset = images.dataset
+    dataset = data.dataset
     return ResolvedRun(
         run=cfg.run or run_name(cfg.size, dataset, cfg.objective, cfg.init, cfg.seed),
         size=cfg.size,
@@ -425,17 +409,13 @@ def _resolve_image_run(cfg: RunConfig, images: ImageSet, h: Hyper) -> ResolvedRu
         init=cfg.init,
         seed=cfg.seed,
         corpus=str(Path(cfg.corpus).resolve()),
-        corpus_sha256=images_sha256(images),
-        corpus_manifest={
-            k: images.manifest[k]
-            for k in ("dataset", "name", "image_size", "num_channels", "num_classes", "class_names", "normalization")
-            if k in images.manifest
-        },
-        n_train_blocks=int(images.train.shape[0]),
+        corpus_sha256=sha256(data),
+        corpus_manifest={k: data.manifest[k] for k in record if k in data.manifest},
+        n_train_blocks=int(data.train.shape[0]),
         max_steps=h.max_steps,
         snapshot_steps=tuple(snaps),
         eval_steps=tuple(evals),
-        eval_blocks=min(cfg.eval_blocks, int(images.heldout.shape[0])),
+        eval_blocks=min(cfg.eval_blocks, int(data.heldout.shape[0])),
         state_every=cfg.state_every,
         log_every=cfg.log_every,
         regularizer_lambda=float((cfg.regularizer or {}).get("lambda", 0.0)),
