@@ -22,7 +22,7 @@ from attention_geometry.data.hub_data import (
 )
 from attention_geometry.formats.corpus import CorpusError
 from attention_geometry.formats.files import read_yaml
-from attention_geometry.formats.value_kinds import check_choice, check_minimums, checked_keys
+from attention_geometry.formats.value_kinds import check_choice, check_minimums, checked_keys, checked_top
 
 __all__ = [
     "DATASETS",
@@ -207,10 +207,8 @@ HUB_TYPES = {**HUB_LOCATION_KINDS, "streaming": "bool", "n_documents": "opt_int"
 def corpus_config_from_dict(raw: Any, where: str = "corpus config") -> CorpusConfig:
     """Validate a mapping (a parsed CORPUS.yaml or a workflow's params) into a resolved CorpusConfig; any
     unknown key or value raises CorpusError naming it."""
-    top = checked_keys(raw, CorpusConfig, TYPES, "", where, "corpus config", CorpusError)
+    top, dataset = checked_top(raw, CorpusConfig, TYPES, DATASETS, where, "corpus config", CorpusError)
     raw = dict(raw or {})
-    dataset = top.get("dataset", CorpusConfig.dataset)
-    check_choice(dataset, "dataset", DATASETS, where, CorpusError)
     if "paths" in raw:
         top["paths"] = _str_list(raw["paths"], "paths", where)
     if "suffixes" in raw:

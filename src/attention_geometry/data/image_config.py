@@ -18,7 +18,7 @@ from typing import Any
 from attention_geometry.data.hub_data import HUB_LOCATION_KINDS, NATIVE_PARQUET, HubInput, split_patterns
 from attention_geometry.formats.corpus import CorpusError
 from attention_geometry.formats.files import read_yaml
-from attention_geometry.formats.value_kinds import check_choice, check_minimums, checked_keys
+from attention_geometry.formats.value_kinds import check_minimums, checked_keys, checked_top
 
 __all__ = [
     "IMAGE_DATASETS",
@@ -138,10 +138,8 @@ IMAGE_HUB_TYPES = {
 def image_config_from_dict(raw: Any, where: str = "image config") -> ImageConfig:
     """Validate a mapping (a parsed IMAGES.yaml or a workflow's params) into a resolved ImageConfig; any
     unknown key or value raises CorpusError naming it."""
-    top = checked_keys(raw, ImageConfig, IMAGE_TYPES, "", where, "image config", CorpusError)
+    top, dataset = checked_top(raw, ImageConfig, IMAGE_TYPES, IMAGE_DATASETS, where, "image config", CorpusError)
     raw = dict(raw or {})
-    dataset = top.get("dataset", ImageConfig.dataset)
-    check_choice(dataset, "dataset", IMAGE_DATASETS, where, CorpusError)
     hub_raw = checked_keys(raw.get("hub"), ImageHubConfig, IMAGE_HUB_TYPES, "hub.", where, "", CorpusError)
     if dataset == "digits" and hub_raw:
         raise CorpusError(f"{where}: `hub` is for the hub datasets ({', '.join(HUB_IMAGE_DATASETS)}), not digits")

@@ -2,7 +2,8 @@
 hyperparameter overrides: training.models), checked by one function, so the three readers accept the same
 values and name them the same way. config/schema.yaml states the same kinds as JSON-schema types
 (`SCHEMA_TYPES`; tests/test_schema.py compares them). The corpus and image-set readers (data.corpus_config,
-data.image_config) also share the checks of a mapping's keys, of a choice and of the minimums here."""
+data.image_config) also share the checks of a mapping's keys, of a config's top level with its dataset, of a
+choice and of the minimums here."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["VALUE_KINDS", "SCHEMA_TYPES", "expected", "checked_keys", "check_choice", "check_minimums"]
+__all__ = ["VALUE_KINDS", "SCHEMA_TYPES", "expected", "checked_keys", "checked_top", "check_choice", "check_minimums"]
 
 
 def _is_int(v: Any) -> bool:
@@ -82,6 +83,23 @@ def checked_keys(
                 raise error(f"{where}: `{prefix}{key}` must be {problem}, got {value!r}")
             out[key] = value
     return out
+
+
+def checked_top(
+    raw: Any,
+    cls: type,
+    kinds: Mapping[str, str],
+    datasets: tuple[str, ...],
+    where: str,
+    what: str,
+    error: type[Exception],
+) -> tuple[dict[str, Any], str]:
+    """The top level of a config (`what`, dataclass `cls`): its keys and values as checked_keys checks them, and its
+    `dataset` (default cls.dataset), which must be one of `datasets`."""
+    top = checked_keys(raw, cls, kinds, "", where, what, error)
+    dataset = top.get("dataset", cls.dataset)
+    check_choice(dataset, "dataset", datasets, where, error)
+    return top, dataset
 
 
 def check_choice(value: Any, key: str, choices: tuple[str, ...], where: str, error: type[Exception]) -> None:
