@@ -159,28 +159,28 @@ def add_arguments_fetch_hub_data(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=8, metavar="N", help="parallel downloads (default 8)")
 
 
-def add_arguments_prepare_corpus(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, metavar="CORPUS.yaml", help="corpus config (docs/data.md)")
+def _prepare_arguments(parser: argparse.ArgumentParser, config: str, what: str, replaced: str, inputs: str) -> None:
+    """What prepare-corpus and prepare-images both take: the config (metavar `config`, a `what` config), the
+    folder they write, --force (replaces a folder that holds `replaced`) and --hub-data (holds `inputs`)."""
+    parser.add_argument("--config", required=True, metavar=config, help=f"{what} config (docs/data.md)")
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder (written atomically)")
-    parser.add_argument("--force", action="store_true", help="replace DIR if it holds another corpus config")
+    parser.add_argument("--force", action="store_true", help=f"replace DIR if it holds {replaced}")
     parser.add_argument(
         "--hub-data",
         metavar="DIR",
-        help="read the corpus's hub inputs (dataset files, tokenizer) only from DIR, written by fetch-hub-data "
-        "for this config, with the hub offline (default: fetch them now)",
+        help=f"read {inputs} only from DIR, written by fetch-hub-data for this config, with the hub offline "
+        "(default: fetch them now)",
+    )
+
+
+def add_arguments_prepare_corpus(parser: argparse.ArgumentParser) -> None:
+    _prepare_arguments(
+        parser, "CORPUS.yaml", "corpus", "another corpus config", "the corpus's hub inputs (dataset files, tokenizer)"
     )
 
 
 def add_arguments_prepare_images(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, metavar="IMAGES.yaml", help="image set config (docs/data.md)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (written atomically)")
-    parser.add_argument("--force", action="store_true", help="replace DIR if it holds another config or changed inputs")
-    parser.add_argument(
-        "--hub-data",
-        metavar="DIR",
-        help="read a hub dataset's files only from DIR, written by fetch-hub-data for this config, with the hub "
-        "offline (default: fetch them now)",
-    )
+    _prepare_arguments(parser, "IMAGES.yaml", "image set", "another config or changed inputs", "a hub dataset's files")
 
 
 def add_arguments_train(parser: argparse.ArgumentParser) -> None:
