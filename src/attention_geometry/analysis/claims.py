@@ -404,30 +404,20 @@ CLAIMS: tuple[Claim, ...] = (
         rule="directional", sign=-1, margin="symmetry", family=None,
         paper=paper_gqa,
     ),
-    # --- the updates of W_qk (Theorems 2.3/2.4): the gradient dL/dW_qk and the applied update between snapshots
-    Claim(
-        "h_gradient_1", "masked-LM gradient updates are more symmetric than causal-LM ones",
-        kind="also", unit="seed", inputs=("updates",), effect=partial(update_effect, kind="gradient", which=1),
-        rule="directional", sign=+1, margin="symmetry", family=None,
-        paper=_THEORY,
-    ),
-    Claim(
-        "h_gradient_2", "causal-LM gradient updates are column-dominant",
-        kind="also", unit="seed", inputs=("updates",), effect=partial(update_effect, kind="gradient", which=2),
-        rule="directional", sign=-1, margin="directionality", family=None,
-        paper=_THEORY,
-    ),
-    Claim(
-        "h_applied_1", "masked-LM applied updates are more symmetric than causal-LM ones",
-        kind="also", unit="seed", inputs=("updates",), effect=partial(update_effect, kind="applied", which=1),
-        rule="directional", sign=+1, margin="symmetry", family=None,
-        paper=_THEORY,
-    ),
-    Claim(
-        "h_applied_2", "causal-LM applied updates are column-dominant",
-        kind="also", unit="seed", inputs=("updates",), effect=partial(update_effect, kind="applied", which=2),
-        rule="directional", sign=-1, margin="directionality", family=None,
-        paper=_THEORY,
+    # --- the updates of W_qk (Theorems 2.3/2.4): the same two predictions for the gradient dL/dW_qk and for the
+    # applied update between snapshots
+    *(
+        Claim(
+            f"h_{update}_{which}", text.format(update=update),
+            kind="also", unit="seed", inputs=("updates",), effect=partial(update_effect, kind=update, which=which),
+            rule="directional", sign=sign, margin=margin, family=None,
+            paper=_THEORY,
+        )
+        for update in ("gradient", "applied")
+        for which, text, sign, margin in (
+            (1, "masked-LM {update} updates are more symmetric than causal-LM ones", +1, "symmetry"),
+            (2, "causal-LM {update} updates are column-dominant", -1, "directionality"),
+        )
     ),
 )
 # fmt: on
