@@ -204,19 +204,9 @@ SIZES: dict[str, dict] = {
 # the ViT image classifiers' sizes (objective classifier; docs/training.md "Vision"): a ViT of this shape on
 # 2x2 patches of the 8x8 digits, AdamW at a constant learning rate after warmup, no dropout, no augmentation;
 # chosen by the pilots in docs/training.md ("Vision pilots")
+_VIT_DIGITS = dict(batch_size=64, lr=1e-3, warmup_steps=100, schedule="constant", max_steps=1500)
 IMAGE_SIZES: dict[str, dict] = {
-    "vit-tiny": dict(
-        num_layers=2,
-        hidden_size=64,
-        num_heads=2,
-        intermediate_size=256,
-        patch_size=2,
-        batch_size=64,
-        lr=1e-3,
-        warmup_steps=100,
-        schedule="constant",
-        max_steps=1500,
-    ),
+    "vit-tiny": dict(num_layers=2, hidden_size=64, num_heads=2, intermediate_size=256, patch_size=2, **_VIT_DIGITS),
 }
 
 
