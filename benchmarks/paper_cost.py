@@ -4,7 +4,7 @@
     python benchmarks/paper_cost.py [--config config/paper.yaml] [--peak-tflops 989]
         [--mfu bert-mini=0.10 --mfu bert-base=0.30 --mfu bert-large=0.40 --mfu vit-tiny=0.05]
 
-Every run of the config's expansion (the workflow's own, attention_geometry.workflow.plan.expand_runs), its
+Every run of the config's expansion (the workflow's own, attention_geometry.workflow.runs.expand_runs), its
 hyperparameters resolved as the trainer resolves them (size, overrides). Model FLOPs per token, counted as for
 MFU (matrix products only, backward = 2 x forward):
 
@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 from attention_geometry.training.hyper import resolve_hyper
-from attention_geometry.workflow import plan
+from attention_geometry.workflow.runs import expand_runs
 
 REPO = Path(__file__).resolve().parents[1]
 MFU = {"bert-mini": 0.10, "bert-base": 0.30, "bert-large": 0.40, "vit-tiny": 0.05}
@@ -89,7 +89,7 @@ def main(argv=None) -> None:
         size, _, value = item.partition("=")
         mfu[size] = float(value)
     cfg = yaml.safe_load(Path(args.config).read_text())
-    runs, _ = plan.expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
+    runs, _ = expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
     cells: dict[tuple[str, str], list] = defaultdict(list)
     for run in runs.values():
         cells[(run.size, run.objective)].append(run_cost(run, cfg, args.peak_tflops, mfu))

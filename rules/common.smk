@@ -16,19 +16,14 @@ from snakemake.exceptions import WorkflowError
 
 from attention_geometry.errors import ConfigError
 from attention_geometry.workflow.records import content_current, input_sums_path, record_path, record_text, records, run_mode, stale_error
-from attention_geometry.training.launch import train_launch
-from attention_geometry.workflow.plan import ONLINE_ENV, alternation, notebook_file, plan, shell_prefix, slurm_resources, yaml_text
+from attention_geometry.workflow.jobs import ONLINE_ENV, shell_prefix
+from attention_geometry.workflow.plan import alternation, notebook_file, plan, yaml_text
 from attention_geometry.workflow.pretrained import scoring_mem_mb
 from attention_geometry.workflow.provenance import quiet_missing_metadata
 
 # `snakemake --report` in a clone: one line instead of a "Missing metadata" warning per committed result
 if workflow.is_main_process:
     quiet_missing_metadata()
-
-if config["offline"]:
-    # Nothing waits on the Hugging Face hub: every job inherits these (local and SLURM jobs alike, since
-    # each job re-parses this file).
-    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
 # Every shell command runs the checkout's package (src/ on PYTHONPATH) with the `python` of its environment,
 # the venv or, under --sdm conda, the env of the rule's envs/*.yaml (workflow.shell_prefix).
@@ -43,7 +38,13 @@ def checked(lookup, *args):
         raise WorkflowError(str(exc)) from None
 
 
+# The one read of `config` in the rules: everything else they use is looked up in the plan built from it here.
 PLAN = checked(plan, config, workflow.basedir, workflow.configfiles)
+
+if PLAN.jobs.offline:
+    # Nothing waits on the Hugging Face hub: every job inherits these (local and SLURM jobs alike, since
+    # each job re-parses this file).
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
 RESULTS = PLAN.results
 CORPORA = PLAN.corpora  # corpus key -> corpus config
@@ -54,10 +55,15 @@ UPDATE_RUNS = PLAN.update_runs
 PRETRAINED = PLAN.pretrained  # model key -> workflow.Pretrained
 CATALOG = PLAN.catalog  # notebooks/catalog.yaml
 NOTEBOOKS = PLAN.notebooks  # the catalog entries made with this config
-TRAIN_SLURM = slurm_resources(config["training"])  # e.g. a GPU partition for training only
-PREFETCH_SLURM = slurm_resources(config["scoring"], "prefetch_")  # large prefetches: a partition with the network
-TRAIN_LAUNCH = train_launch(config["training"])  # torchrun / srun for several GPUs or nodes
-RECORDS = checked(records, PLAN)  # committed result -> (its files, the config parts that made them)
+JOBS = PLAN.jobs  # how the jobs run: resources, SLURM, the trainer's launch and device (workflow.jobs)
+TRAIN_SLURM = JOBS.training.slurm  # e.g. a GPU partition for training only
+PREFETCH_SLURM = JOBS.prefetch_slurm  # large prefetches: a partition with the network
+TRAIN_LAUNCH = JOBS.training.launch  # torchrun / srun for several GPUs or nodes
+# Committed result -> (its files, the config parts that made them). A record is the config's own sections as given
+# (workflow.records reads them from PLAN.config), not a value derived from them, so it stays out of the plan's typed
+# attributes: a typed copy would have to round-trip every key back into the same YAML, and a record must change
+# exactly when its part of the config does.
+RECORDS = checked(records, PLAN)
 
 res = PLAN.res
 corpus_dir = PLAN.corpus_dir
@@ -100,7 +106,7 @@ TABLES = {
 }
 if PLAN.gqa_models():
     TABLES["gqa_paper_method"] = PLAN.gqa_table()
-if config["training"]["provenance_table"]:
+if PLAN.provenance_table:
     TABLES["run_provenance"] = res("tables", "run_provenance.csv")
 
 

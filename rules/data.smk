@@ -91,8 +91,8 @@ rule prepare_corpus:
     conda:
         "../envs/data.yaml"
     resources:
-        mem_mb=config["data"]["mem_mb"],
-        runtime=config["data"]["runtime"],
+        mem_mb=JOBS.data.mem_mb,
+        runtime=JOBS.data.runtime,
     shell:
         "python -m attention_geometry prepare-corpus --no-progress --config {input.config:q} {params.hub_data} "
         "--out {output:q} > {log:q} 2>&1"
@@ -162,8 +162,8 @@ rule prepare_images:
     conda:
         "../envs/data.yaml"
     resources:
-        mem_mb=config["data"]["mem_mb"],
-        runtime=config["data"]["runtime"],
+        mem_mb=JOBS.data.mem_mb,
+        runtime=JOBS.data.runtime,
     shell:
         "python -m attention_geometry prepare-images --no-progress --config {input.config:q} {params.hub_data} "
         "--out {output:q} > {log:q} 2>&1"

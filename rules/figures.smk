@@ -20,10 +20,10 @@ rule extract_run_wqk:
         res("figdata", "wqk", "runs", "{run}.npz"),
     params:
         snapshot=lambda w: final_snapshot(w.run),
-    threads: config["scoring"]["threads"]
+    threads: JOBS.scoring.threads
     resources:
-        mem_mb=config["scoring"]["mem_mb"],
-        runtime=config["scoring"]["runtime"],
+        mem_mb=JOBS.scoring.mem_mb,
+        runtime=JOBS.scoring.runtime,
     log:
         res("logs", "figdata", "wqk-run-{run}.log"),
     benchmark:
@@ -44,10 +44,10 @@ rule extract_pretrained_wqk:
         name=lambda w: PRETRAINED[w.model].name,
         check=lambda w: PRETRAINED[w.model].check_command(),
         sha256=lambda w: PRETRAINED[w.model].recorded,
-    threads: config["scoring"]["threads"]
+    threads: JOBS.scoring.threads
     resources:
-        mem_mb=lambda w, input, attempt: scoring_mem_mb(PRETRAINED[w.model].hub_id and input[0], config["scoring"]["mem_mb"], attempt),
-        runtime=config["scoring"]["runtime"],
+        mem_mb=lambda w, input, attempt: scoring_mem_mb(PRETRAINED[w.model].hub_id and input[0], JOBS.scoring.mem_mb, attempt),
+        runtime=JOBS.scoring.runtime,
     log:
         res("logs", "figdata", "wqk-pretrained-{model}.log"),
     benchmark:
@@ -81,10 +81,10 @@ rule tabulate_symmetry_speedup:
         input_sums=res("config", "symmetry_speedup.inputs.sha256"),
     params:
         runs=lambda w: " ".join(PLAN.ablation_runs()),
-        baseline=config["figures"]["baseline_init"],
-        level=config["figures"]["ci_level"],
-        resamples=config["figures"]["bootstrap_resamples"],
-        seed=config["figures"]["bootstrap_seed"],
+        baseline=PLAN.baseline_init,
+        level=PLAN.intervals.level,
+        resamples=PLAN.intervals.resamples,
+        seed=PLAN.intervals.seed,
     log:
         res("logs", "tables", "symmetry_speedup.log"),
     conda:

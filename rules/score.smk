@@ -28,8 +28,8 @@ use rule prefetch_qk as prefetch_qk_on_cluster with:
     wildcard_constraints:
         model=alternation(PLAN.prefetched_on_cluster or ["-"]),
     resources:
-        mem_mb=config["scoring"]["mem_mb"],
-        runtime=config["scoring"]["runtime"],
+        mem_mb=JOBS.scoring.mem_mb,
+        runtime=JOBS.scoring.runtime,
         **PREFETCH_SLURM,
 
 
@@ -46,10 +46,10 @@ rule score_pretrained:
         # installed files' mtimes)
         check=lambda w: PRETRAINED[w.model].check_command(),
         sha256=lambda w: PRETRAINED[w.model].recorded,
-    threads: config["scoring"]["threads"]
+    threads: JOBS.scoring.threads
     resources:
-        mem_mb=lambda w, input, attempt: scoring_mem_mb(PRETRAINED[w.model].hub_id and input[0], config["scoring"]["mem_mb"], attempt),
-        runtime=config["scoring"]["runtime"],
+        mem_mb=lambda w, input, attempt: scoring_mem_mb(PRETRAINED[w.model].hub_id and input[0], JOBS.scoring.mem_mb, attempt),
+        runtime=JOBS.scoring.runtime,
     log:
         res("logs", "score_pretrained", "{model}.log"),
     benchmark:
@@ -78,10 +78,10 @@ rule compare_gqa:
         sha256=lambda w: PRETRAINED[w.model].recorded,
     wildcard_constraints:
         model=alternation(PLAN.gqa_models() or ["-"]),
-    threads: config["scoring"]["threads"]
+    threads: JOBS.scoring.threads
     resources:
-        mem_mb=lambda w, input, attempt: scoring_mem_mb(PRETRAINED[w.model].hub_id and input[0], config["scoring"]["mem_mb"], attempt),
-        runtime=config["scoring"]["runtime"],
+        mem_mb=lambda w, input, attempt: scoring_mem_mb(PRETRAINED[w.model].hub_id and input[0], JOBS.scoring.mem_mb, attempt),
+        runtime=JOBS.scoring.runtime,
     log:
         res("logs", "compare_gqa", "{model}.log"),
     conda:
@@ -142,10 +142,10 @@ rule score_checkpoints:
         res("runs", "{run}", "scores.csv"),
     params:
         run_dir=lambda w, input: os.path.dirname(input.done),
-    threads: config["scoring"]["threads"]
+    threads: JOBS.scoring.threads
     resources:
-        mem_mb=config["scoring"]["mem_mb"],
-        runtime=config["scoring"]["runtime"],
+        mem_mb=JOBS.scoring.mem_mb,
+        runtime=JOBS.scoring.runtime,
     log:
         res("logs", "score_checkpoints", "{run}.log"),
     benchmark:
@@ -164,12 +164,12 @@ rule score_updates:
         res("runs", "{run}", "update_scores.csv"),
     params:
         run_dir=lambda w, input: os.path.dirname(input.done),
-        steps=" ".join(str(s) for s in config["updates"]["steps"]),
-        batches=config["updates"]["batches"],
-    threads: config["scoring"]["threads"]
+        steps=" ".join(str(s) for s in PLAN.updates.steps),
+        batches=PLAN.updates.batches,
+    threads: JOBS.scoring.threads
     resources:
-        mem_mb=config["scoring"]["mem_mb"],
-        runtime=config["scoring"]["runtime"],
+        mem_mb=JOBS.scoring.mem_mb,
+        runtime=JOBS.scoring.runtime,
     log:
         res("logs", "score_updates", "{run}.log"),
     benchmark:
@@ -192,10 +192,10 @@ rule score_null_inits:
     params:
         inits=" ".join(PLAN.null_inits()),
         samples=PLAN.null_samples(),
-    threads: config["scoring"]["threads"]
+    threads: JOBS.scoring.threads
     resources:
-        mem_mb=config["scoring"]["mem_mb"],
-        runtime=config["scoring"]["runtime"],
+        mem_mb=JOBS.scoring.mem_mb,
+        runtime=JOBS.scoring.runtime,
     log:
         res("logs", "tables", "null_scores.log"),
     benchmark:

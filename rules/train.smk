@@ -12,7 +12,6 @@
 #
 # A run's train.done whose final snapshot is gone (deleted, or never written) is removed at parse time, so that
 # its job runs again and the trainer rewrites the snapshot from its final state (workflow.records).
-from attention_geometry.training.launch import train_mem_mb
 from attention_geometry.workflow.records import drop_unfinished_markers
 
 if workflow.is_main_process and (_unfinished := checked(drop_unfinished_markers, PLAN)):
@@ -54,24 +53,18 @@ rule train_model:
     params:
         out=lambda w, output: os.path.dirname(output.done),
         final=lambda w: final_snapshot(w.run),
-        device=config["training"]["device"],
+        device=JOBS.training.device,
         launch=TRAIN_LAUNCH.prefix,
         threads=TRAIN_LAUNCH.threads,
-    threads: config["training"]["threads"]
+    threads: JOBS.training.threads
     priority: lambda w: RUNS[w.run].priority
     # training.requeues (None without: Snakemake's own --retries, e.g. a profile's, stays in force)
     retries: TRAIN_LAUNCH.retries
     resources:
         **TRAIN_LAUNCH.resources,
         # training.mem_mb where the config sets it, else from the run's model size (training/launch.py)
-        mem_mb=lambda w: train_mem_mb(
-            RUNS[w.run].size,
-            RUNS[w.run].settings.get("overrides"),
-            config["training"]["device"],
-            TRAIN_LAUNCH.processes,
-            config["training"].get("mem_mb"),
-        ),
-        runtime=config["training"]["runtime"],
+        mem_mb=lambda w: JOBS.training.run_mem_mb(RUNS[w.run]),
+        runtime=JOBS.training.runtime,
         # the trainer's --time-limit in minutes (0: none); a resource, not a param, so that editing
         # training.runtime or requeues does not make Snakemake re-run finished runs (its params trigger)
         trainer_time_limit=TRAIN_LAUNCH.time_limit or 0,

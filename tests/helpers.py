@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from attention_geometry.workflow.plan import expand_runs, plan
+from attention_geometry.workflow.plan import plan
+from attention_geometry.workflow.runs import expand_runs
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

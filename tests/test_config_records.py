@@ -11,7 +11,6 @@ import os
 from helpers import config_plan, validated_config
 
 from attention_geometry.formats.files import atomic_write_text
-from attention_geometry.workflow.plan import expand_runs
 from attention_geometry.workflow.records import (
     content_current,
     input_sums_path,
@@ -23,6 +22,7 @@ from attention_geometry.workflow.records import (
     stale_error,
     write_input_sums,
 )
+from attention_geometry.workflow.runs import expand_runs
 
 
 def _changed(a: dict, b: dict) -> set[str]:

@@ -1,5 +1,5 @@
 """config/paper.yaml carries the same science as the embedded default, checked on the
-parsed config and its run expansion (attention_geometry.workflow.plan's), not by grepping: >= 3 seeds per
+parsed config and its run expansion (attention_geometry.workflow.runs'), not by grepping: >= 3 seeds per
 bert-mini / bert-base contrast, the `fresh` control, decoder `symmetric-fresh`, runs with the symmetry
 regularizer, held-out evaluation at the rebuttal's bert-large checkpoints, one group for Figure 3, Figure S4
 and Table 1, and a RUN.yaml per run that the training CLI accepts. The dry run itself is in
@@ -17,7 +17,7 @@ import yaml
 from attention_geometry.formats import rundir
 from attention_geometry.training.hyper import resolve_hyper
 from attention_geometry.training.run_config import run_config_from_dict
-from attention_geometry.workflow import plan as workflow
+from attention_geometry.workflow import runs as workflow_runs
 
 REPO = Path(__file__).resolve().parents[1]
 REBUTTAL_STEPS = {"wikipedia": 123000, "red_pajama": 140000, "jigsaw": 184000}
@@ -47,10 +47,14 @@ AUTHORS = {
 
 def expand_runs(cfg: dict) -> dict[str, dict]:
     """run name -> {spec (keys as in the config: `corpus`), settings, groups}: the workflow's own expansion
-    (attention_geometry.workflow.plan.expand_runs; entry keys override the group's settings)."""
-    runs, _ = workflow.expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
+    (attention_geometry.workflow.runs.expand_runs; entry keys override the group's settings)."""
+    runs, _ = workflow_runs.expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
     return {
-        n: {"spec": {workflow.CONFIG_KEY[k]: v for k, v in r.spec.items()}, "settings": r.settings, "groups": r.groups}
+        n: {
+            "spec": {workflow_runs.CONFIG_KEY[k]: v for k, v in r.spec.items()},
+            "settings": r.settings,
+            "groups": r.groups,
+        }
         for n, r in runs.items()
     }
 
@@ -219,7 +223,7 @@ def test_every_text_run_is_planned_under_the_authors_recipe(cfg):
     """Each planned text run's RUN.yaml (the workflow's Run.run_config) carries every value of the authors'
     recipe, the training CLI accepts it and resolves it to them; the corpora are one document per row, the
     decoders both the authors' (decoder-paper) and ours, and training runs on the 1 GPU the batch assumes."""
-    planned, _ = workflow.expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
+    planned, _ = workflow_runs.expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
     text = {n: r for n, r in planned.items() if r.objective != "classifier"}
     assert {r.objective for r in text.values()} == {"encoder", "decoder", "decoder-paper"}
     for name, r in text.items():

@@ -12,7 +12,7 @@ from helpers import job_counts, snakemake
 
 from attention_geometry.training.hyper import resolve_hyper
 from attention_geometry.training.run_config import run_config_from_dict
-from attention_geometry.workflow import plan as workflow
+from attention_geometry.workflow.runs import expand_runs
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
@@ -37,7 +37,7 @@ def cfg():
 
 @pytest.fixture(scope="module")
 def runs(cfg):
-    planned, _ = workflow.expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
+    planned, _ = expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
     return planned
 
 
@@ -58,7 +58,7 @@ def test_its_runs_are_the_paper_configs_runs_of_the_same_name(cfg, runs):
     """Each run is config/paper.yaml's run of that name with the same RUN.yaml content (the authors' recipe, the
     same corpus and schedule), so a first look is a subset of the paper's design, not another design."""
     paper = load("paper.yaml")
-    theirs, _ = workflow.expand_runs(paper["training"]["groups"], paper["corpora"], paper.get("images") or {})
+    theirs, _ = expand_runs(paper["training"]["groups"], paper["corpora"], paper.get("images") or {})
     for name, r in runs.items():
         assert name in theirs, name
         assert r.run_config() == theirs[name].run_config(), name

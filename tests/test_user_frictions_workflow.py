@@ -6,7 +6,7 @@ from __future__ import annotations
 from helpers import validated_config
 
 from attention_geometry.training.launch import train_mem_mb
-from attention_geometry.workflow.plan import expand_runs
+from attention_geometry.workflow.runs import expand_runs
 
 
 def test_training_memory_follows_the_model_size():

@@ -39,9 +39,9 @@ from helpers import (
 
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import TABLE_COLUMNS
-from attention_geometry.workflow import plan as workflow_plan
 from attention_geometry.workflow.concat import concat_tables
-from attention_geometry.workflow.plan import expand_runs
+from attention_geometry.workflow.jobs import shell_prefix
+from attention_geometry.workflow.runs import expand_runs
 
 
 def _run_name(cfg: dict, objective: str, init: str) -> str:
@@ -155,7 +155,7 @@ def test_dry_run_paper_config():
             if source in hub_ids:
                 read_from.setdefault(source, set()).add((rule, local))
     assert set(read_from) == hub_ids and all(jobs <= online for jobs in read_from.values())
-    assert "HF_HUB_OFFLINE=1" in workflow_plan.shell_prefix(str(REPO))
+    assert "HF_HUB_OFFLINE=1" in shell_prefix(str(REPO))
     scored = {os.path.basename(outs[0])[:-4]: ins for rule, ins, outs in jobs if rule == "score_pretrained"}
     assert all(scored[k] == [fetched[k]] for k in hub)
     # the paper's grouped-query models are also scored by its expansion, from the same prefetched q/k subsets

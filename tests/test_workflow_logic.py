@@ -23,8 +23,9 @@ from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.files import csv_text
 from attention_geometry.training import launch
 from attention_geometry.workflow import plan as workflow
-from attention_geometry.workflow.plan import expand_runs
+from attention_geometry.workflow.jobs import ONLINE_ENV, shell_prefix, slurm_resources
 from attention_geometry.workflow.pretrained import resolve_pretrained
+from attention_geometry.workflow.runs import CONFIG_KEY, expand_runs
 
 GROUPS = {
     "main": {
@@ -99,9 +100,9 @@ def test_a_vision_group_of_text_runs_is_refused():
 
 
 def test_config_key_maps_dataset_to_the_config_corpus_key():
-    assert list(workflow.CONFIG_KEY) == list(RUN_KEYS)
-    assert workflow.CONFIG_KEY["dataset"] == "corpus"
-    assert all(workflow.CONFIG_KEY[k] == k for k in RUN_KEYS if k != "dataset")
+    assert list(CONFIG_KEY) == list(RUN_KEYS)
+    assert CONFIG_KEY["dataset"] == "corpus"
+    assert all(CONFIG_KEY[k] == k for k in RUN_KEYS if k != "dataset")
 
 
 def test_expand_runs_products_names_settings_and_groups():
@@ -517,9 +518,9 @@ def test_explicit_steps_and_every_together_are_refused(pair):
 
 
 def test_slurm_resources_only_what_is_set():
-    assert workflow.slurm_resources({"gpus": 1}) == {}
-    assert workflow.slurm_resources({"slurm_partition": "gpu"}) == {"slurm_partition": "gpu"}
-    assert workflow.slurm_resources({"slurm_partition": "gpu", "slurm_account": "a1", "mem_mb": 5}) == {
+    assert slurm_resources({"gpus": 1}) == {}
+    assert slurm_resources({"slurm_partition": "gpu"}) == {"slurm_partition": "gpu"}
+    assert slurm_resources({"slurm_partition": "gpu", "slurm_account": "a1", "mem_mb": 5}) == {
         "slurm_partition": "gpu",
         "slurm_account": "a1",
     }
@@ -535,7 +536,7 @@ def test_shell_prefix_runs_the_checkouts_package_in_any_python(tmp_path):
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "__main__.py").write_text("import sys; print('checkout', sys.argv[1:])\n")
-    prefix = workflow.shell_prefix(str(repo)).format()
+    prefix = shell_prefix(str(repo)).format()
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
 
     def bash(cmd):
@@ -546,10 +547,10 @@ def test_shell_prefix_runs_the_checkouts_package_in_any_python(tmp_path):
     # every job runs with the hub offline; a fetching rule's own command switches it on for itself
     env["HF_HUB_OFFLINE"] = "0"
     assert bash("echo $HF_HUB_OFFLINE $HF_DATASETS_OFFLINE $TRANSFORMERS_OFFLINE").stdout == "1 1 1\n"
-    online = bash(f"{workflow.ONLINE_ENV} bash -c 'echo $HF_HUB_OFFLINE $HF_DATASETS_OFFLINE $TRANSFORMERS_OFFLINE'")
+    online = bash(f"{ONLINE_ENV} bash -c 'echo $HF_HUB_OFFLINE $HF_DATASETS_OFFLINE $TRANSFORMERS_OFFLINE'")
     assert online.stdout == "0 0 0\n"
     # and the real package runs as `python -m attention_geometry` (its __main__: the console script's CLI)
-    prefix = workflow.shell_prefix(str(REPO)).format()
+    prefix = shell_prefix(str(REPO)).format()
     real = bash("python -m attention_geometry --help")
     assert real.returncode == 0 and "prepare-corpus" in real.stdout, real.stderr[-2000:]
 
@@ -810,3 +811,49 @@ def test_large_prefetches_are_cluster_jobs():
     assert set(p.prefetched_on_cluster) < set(p.prefetched)
     cfg["scoring"]["prefetch_local_max_gb"] = 100
     assert config_plan(cfg).prefetched_on_cluster == []
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "smoke.yaml", "study2.yaml", "paper.yaml"])
+def test_the_plans_typed_sections_hold_the_configs_values(name):
+    """What the rules read of the config, they read from the plan (Plan.updates, intervals, provenance_table,
+    jobs): the same values, unchanged, for every repository config."""
+    cfg = validated_config(name)
+    p = config_plan(cfg)
+    u, f, s, t = cfg["updates"], cfg["figures"], cfg["scoring"], cfg["training"]
+    assert (p.updates.group, list(p.updates.inits), list(p.updates.steps), p.updates.batches) == (
+        u["group"],
+        u["inits"],
+        u["steps"],
+        u["batches"],
+    )
+    assert (p.baseline_init, p.intervals.level, p.intervals.resamples, p.intervals.seed) == (
+        f["baseline_init"],
+        f["ci_level"],
+        f["bootstrap_resamples"],
+        f["bootstrap_seed"],
+    )
+    assert p.provenance_table == t["provenance_table"]
+    j = p.jobs
+    assert j.offline == cfg["offline"]
+    assert (j.data.mem_mb, j.data.runtime) == (cfg["data"]["mem_mb"], cfg["data"]["runtime"])
+    assert (j.scoring.threads, j.scoring.mem_mb, j.scoring.runtime) == (s["threads"], s["mem_mb"], s["runtime"])
+    assert j.prefetch_slurm == slurm_resources(s, "prefetch_")
+    assert (j.training.device, j.training.threads, j.training.runtime, j.training.mem_mb) == (
+        t["device"],
+        t["threads"],
+        t["runtime"],
+        t.get("mem_mb"),
+    )
+    assert j.training.launch == launch.train_launch(t)
+    assert j.training.slurm == slurm_resources(t)
+    for r in p.runs.values():
+        assert j.training.run_mem_mb(r) == launch.train_mem_mb(
+            r.size, r.settings.get("overrides"), t["device"], j.training.launch.processes, t.get("mem_mb")
+        )
+
+
+def test_the_rules_read_no_config_key():
+    """The rules look up the plan, never the config: the one use of `config` in rules/ is building the plan."""
+    for path in sorted((REPO / "rules").glob("*.smk")):
+        text = path.read_text(encoding="utf-8")
+        assert 'config["' not in text and "config.get(" not in text, path.name

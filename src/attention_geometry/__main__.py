@@ -1,5 +1,5 @@
 """`python -m attention_geometry COMMAND ...`: the `attention-geometry` CLI without its console script (the
-workflow's rules run it so, with the checkout's src/ on PYTHONPATH: workflow.plan.shell_prefix)."""
+workflow's rules run it so, with the checkout's src/ on PYTHONPATH: workflow.jobs.shell_prefix)."""
 
 import sys
 

@@ -14,63 +14,56 @@
                  the submitting host, config scoring.prefetch_local_max_gb)
     catalog      notebooks/catalog.yaml; `notebooks` the entries made with this config (not in figures.skip,
                  and with every required input made: CONDITIONAL_PLACEHOLDERS)
+    updates      config `updates` (Updates: the update runs' group and inits, the steps and batches scored)
+    baseline_init, intervals   the baseline init and the bootstrap intervals' settings of config `figures`
+    provenance_table           whether the run provenance table is made (config training.provenance_table)
+    jobs         how the jobs run (workflow.jobs.Jobs: resources, SLURM, the trainer's launch and device, offline)
 
 and answers the rules' questions (paths, the emergence and ablation runs, every notebook's papermill
-parameters and dependencies). The rules only look things up here. A config that passes the schema but not a
-cross-key check raises ConfigError (rules/common.smk turns it into Snakemake's WorkflowError).
+parameters and dependencies). The rules only look things up here: they read no config key. A config that passes
+the schema but not a cross-key check raises ConfigError (rules/common.smk turns it into Snakemake's WorkflowError).
 
-No torch, no pandas, no Snakemake: the tests call it directly (tests/test_workflow_logic.py).
+No torch, no pandas, no Snakemake: the tests call it directly (tests/test_workflow_logic.py). The runs' expansion
+is workflow/runs.py, the jobs' settings workflow/jobs.py: both pure functions of the config, which the plan calls once.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import re
-import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import yaml
 
 from attention_geometry.errors import ConfigError, UserError
 from attention_geometry.formats.checkout import code_version
-from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.files import csv_text, read_yaml
-from attention_geometry.formats.rundir import run_name, snapshot_dir
-from attention_geometry.training.hyper import IMAGE_OBJECTIVES, IMAGE_SIZES, resolve_hyper
-from attention_geometry.training.run_config import RunConfig, run_config_from_dict, run_steps
+from attention_geometry.formats.rundir import snapshot_dir
+from attention_geometry.training.hyper import IMAGE_OBJECTIVES, resolve_hyper
+from attention_geometry.training.run_config import run_steps
+from attention_geometry.workflow.jobs import jobs
 from attention_geometry.workflow.pretrained import (
     PRETRAINED_COLUMNS,
     pretrained_rows,
     resolve_pretrained,
 )
+from attention_geometry.workflow.runs import data_dir, expand_corpora, expand_runs, select_update_runs
 
 __all__ = [
-    "CONFIG_KEY",
     "CONDITIONAL_PLACEHOLDERS",
     "NULL_INITS",
-    "Run",
+    "Updates",
+    "Intervals",
     "Plan",
     "plan",
     "schema_error",
-    "expand_corpora",
-    "expand_runs",
-    "data_dir",
     "load_catalog",
-    "slurm_resources",
     "yaml_text",
-    "shell_prefix",
-    "OFFLINE_ENV",
-    "ONLINE_ENV",
 ]
 
-
-# run identity key (contract.RUN_KEYS) -> the key a run entry of the workflow config uses for it. The only
-# difference: the config's `corpus` (a key of `corpora`) is the `dataset` of the tables and run names.
-CONFIG_KEY: dict[str, str] = {k: ("corpus" if k == "dataset" else k) for k in RUN_KEYS}
 
 # params of notebooks/catalog.yaml that are config keys of `figures` but never handed to a notebook
 _NOT_NOTEBOOK_PARAMS = (
@@ -99,142 +92,26 @@ SYMMETRIC = "symmetric-fresh"  # the paper's "symmetric" init
 CONDITIONAL_PLACEHOLDERS = {"gqa_table": "config figures.gqa_models is empty"}
 
 
-def _as_list(value):
-    return value if isinstance(value, list) else [value]
+# ------------------------------------------------------------------------------- typed config sections
+@dataclass(frozen=True)
+class Updates:
+    """Config `updates`: the group and inits whose runs' W_qk updates are scored (Plan.update_runs), at which
+    snapshot steps, in config order, and over how many batches (rule score_updates's --steps and --batches)."""
+
+    group: str
+    inits: tuple[str, ...]
+    steps: tuple[int, ...]
+    batches: int
 
 
-# ------------------------------------------------------------------------------------------------- runs
-@dataclass
-class Run:
-    """One training run: its identity (RUN_KEYS), its RUN.yaml (`config`: a RunConfig built once by the trainer's
-    own validation, training.run_config.run_config_from_dict, from its data folder, name, identity and the settings
-    of its group and entry), its snapshot steps and the groups listing it."""
+@dataclass(frozen=True)
+class Intervals:
+    """How config `figures` draws a bootstrap interval (rule tabulate_symmetry_speedup's --ci-level,
+    --bootstrap-resamples and --bootstrap-seed): ci_level, bootstrap_resamples, bootstrap_seed."""
 
-    name: str
-    size: str
-    dataset: str  # the corpus key
-    objective: str
-    init: str
+    level: float
+    resamples: int
     seed: int
-    config: RunConfig
-    snapshot_steps: list[int]
-    groups: list[str] = field(default_factory=list)
-
-    @property
-    def spec(self) -> dict:
-        return {k: getattr(self, k) for k in RUN_KEYS}
-
-    @property
-    def settings(self) -> dict:
-        """The run settings its group and entry give (RUN.yaml keys of training.run_config.RUN_SETTINGS)."""
-        return self.config.settings()
-
-    @property
-    def max_steps(self) -> int:
-        return int(self.config.max_steps)
-
-    @property
-    def priority(self) -> int:
-        """Scheduling order of training jobs: the longest first (a decoder step costs ~1.5 encoder steps on
-        CPU), so that no core idles while the last long run finishes."""
-        return self.max_steps * (3 if self.objective == "decoder" else 2)
-
-    def run_config(self) -> dict:
-        """The RUN.yaml content without the corpus path (the config records name the corpus by its config)."""
-        return {k: v for k, v in self.config.as_mapping().items() if k != "corpus"}
-
-
-def expand_corpora(corpora: Mapping) -> dict[str, dict]:
-    """corpus key -> corpus config; the key is the `{dataset}` part of run names and the prepared manifest
-    carries it as `name`."""
-    return {key: {**c, "name": key} for key, c in corpora.items()}
-
-
-def data_dir(results: str, key: str, image: bool = False) -> str:
-    """The prepared folder a run trains on: {results}/corpora/KEY, or an image set's {results}/images/KEY."""
-    return os.path.join(results, "images" if image else "corpora", key)
-
-
-def expand_runs(
-    groups: Mapping, corpora: Iterable[str], images: Iterable[str] = (), results: str = "results"
-) -> tuple[dict[str, Run], dict[str, list[str]]]:
-    """(run name -> Run, group -> run names). Each entry of `training.groups.G.runs` expands to the product
-    of its lists; its other keys override the group's settings. A run in two groups must have the same
-    settings in both. Each run's RUN.yaml is checked as the trainer checks it (run_config_from_dict: the
-    hyperparameters, the steps, before any run directory exists) and its snapshot steps are resolved as the
-    trainer does (run_steps). A text run's `corpus` is a key of `corpora`, its data {results}/corpora/KEY; an
-    image classifier's (objective classifier, a size of IMAGE_SIZES) a key of `images`, {results}/images/KEY."""
-    corpora, images = list(corpora), list(images)
-    runs: dict[str, Run] = {}
-    members: dict[str, list[str]] = {}
-    for group, g in groups.items():
-        members[group] = []
-        for i, entry in enumerate(g["runs"]):
-            where = f"config training.groups.{group}.runs[{i}]"
-            settings = {**g["settings"], **{k: v for k, v in entry.items() if k not in CONFIG_KEY.values()}}
-            for combo in itertools.product(*(_as_list(entry[CONFIG_KEY[k]]) for k in RUN_KEYS)):
-                spec = dict(zip(RUN_KEYS, combo))
-                _check_run_data(spec, corpora, images, where)
-                name = run_name(spec["size"], spec["dataset"], spec["objective"], spec["init"], spec["seed"])
-                if name in runs and runs[name].settings != settings:
-                    raise ConfigError(
-                        f"config training.groups.{group}: run {name} is also in group(s) "
-                        f"{', '.join(runs[name].groups)} with different settings; give it another seed "
-                        "or the same settings"
-                    )
-                if name not in runs:
-                    image = spec["objective"] in IMAGE_OBJECTIVES
-                    raw = {
-                        "corpus": data_dir(results, spec["dataset"], image),
-                        "run": name,
-                        **{k: spec[k] for k in ("size", "objective", "init", "seed")},
-                        **settings,
-                    }
-                    try:  # the trainer's own checks, before any run directory exists
-                        config = run_config_from_dict(raw, where=where)
-                    except UserError as exc:
-                        raise ConfigError(str(exc)) from None
-                    steps = run_steps(config, config.max_steps, where)[0]
-                    runs[name] = Run(name=name, **spec, config=config, snapshot_steps=steps)
-                if group not in runs[name].groups:
-                    runs[name].groups.append(group)
-                if name not in members[group]:
-                    members[group].append(name)
-    return runs, members
-
-
-def _check_run_data(spec: Mapping, corpora: list[str], images: list[str], where: str) -> None:
-    """A run's data key names the right kind of data for its objective, and its size fits the objective."""
-    image = spec["objective"] in IMAGE_OBJECTIVES
-    if image != (spec["size"] in IMAGE_SIZES):
-        kind = "an image size (" + ", ".join(IMAGE_SIZES) + ")" if image else "a text size"
-        raise ConfigError(f"{where}: objective {spec['objective']!r} needs {kind}, not {spec['size']!r}")
-    keys, section = (images, "images") if image else (corpora, "corpora")
-    if spec["dataset"] not in keys:
-        raise ConfigError(
-            f"{where}: corpus {spec['dataset']!r} is not a key of config {section} ({', '.join(keys) or 'none'})"
-            + (" (an image classifier trains on an image set)" if image else "")
-        )
-
-
-def select_update_runs(runs: Mapping[str, Run], groups: Mapping[str, list[str]], updates: Mapping) -> list[str]:
-    """The runs of `updates.group` with an init in `updates.inits`; each must have a snapshot at every step
-    of `updates.steps`."""
-    selected = [
-        r
-        for r in groups[updates["group"]]
-        if runs[r].init in updates["inits"] and runs[r].objective not in IMAGE_OBJECTIVES
-    ]
-    if not selected:
-        raise ConfigError(f"config updates: group {updates['group']!r} has no run with init in {updates['inits']}")
-    for r in selected:
-        bad = [s for s in updates["steps"] if s not in runs[r].snapshot_steps]
-        if bad:
-            raise ConfigError(
-                f"config updates.steps: {bad} are not snapshot steps of run {r} "
-                f"(snapshots at {runs[r].snapshot_steps[:8]}...)"
-            )
-    return selected
 
 
 # ------------------------------------------------------------------------------------------- notebooks
@@ -304,6 +181,12 @@ class Plan:
                 raise ConfigError(f"config figures.skip: {nb!r} is not a notebook of notebooks/catalog.yaml")
         # the entries made with this config: not skipped, and every required input made (CONDITIONAL_PLACEHOLDERS)
         self.notebooks = [nb for nb in self.catalog if nb not in f["skip"] and self.entry_made(nb)]
+        u = config["updates"]
+        self.updates = Updates(u["group"], tuple(u["inits"]), tuple(u["steps"]), u["batches"])
+        self.baseline_init = f["baseline_init"]
+        self.intervals = Intervals(f["ci_level"], f["bootstrap_resamples"], f["bootstrap_seed"])
+        self.provenance_table = config["training"]["provenance_table"]
+        self.jobs = jobs(config)  # resources, SLURM, the trainer's launch and device, the hub offline
         self.config_hash = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
         self._inputs: dict[str, str] = {}  # corpus -> corpus_inputs(corpus), computed when first asked for
 
@@ -693,35 +576,6 @@ def caption_rst(catalog: Mapping, entry: str) -> str:
         f"{' '.join(catalog[entry]['caption'].split())}\n\n"
         f"Made by ``{notebook_file(catalog, entry)}`` (rule ``make_{entry}``).\n"
     )
-
-
-def slurm_resources(section: Mapping, prefix: str = "") -> dict[str, str]:
-    """The SLURM resources a config section sets for its rules' jobs (`slurm_partition`, `slurm_account`, each
-    read as PREFIX + key), only those given: an absent key leaves the profile's default-resources in force."""
-    return {k: str(section[prefix + k]) for k in ("slurm_partition", "slurm_account") if section.get(prefix + k)}
-
-
-OFFLINE_ENV = "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1"
-# what a fetching rule (prefetch_qk, the hub-data fetches) puts before its command: the hub on again
-ONLINE_ENV = "env HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 TRANSFORMERS_OFFLINE=0"
-
-
-def shell_prefix(repo: str) -> str:
-    """What rules/common.smk puts before every rule's shell command (`shell.prefix`): Snakemake's own bash
-    prefix (`set -euo pipefail`), then this checkout's src/ on PYTHONPATH, so `python -m attention_geometry`,
-    `python -m papermill` and `python -c` run the checkout's package with the `python` of the job's
-    environment (the venv of `make setup`, or the rule's env under `--sdm conda`). A conda env built from
-    envs/*.yaml does not contain the package (conda runs its pip section from a copy under .snakemake/conda/,
-    where no path to the checkout can be written), and Snakemake removes PYTHONPATH from a conda job's
-    environment; the prefix runs after the env's activation. Every job runs with the Hugging Face hub and
-    datasets offline (OFFLINE_ENV): a compute node may have no internet, and whatever a job reads from the hub
-    was fetched before by a local rule, whose own command switches them on again for itself (ONLINE_ENV).
-    Braces are doubled: Snakemake formats it."""
-    words = (
-        f"set -euo pipefail; export PYTHONPATH={shlex.quote(os.path.join(os.path.abspath(repo), 'src'))}; "
-        f"export {OFFLINE_ENV}; "
-    )
-    return words.replace("{", "{{").replace("}", "}}")
 
 
 def plan(config: Mapping, repo: str, configfiles: Sequence[str] = ()) -> Plan:
