@@ -57,17 +57,13 @@ def wav2vec2_stack() -> tuple[Stack, ...]:
     )
 
 
-register(Family("hubert", "encoder-only", "audio", wav2vec2_stack()))
-register(Family("wav2vec2", "encoder-only", "audio", wav2vec2_stack()))
-register(Family("unispeech-sat", "encoder-only", "audio", wav2vec2_stack()))
-register(
-    Family(
+for _type, _note in (
+    ("hubert", ""),
+    ("wav2vec2", ""),
+    ("unispeech-sat", ""),
+    (
         "wavlm",
-        "encoder-only",
-        "audio",
-        wav2vec2_stack(),
-        note=(
-            "gated relative position bias (layer 0's buckets, gated per query by its hidden state) added to the logits"
-        ),
-    )
-)
+        "gated relative position bias (layer 0's buckets, gated per query by its hidden state) added to the logits",
+    ),
+):
+    register(Family(_type, "encoder-only", "audio", wav2vec2_stack(), note=_note))

@@ -85,14 +85,9 @@ def bart_stacks(
     )
 
 
-register(
-    Family(
-        "t5",
-        "encoder-decoder",
-        "text",
-        t5_stacks(),
-        note="relative position bias (block 0's table, shared by all blocks) added to the logits",
-    )
-)
-register(Family("bart", "encoder-decoder", "text", bart_stacks()))
-register(Family("mbart", "encoder-decoder", "text", bart_stacks()))
+for _type, _stacks, _note in (
+    ("t5", t5_stacks(), "relative position bias (block 0's table, shared by all blocks) added to the logits"),
+    ("bart", bart_stacks(), ""),
+    ("mbart", bart_stacks(), ""),
+):
+    register(Family(_type, "encoder-decoder", "text", _stacks, note=_note))

@@ -24,27 +24,14 @@ def vit_stack() -> tuple[Stack, ...]:
     )
 
 
-register(Family("vit", "encoder-only", "vision", vit_stack()))
-register(Family("deit", "encoder-only", "vision", vit_stack()))
-register(
-    Family(
-        "beit",
-        "encoder-only",
-        "vision",
-        vit_stack(),
-        note="relative position bias (per layer or shared) added to the logits; key has no bias",
-    )
-)
-register(Family("dinov2", "encoder-only", "vision", vit_stack()))
-register(
-    Family(
-        "vit_mae",
-        "encoder-only",
-        "vision",
-        vit_stack(),
-        note="encoder only (the paper's ViT-MAE rows); the pretraining decoder is not scored",
-    )
-)
+for _type, _note in (
+    ("vit", ""),
+    ("deit", ""),
+    ("beit", "relative position bias (per layer or shared) added to the logits; key has no bias"),
+    ("dinov2", ""),
+    ("vit_mae", "encoder only (the paper's ViT-MAE rows); the pretraining decoder is not scored"),
+):
+    register(Family(_type, "encoder-only", "vision", vit_stack(), note=_note))
 # DETR: q and k act on hidden + position embedding (sine over the feature map in the encoder, learned object
 # queries in the decoder); the decoder's self-attention over object queries is not causal.
 register(
