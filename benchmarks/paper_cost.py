@@ -2,7 +2,7 @@
 "Paper scale", for config/paper.yaml and config/paper-first-look.yaml.
 
     python benchmarks/paper_cost.py [--config config/paper.yaml] [--peak-tflops 989]
-        [--mfu bert-mini=0.10 --mfu bert-base=0.30 --mfu bert-large=0.40 --mfu vit-tiny=0.05]
+        [--mfu bert-base=0.30 --mfu bert-large/decoder=0.25 ...]
 
 Every run of the config's expansion (the workflow's own, attention_geometry.workflow.runs.expand_runs), its
 hyperparameters resolved as the trainer resolves them (size, overrides). Model FLOPs per token, counted as for
@@ -21,8 +21,10 @@ MFU (matrix products only, backward = 2 x forward):
 
 Tokens per step: batch_size x n, padding included (a padded row costs as much as a full one). Plus the held-out
 evaluation: eval_blocks x n tokens forward (1/3 of a training token) every eval_every steps. GPU-hours =
-FLOPs / (MFU x peak). The MFUs are assumptions, per size, at the per-device micro-batch of the run (the
-authors' 32 x 512 for text); replace them by measured ones (benchmarks/train_throughput.py --device cuda).
+FLOPs / (MFU x peak). The MFUs (MFU, per size and objective) are measured: one H200, 2026-12-04,
+`benchmarks/train_throughput.py --device cuda` (the training loop's own update under config/paper.yaml's recipe,
+eager, on random data of its shapes; its MFU(cost) column, i.e. against this file's FLOP count, so that the ms
+per step below are the measured ones). --mfu SIZE=F sets every objective of a size, SIZE/OBJECTIVE=F one.
 """
 
 from __future__ import annotations
@@ -37,7 +39,20 @@ from attention_geometry.training.hyper import resolve_hyper
 from attention_geometry.workflow.runs import expand_runs
 
 REPO = Path(__file__).resolve().parents[1]
-MFU = {"bert-mini": 0.10, "bert-base": 0.30, "bert-large": 0.40, "vit-tiny": 0.05}
+# measured on one H200, 2026-12-04 (see the docstring): median ms per update 186 / 181 / 219 (bert-mini encoder,
+# decoder-paper, decoder), 412 / 408 / 464 (bert-base), 924 / 934 / 1033 (bert-large), 48 (vit-tiny)
+MFU = {
+    ("bert-mini", "encoder"): 0.0230,
+    ("bert-mini", "decoder-paper"): 0.0236,
+    ("bert-mini", "decoder"): 0.0439,
+    ("bert-base", "encoder"): 0.1894,
+    ("bert-base", "decoder-paper"): 0.1913,
+    ("bert-base", "decoder"): 0.2030,
+    ("bert-large", "encoder"): 0.2859,
+    ("bert-large", "decoder-paper"): 0.2829,
+    ("bert-large", "decoder"): 0.2768,
+    ("vit-tiny", "classifier"): 0.0059,
+}
 VOCAB = 30522  # bert-base-uncased's tokenizer, every text corpus of the paper configs
 MLM_P = 0.15
 
@@ -54,7 +69,7 @@ def flops_per_token(h, objective: str, n: int) -> dict[str, float]:
     return out
 
 
-def run_cost(run, cfg: dict, peak: float, mfu: dict[str, float]) -> dict:
+def run_cost(run, cfg: dict, peak: float, mfu: dict[tuple[str, str], float]) -> dict:
     settings = run.settings
     h = resolve_hyper(run.size, settings.get("overrides") or {})
     if run.objective == "classifier":
@@ -68,7 +83,7 @@ def run_cost(run, cfg: dict, peak: float, mfu: dict[str, float]) -> dict:
     every = settings.get("eval_every") or steps
     evaluation = settings.get("eval_blocks", 0) * n * sum(per_token.values()) / 3 / every
     total = steps * (step + evaluation)
-    rate = mfu[run.size] * peak * 1e12
+    rate = mfu[(run.size, run.objective)] * peak * 1e12
     return {
         "per_token": per_token,
         "step_tflop": step / 1e12,
@@ -82,12 +97,14 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=str(REPO / "config" / "paper.yaml"))
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense fp16/bf16 peak (H100 SXM, H200: 989)")
-    ap.add_argument("--mfu", action="append", default=[], metavar="SIZE=FRACTION")
+    ap.add_argument("--mfu", action="append", default=[], metavar="SIZE[/OBJECTIVE]=FRACTION")
     args = ap.parse_args(argv)
     mfu = dict(MFU)
     for item in args.mfu:
-        size, _, value = item.partition("=")
-        mfu[size] = float(value)
+        key, _, value = item.partition("=")
+        size, _, objective = key.partition("/")
+        for cell in [(size, objective)] if objective else [c for c in MFU if c[0] == size]:
+            mfu[cell] = float(value)
     cfg = yaml.safe_load(Path(args.config).read_text())
     runs, _ = expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
     cells: dict[tuple[str, str], list] = defaultdict(list)
@@ -107,9 +124,10 @@ def main(argv=None) -> None:
         per_run = {round(x["gpu_h"], 2) for x in costs}
         pt = c["per_token"]
         parts = " + ".join(f"{pt[k] / 1e6:.1f}" for k in ("layers", "attention", "output"))
+        util = mfu[(size, objective)]
         print(
             f"| {size} | {objective} | {len(costs)} | {parts} = {sum(pt.values()) / 1e6:.1f} | {c['step_tflop']:.2f} "
-            f"| {mfu[size]:.0%} | {c['ms_per_step']:.1f} | {'/'.join(f'{p:.2f}' for p in sorted(per_run))} "
+            f"| {util:.1%} | {c['ms_per_step']:.1f} | {'/'.join(f'{p:.2f}' for p in sorted(per_run))} "
             f"| {hours:.1f} |"
         )
         total_runs += len(costs)

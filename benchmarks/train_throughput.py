@@ -3,7 +3,8 @@ and its CPU model-FLOPs utilization against the step's own matmul shapes.
 
     python benchmarks/train_throughput.py [--steps 60] [--threads 1] [--precision fp32|bf16] [--compile]
         [--config config/config.yaml] [--group main]
-    python benchmarks/train_throughput.py --device cuda [--size bert-base]
+    python benchmarks/train_throughput.py --device cuda [--size bert-base ...] [--objectives ...] [--json PATH]
+        [--config config/paper.yaml] [--group paper] [--pad-rows 0.1] [--warmup 3] [--steps 10]
 
 CPU (default): the model shape is the tiny size with the overrides (e.g. batch_size) of training group
 `--group` (default `main`) of `--config` (default config/config.yaml), vocabulary and sequence from that
@@ -30,10 +31,21 @@ objective, tokens/s of
     of 5 timings), combined FLOP-weighted: total FLOPs / sum_i (FLOPs_i / rate_i), i.e. the rate a step
     would reach if it did only its matmuls, each at the speed torch.matmul gets on that shape;
   - CPU MFU = (model FLOPs per step / s_per_step of `ours`) / denominator.
-CUDA: tokens/s and model-FLOPs utilization of `--size` (default bert-base) at the paper's setup (sequence
-512, batch 32, bf16 autocast), for the encoder and decoder objectives. FLOPs per step = 6 * (non-embedding
-params) * tokens + 12 * layers * hidden * seq * tokens (attention scores) + 6 * hidden * vocab * predicted
-tokens (output layer); peak = --peak-tflops (default: looked up from the device name, bf16 dense).
+CUDA: ms per update, tokens/s and model-FLOPs utilization of each `--size` (default bert-base) under the
+recipe of `--config` (default config/paper.yaml) group `--group` (default paper; a size it does not train,
+e.g. vit-tiny: the first group that does): that group's overrides (the authors' recipe: 8 micro-batches of
+32 x 512 per update, fp16 autocast with loss scaling, fused AdamW, clipping) on a random corpus of
+`--block-len` tokens (vocabulary 30,522, layout documents; a `--pad-rows` fraction of its documents shorter,
+so that most micro-batches carry a key-padding mask, as the paper's corpora do) or random 32 x 32 RGB images,
+for each of `--objectives` (text; default encoder, decoder-paper, decoder). Each update is the training
+loop's own (loop._update: batch assembly and masking on the host, copies, forward and backward of every
+micro-batch, unscale, clip, optimizer step), eager, timed between CUDA synchronizations; the median of
+`--steps` updates after `--warmup`. FLOPs per update = 6 * (non-embedding params) * tokens + 12 * layers *
+hidden * seq * tokens (attention scores) + 6 * hidden * vocab * predicted tokens (output layer; a ViT: none);
+peak = --peak-tflops (default: looked up from the device name, bf16 dense; fp16 dense is the same). MFU(cost):
+the same with benchmarks/paper_cost.py's FLOP count (the one its GPU-hours divide by an MFU). --json PATH: the
+rows (every timed update too) as JSON. `--recipe --device cpu`: the same measurement on the CPU, a rehearsal
+(tests/test_train_throughput.py runs it on the tiny size).
 --runs RUN_DIR...: the same count and peak for finished training runs (the loop's s/step from train.log, the
 shape from run.yaml); benchmarks/gpu_check.sh reports its runs with it.
 """
@@ -42,6 +54,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import gc
 import json
 import os
 import sys
@@ -58,27 +72,54 @@ from attention_geometry.training.loop import train
 from attention_geometry.training.models import build_model
 from attention_geometry.training.run_config import run_config_from_dict
 
+REPO = Path(__file__).resolve().parents[1]
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "V100": 125.0}
 
 
-def write_random_corpus(d: Path, vocab: int, block_len: int, n_train: int = 4096, seed: int = 0) -> Path:
+def write_random_corpus(
+    d: Path, vocab: int, block_len: int, n_train: int = 4096, seed: int = 0, pad_rows: float = 0.0, layout=None
+) -> Path:
+    """Random token blocks ([CLS] ... [SEP]); a `pad_rows` fraction of them a shorter document padded with [PAD]
+    (length uniform in 16 .. block_len - 1). `layout`: the manifest's (None: packed, the default)."""
     d.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     for name, n in (("train", n_train), ("heldout", 64)):
         a = rng.integers(5, vocab, size=(n, block_len)).astype(np.int32)
         a[:, 0], a[:, -1] = 2, 3
+        for i in np.flatnonzero(rng.random(n) < pad_rows) if pad_rows else []:  # no draw without: same blocks
+            k = int(rng.integers(16, block_len))
+            a[i, k - 1], a[i, k:] = 3, 0
         np.save(d / f"{name}.npy", a)
-    (d / "manifest.json").write_text(
-        json.dumps(
-            {
-                "dataset": "random",
-                "name": "random",
-                "block_len": block_len,
-                "vocab_size": vocab,
-                "special_tokens": {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4},
-            }
-        )
-    )
+    manifest = {
+        "dataset": "random",
+        "name": "random",
+        "block_len": block_len,
+        "vocab_size": vocab,
+        "special_tokens": {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4},
+    }
+    if layout:
+        manifest["layout"] = layout
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    return d
+
+
+def write_random_images(d: Path, image_size: int = 32, channels: int = 3, classes: int = 10, n_train: int = 2048):
+    """A random prepared image set (formats.corpus.load_images): uint8 images, class ids, the manifest."""
+    d.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name, n in (("train", n_train), ("heldout", 64)):
+        np.save(d / f"{name}_images.npy", rng.integers(0, 256, (n, channels, image_size, image_size), dtype=np.uint8))
+        np.save(d / f"{name}_labels.npy", rng.integers(0, classes, n).astype(np.int64))
+    manifest = {
+        "kind": "images",
+        "dataset": "random-images",
+        "image_size": image_size,
+        "num_channels": channels,
+        "num_classes": classes,
+        "class_names": [str(c) for c in range(classes)],
+        "normalization": {"mean": [0.5] * channels, "std": [0.25] * channels},
+    }
+    (d / "manifest.json").write_text(json.dumps(manifest))
     return d
 
 
@@ -253,8 +294,8 @@ def step_matmuls(h, objective: str, n_pred: int) -> list[MatMul]:
 
 def expected_predicted(h, objective: str) -> int:
     """Positions through the output head per step: masked positions (expected; [CLS] and [SEP] are never
-    masked) for the encoder, B x (L - 1) for the decoder (random corpus: no padding)."""
-    if objective == "encoder":
+    masked) for the encoder and decoder-paper, B x (L - 1) for the decoder (full documents: no padding)."""
+    if objective in ("encoder", "decoder-paper"):
         return round(h.mlm_probability * h.batch_size * (h.seq_len - 2))
     return h.batch_size * (h.seq_len - 1)
 
@@ -458,78 +499,239 @@ def runs_main(args) -> None:
         )
 
 
-def cuda_main(args) -> None:
-    from attention_geometry.training.models import lm_loss
+def recipe_overrides(config_path: Path, group: str, size: str) -> tuple[dict, str]:
+    """The overrides a run of `size` gets in `config_path`: its group's settings.overrides, then its run
+    entry's; group `group` first, else the first group with a run of that size."""
+    from attention_geometry.formats.files import read_yaml
 
-    dev = torch.device("cuda")
-    name = torch.cuda.get_device_name(dev)
+    groups = (read_yaml(config_path, "config") or {})["training"]["groups"]
+    for name in [group, *(g for g in groups if g != group)]:
+        g = groups.get(name) or {}
+        for entry in g.get("runs", []):
+            if size in (entry["size"] if isinstance(entry["size"], list) else [entry["size"]]):
+                o = {**((g.get("settings") or {}).get("overrides") or {}), **(entry.get("overrides") or {})}
+                return o, f"{config_path} group {name}"
+    raise SystemExit(f"error: no run of size {size} in {config_path}")
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def loop_updates(size: str, objective: str, data: Path, overrides: dict, steps: int, warmup: int, out: Path, dev):
+    """(seconds of each timed update, precision, Hyper, non-embedding params) of the training loop's own update
+    (loop._update) on `dev`, each timed between two synchronizations, after `warmup` untimed ones."""
+    from attention_geometry.training import loop
+    from attention_geometry.training.batches import Order
+    from attention_geometry.training.run_config import read_run_data, resolve_run
+
+    cfg = run_config_from_dict(
+        {
+            "corpus": str(data),
+            "size": size,
+            "objective": objective,
+            "init": "standard",
+            "seed": 0,
+            "max_steps": warmup + steps,
+            "snapshot_steps": [],
+            "eval_steps": [],
+            "eval_blocks": 0,
+            "state_every": None,
+            "overrides": overrides,
+        }
+    )
+    corpus = read_run_data(cfg.corpus, cfg.objective)
+    run = loop._Run(cfg, corpus, resolve_run(cfg, corpus), out, dev, 1, 0, None)
+    precision = loop._build(run, None)
+    order = Order(int(corpus.train.shape[0]), cfg.seed)
+    times = []
+    for step in range(1, warmup + steps + 1):
+        _sync(dev)
+        t = time.perf_counter()
+        loop._update(run, order, step, 0.0)
+        _sync(dev)
+        if step > warmup:
+            times.append(time.perf_counter() - t)
+    return times, precision, run.h, body_params(run.model)
+
+
+def update_flops(h, objective: str, n_body: int, n: int) -> tuple[int, float | None]:
+    """Model FLOPs of one update of h.batch_size sequences of n tokens: (this file's count: gpu_step_flops, a ViT's
+    without the output term; benchmarks/paper_cost.py's count, the one its GPU-hours use)."""
+    tokens = h.batch_size * n
+    if objective == "classifier":
+        ours = 6 * n_body * tokens + 12 * h.num_layers * h.hidden_size * n * tokens
+    else:
+        hn = dataclasses.replace(h, seq_len=n)
+        ours = gpu_step_flops(hn, n_body, expected_predicted(hn, objective))
+    try:
+        import paper_cost
+    except Exception as exc:  # noqa: BLE001 - the measurement stands without the second count
+        print(f"warning: benchmarks/paper_cost.py not importable ({exc!r}): no MFU(cost)", file=sys.stderr)
+        return ours, None
+    return ours, tokens * sum(paper_cost.flops_per_token(h, objective, n).values())
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How recipe_rows measures: timed and untimed updates, the random corpus's sequence length and padded share."""
+
+    steps: int = 10
+    warmup: int = 3
+    block_len: int = 512
+    pad_rows: float = 0.1
+
+
+def recipe_rows(
+    sizes, objectives, config: Path, group: str, timing: Timing, dev, peak: float | None, extra: dict | None = None
+) -> list[dict]:
+    """One row per (size, objective): the training loop's update under the recipe of `config` group `group`
+    (recipe_overrides, then `extra`) on random data of its shapes (see the module's docstring)."""
+    steps, warmup, block_len = timing.steps, timing.warmup, timing.block_len
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        text = write_random_corpus(tmp / "corpus", 30522, block_len, pad_rows=timing.pad_rows, layout="documents")
+        images = write_random_images(tmp / "images")
+        for size in sizes:
+            overrides, where = recipe_overrides(config, group, size)
+            overrides.update(extra or {})
+            image = size.startswith("vit")
+            if not image:
+                overrides["seq_len"] = block_len
+            for objective in ["classifier"] if image else objectives:
+                times, precision, h, n_body = loop_updates(
+                    size, objective, images if image else text, overrides, steps, warmup, tmp / "run", dev
+                )
+                per = float(np.median(times))
+                n = (32 // h.patch_size) ** 2 + 1 if image else block_len
+                flops, flops_cost = update_flops(h, objective, n_body, n)
+                rows.append(
+                    {
+                        "size": size,
+                        "objective": objective,
+                        "recipe": where,
+                        "precision": precision,
+                        "micro_batch": h.batch_size // h.grad_accum,
+                        "grad_accum": h.grad_accum,
+                        "seq": n,
+                        "ms_per_update": per * 1e3,
+                        "ms_per_update_all": [t * 1e3 for t in times],
+                        "tokens_per_s": h.batch_size * n / per,
+                        "tflop_per_update": flops / 1e12,
+                        "tflop_per_update_paper_cost": flops_cost / 1e12 if flops_cost else None,
+                        "mfu": flops / per / (peak * 1e12) if peak else None,
+                        "mfu_paper_cost": flops_cost / per / (peak * 1e12) if peak and flops_cost else None,
+                    }
+                )
+                del h
+                gc.collect()
+                if dev.type == "cuda":
+                    torch.cuda.empty_cache()
+    return rows
+
+
+def recipe_main(args) -> None:
+    """--device cuda (or --recipe): the training loop's update under the paper's recipe, per size and objective."""
+    import yaml
+
+    dev = torch.device(args.device)
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     peak = peak_tflops(name, args.peak_tflops)
-    h = resolve_hyper(args.size, {"vocab_size": 30522})
-    B, L, V = h.batch_size, h.seq_len, h.vocab_size
-    print(f"{args.size} on {name}: batch {B}, seq {L}, bf16 autocast, peak {peak} TFLOP/s")
-    for objective in ("encoder", "decoder"):
-        model = build_model(args.size, objective, "standard", 0, _hyper=h).to(dev).train()
-        opt = torch.optim.AdamW(model.parameters(), lr=h.lr, betas=tuple(h.betas), fused=True)
-
-        def loss_of(x, y, model=model, objective=objective):
-            return lm_loss(model, x, y, objective)
-
-        fwd = torch.compile(loss_of) if args.compile else loss_of
-        n_body = body_params(model)
-        g = torch.Generator(device=dev).manual_seed(0)
-        times = []
-        for i in range(args.warmup + args.steps):
-            ids = torch.randint(5, V, (B, L), device=dev, generator=g)
-            if objective == "encoder":
-                sel = torch.rand(B, L, device=dev, generator=g) < h.mlm_probability
-                lab, inp = torch.where(sel, ids, -100), torch.where(sel, 4, ids)
-            else:
-                lab, inp = ids, ids
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                s = fwd(inp, lab)
-            n_pred = int((lab != -100).sum()) if objective == "encoder" else B * (L - 1)
-            (s / n_pred).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), h.grad_clip)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            torch.cuda.synchronize()
-            if i >= args.warmup:
-                times.append(time.perf_counter() - t)
-        per = float(np.median(times))
-        tokens = B * L
-        flops = gpu_step_flops(h, n_body, n_pred)
-        mfu = flops / per / (peak * 1e12) if peak else float("nan")
-        print(
-            f"{objective:<8} {per:.4f} s/step  {tokens / per:,.0f} tokens/s  {flops / per / 1e12:.1f} TFLOP/s  "
-            f"MFU {mfu:.1%}"
-        )
-        del model, opt
-        torch.cuda.empty_cache()
+    config = Path(args.config or REPO / "config" / "paper.yaml")
+    extra = {}
+    for kv in args.override:  # KEY=VALUE, the value read as YAML (8, 1e-4, fp32)
+        key, _, value = kv.partition("=")
+        extra[key] = yaml.safe_load(value)
+    head = {
+        "device": name,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "peak_tflops": peak,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "eager": not extra.get("compile", False),
+        "config": str(config),
+        "group": args.group or "paper",
+    }
+    print(
+        f"device {name} (torch {torch.__version__}, CUDA {torch.version.cuda}), dense bf16/fp16 peak {peak} "
+        f"TFLOP/s; median of {args.steps} updates after {args.warmup}"
+    )
+    print(
+        f"{'size':<11}{'objective':<14}{'precision':<10}{'micro-batch':>12}{'accum':>6}{'ms/update':>10}"
+        f"{'tokens/s':>11}{'TFLOP/update':>13}{'TFLOP/s':>8}{'MFU':>7}{'MFU(cost)':>10}"
+    )
+    rows = []
+    for size in args.size:  # one size at a time, so that a failure late keeps what was measured
+        for r in recipe_rows(
+            [size],
+            args.objectives,
+            config,
+            args.group or "paper",
+            Timing(args.steps, args.warmup, args.block_len, args.pad_rows),
+            dev,
+            peak,
+            extra,
+        ):
+            rows.append(r)
+            mfu = f"{r['mfu']:7.1%}" if peak else f"{'-':>7}"
+            mfu += f"{r['mfu_paper_cost']:10.1%}" if r["mfu_paper_cost"] is not None else f"{'-':>10}"
+            shape = f"{r['micro_batch']} x {r['seq']}"
+            print(
+                f"{r['size']:<11}{r['objective']:<14}{r['precision']:<10}{shape:>12}"
+                f"{r['grad_accum']:>6}{r['ms_per_update']:10.1f}{r['tokens_per_s']:11,.0f}"
+                f"{r['tflop_per_update']:13.2f}{r['tflop_per_update'] / r['ms_per_update'] * 1e3:8.1f}{mfu}",
+                flush=True,
+            )
+            if args.json:
+                Path(args.json).write_text(json.dumps({**head, "rows": rows}, indent=1))
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--steps", type=int, default=None, help="timed steps (default: CPU 60, CUDA 10)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default: CPU 5, CUDA 3)")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--compile", action="store_true", help="also measure torch.compile")
+    p.add_argument(
+        "--compile", action="store_true", help="CPU only: also measure torch.compile (CUDA: --override compile=true)"
+    )
     p.add_argument(
         "--precision",
         choices=["fp32", "bf16"],
         default="fp32",
-        help="CPU only: training precision (bf16 = CPU bf16 autocast) and the denominator's dtype",
+        help="CPU only: training precision (bf16 = CPU bf16 autocast) and the denominator's dtype (CUDA: the recipe's)",
     )
     p.add_argument(
         "--config",
-        default=str(Path(__file__).resolve().parents[1] / "config" / "config.yaml"),
-        help="CPU only: workflow config whose training group gives the model shape",
+        default=None,
+        help="workflow config whose training group gives the model shape (CPU; default config/config.yaml) "
+        "or the recipe (CUDA; default config/paper.yaml)",
     )
-    p.add_argument("--group", default="main", help="CPU only: the training group of --config (default main)")
-    p.add_argument("--size", default="bert-base", help="CUDA only: the size to measure")
+    p.add_argument("--group", default=None, help="the training group of --config (default: CPU main, CUDA paper)")
+    p.add_argument("--size", nargs="+", default=["bert-base"], help="CUDA only: the sizes to measure")
+    p.add_argument(
+        "--objectives",
+        nargs="+",
+        default=["encoder", "decoder-paper", "decoder"],
+        help="CUDA only: the text objectives to measure",
+    )
+    p.add_argument("--block-len", type=int, default=512, help="CUDA only: the random corpus's sequence length")
+    p.add_argument(
+        "--pad-rows", type=float, default=0.1, help="CUDA only: fraction of the random documents that are padded"
+    )
+    p.add_argument(
+        "--override", nargs="*", default=[], metavar="KEY=VALUE", help="CUDA only: hyperparameters over the recipe's"
+    )
     p.add_argument("--peak-tflops", type=float, default=None, help="CUDA only: the device's bf16 peak")
+    p.add_argument(
+        "--recipe",
+        action="store_true",
+        help="the CUDA measurement (the loop's update under the recipe) on --device, also cpu (a rehearsal)",
+    )
+    p.add_argument("--json", metavar="PATH", help="CUDA / --recipe: also write the rows to this JSON file")
     p.add_argument(
         "--runs",
         nargs="+",
@@ -537,10 +739,16 @@ def main(argv=None) -> None:
         help="report tokens/s and MFU of these finished runs instead of measuring (gpu_check.sh)",
     )
     args = p.parse_args(argv)
+    cuda = args.device == "cuda" or args.recipe
+    args.steps = args.steps if args.steps is not None else (10 if cuda else 60)
+    args.warmup = args.warmup if args.warmup is not None else (3 if cuda else 5)
+    if not cuda:
+        args.config = args.config or str(REPO / "config" / "config.yaml")
+        args.group = args.group or "main"
     if args.runs:
         runs_main(args)
     else:
-        (cuda_main if args.device == "cuda" else cpu_main)(args)
+        (recipe_main if cuda else cpu_main)(args)
 
 
 if __name__ == "__main__":
