@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 STUDIES = {
     "study1": ("config/study1.yaml", {"text": ["a", "b", "c1", "c2", "d1", "d2", "e"]}),
     "study2": (
-        "config/study2.yaml",
+        "config/config.yaml",
         {"primary": ["a", "b", "d1"], "secondary": ["c1", "c2", "d2", "e"], "paper": ["a_paper", "b_paper", "e_paper"]},
     ),
 }

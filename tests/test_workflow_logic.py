@@ -813,7 +813,7 @@ def test_large_prefetches_are_cluster_jobs():
     assert config_plan(cfg).prefetched_on_cluster == []
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "smoke.yaml", "study2.yaml", "paper.yaml"])
+@pytest.mark.parametrize("name", ["config.yaml", "smoke.yaml", "study1.yaml", "paper.yaml"])
 def test_the_plans_typed_sections_hold_the_configs_values(name):
     """What the rules read of the config, they read from the plan (Plan.updates, intervals, provenance_table,
     jobs): the same values, unchanged, for every repository config."""
