@@ -15,7 +15,7 @@ from helpers import SPECIAL
 from attention_geometry.errors import UserError
 from attention_geometry.formats import columns as contract
 from attention_geometry.formats import rundir
-from attention_geometry.formats.corpus import SPECIAL_TOKENS, CorpusError, load_corpus
+from attention_geometry.formats.corpus import SPECIAL_TOKENS, CorpusError, load_corpus, read_json_object
 from attention_geometry.formats.files import (
     atomic_write_bytes,
     atomic_write_table,
@@ -218,3 +218,20 @@ def test_load_corpus_missing_pieces(tmp_path):
     np.save(d / "heldout.npy", np.zeros((2, 9), dtype=np.uint16))
     with pytest.raises(CorpusError, match=r"expected integer blocks \[n, 8\]"):
         load_corpus(d)
+
+
+def test_read_json_object_returns_the_object_or_names_what_is_wrong(tmp_path):
+    f = tmp_path / "m.json"
+    f.write_text('{"a": [1, 2]}', encoding="utf-8")
+    assert read_json_object(f, "unreadable", "expected") == {"a": [1, 2]}
+    f.write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"^X: expected an object, got list$"):
+        read_json_object(f, "X: unreadable", "X: expected an object")
+    f.write_text("{not json", encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"^X: unreadable \(Expecting property name"):
+        read_json_object(f, "X: unreadable", "X: expected an object")
+    f.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(CorpusError, match=r"^X: unreadable \(.*codec can't decode"):
+        read_json_object(f, "X: unreadable", "X: expected an object")
+    with pytest.raises(CorpusError, match=r"^X: unreadable \(.*No such file"):
+        read_json_object(tmp_path / "missing.json", "X: unreadable", "X: expected an object")

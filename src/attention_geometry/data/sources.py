@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import importlib.util
-import json
 import logging
 import sys
 from collections.abc import Callable, Iterator
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from attention_geometry.data.corpus_config import CorpusConfig
-from attention_geometry.formats.corpus import CorpusError
+from attention_geometry.formats.corpus import CorpusError, read_json_object
 from attention_geometry.formats.files import file_sha256
 
 __all__ = ["READERS", "wiki_offline_path", "file_source", "clean", "local_inputs", "input_fingerprint"]
@@ -57,12 +56,11 @@ def clean(text: Any) -> str:
 def _iter_wiki_offline(cfg: CorpusConfig, sources: list, hub_data: Any = None) -> Iterator[str]:
     path = wiki_offline_path()
     sources.append(file_source(path))
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorpusError(f"{path}: cannot read the wiki_offline summaries ({exc})") from None
-    if not isinstance(data, dict):
-        raise CorpusError(f"{path}: expected a JSON object of title -> {{'extract': ...}}")
+    data = read_json_object(
+        path,
+        f"{path}: cannot read the wiki_offline summaries",
+        f"{path}: expected a JSON object of title -> {{'extract': ...}}",
+    )
     for entry in data.values():  # file order (fixed by the file's sha256 in the manifest)
         if isinstance(entry, dict):
             yield entry.get("extract")

@@ -141,13 +141,20 @@ def read_manifest(path: str | os.PathLike, key: str = "corpus") -> dict[str, Any
         raise CorpusError(
             f"{key}: {p} is not a prepared corpus (no {MANIFEST}): run `attention-geometry prepare-corpus` first"
         )
+    return read_json_object(mf, f"{key}: {mf}: unreadable manifest", f"{key}: {mf}: expected a JSON object")
+
+
+def read_json_object(path: Path, unreadable: str, expected: str) -> dict:
+    """The JSON object a UTF-8 file holds (a manifest, the packaged wiki_offline summaries); otherwise a
+    CorpusError: `{unreadable} ({the error})` when the file cannot be read or parsed, `{expected}, got {type}`
+    when it holds another JSON value."""
     try:
-        manifest = json.loads(mf.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorpusError(f"{key}: {mf}: unreadable manifest ({exc})") from None
-    if not isinstance(manifest, dict):
-        raise CorpusError(f"{key}: {mf}: expected a JSON object, got {type(manifest).__name__}")
-    return manifest
+        raise CorpusError(f"{unreadable} ({exc})") from None
+    if not isinstance(data, dict):
+        raise CorpusError(f"{expected}, got {type(data).__name__}")
+    return data
 
 
 def write_manifest(path: str | os.PathLike, manifest: dict[str, Any]) -> Path:
