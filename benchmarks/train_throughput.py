@@ -48,6 +48,10 @@ rows (every timed update too) as JSON. `--recipe --device cpu`: the same measure
 (tests/test_train_throughput.py runs it on the tiny size).
 --runs RUN_DIR...: the same count and peak for finished training runs (the loop's s/step from train.log, the
 shape from run.yaml); benchmarks/gpu_check.sh reports its runs with it.
+
+Why over 600 lines: one script measures one thing, a training step's speed and its MFU, on both devices; the CPU
+side (ours vs a plain loop, the matmul-rate denominator) and the CUDA side (the paper recipe's update) share
+its model shapes, FLOP count and random data, and a benchmark is read and run as one file.
 """
 
 from __future__ import annotations
