@@ -4,7 +4,9 @@ masked-LM corruption (the objectives' batches).
 Data order: the global batch of update t (1-based) holds the global examples g = (t-1)*B ... t*B-1; example
 g is block perm_e[g mod n] of the train split, perm_e a permutation seeded by (seed, epoch e = g // n).
 MLM masks come from a generator seeded by (seed, 0, t, g), so any number of processes sees the same
-examples and masks; held-out masks from (EVAL_SEED, 1, block index), the same for every run.
+examples and masks; held-out masks from (EVAL_SEED, 1, block index), the same for every run. Dropout (a run with
+hidden or attention dropout > 0) draws from torch's generator seeded at each update by (seed, 3, t, process rank):
+the same config and seed give the same dropout masks, and a resumed run draws what it would have drawn.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ __all__ = [
     "n_loss_tokens",
     "mask_keys",
     "eval_keys",
+    "dropout_seed",
     "EVAL_SEED",
     "IGNORE_INDEX",
     "NEVER_MASKED",
     "NEVER_MASKED_AUTHORS",
 ]
 
-MASK_STREAM, EVAL_STREAM, ORDER_STREAM = 0, 1, 2
+MASK_STREAM, EVAL_STREAM, ORDER_STREAM, DROPOUT_STREAM = 0, 1, 2, 3
 EVAL_SEED = 20250214  # eval masks do not depend on the run's seed: one fixed held-out set for all runs
 IGNORE_INDEX = -100  # the label of a position without loss
 NEVER_MASKED = ("cls", "sep", "pad", "mask")  # special tokens never selected for masked LM ([UNK] can be)
@@ -135,6 +138,13 @@ def make_batch(blocks: np.ndarray, objective: str, keys, h: Hyper, special: dict
 def mask_keys(seed: int, step: int, g: np.ndarray) -> list[list[int]]:
     """The MLM generator keys of the training examples g of update `step`."""
     return [[seed, MASK_STREAM, step, int(x)] for x in g]
+
+
+def dropout_seed(seed: int, step: int, rank: int = 0) -> int:
+    """The seed of torch's generator for the dropout of update `step` on process `rank`: a 63-bit integer from
+    the key (seed, DROPOUT_STREAM, step, rank)."""
+    state = np.random.SeedSequence([int(seed), DROPOUT_STREAM, int(step), int(rank)]).generate_state(2, np.uint64)
+    return int(state[0] >> np.uint64(1))
 
 
 def eval_keys(idx: np.ndarray) -> list[list[int]]:

@@ -210,6 +210,11 @@ IMAGE_SIZES: dict[str, dict] = {
 }
 
 
+def uses_dropout(h: Hyper) -> bool:
+    """Whether a run draws dropout masks (its generator is then keyed per update: training.batches.dropout_seed)."""
+    return h.hidden_dropout > 0 or h.attention_dropout > 0
+
+
 def resolve_hyper(size: str, overrides: dict | None = None, where: str = "overrides") -> Hyper:
     """The size's defaults (SIZES, IMAGE_SIZES) with `overrides` applied field by field (UserError naming an
     unknown field or a value of the wrong type)."""

@@ -48,6 +48,7 @@ from attention_geometry.formats.rundir import (
 )
 from attention_geometry.training.batches import (
     Order,
+    dropout_seed,
     eval_keys,
     global_indices,
     lr_at,
@@ -56,7 +57,7 @@ from attention_geometry.training.batches import (
     n_loss_tokens,
 )
 from attention_geometry.training.budget import Budget, TermSignal
-from attention_geometry.training.hyper import Hyper
+from attention_geometry.training.hyper import Hyper, uses_dropout
 from attention_geometry.training.models import build_model, hidden_states, lm_loss, symmetry_penalty
 from attention_geometry.training.run_config import (
     ResolvedRun,
@@ -392,6 +393,8 @@ def _update(run: _Run, order: Order, step: int, lam: float) -> tuple[torch.Tenso
     lr = lr_at(h, step)
     for group in run.opt.param_groups:
         group["lr"] = lr
+    if uses_dropout(h):  # dropout keyed by (seed, step, process), as the masks are: reproducible, resumable
+        torch.manual_seed(dropout_seed(cfg.seed, step, run.rank))
     step_sum = accumulate(run, inp, lab, n_tokens, special, lam, real)
     _optimizer_step(run)
     return step_sum, lr, n_tokens
