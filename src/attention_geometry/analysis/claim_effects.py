@@ -95,10 +95,18 @@ class Context:
             raise UserError(f"no {name} table")
         return t
 
-    def horizon(self, runs: Sequence[str], what: str, upto: int | None = None) -> pd.DataFrame:
+    def horizon(
+        self, runs: Sequence[str], what: str, upto: int | None = None, layer: int | None = None
+    ) -> pd.DataFrame:
+        """stats.horizon_stat of `runs` (`layer`: of that layer's rows only; a run without it is a UserError)."""
         training = self.table("training")
         if not runs:
             raise UserError(f"no {what} runs given")
+        if layer is not None:
+            training = training[pd.to_numeric(training["layer"], errors="coerce") == layer]
+            absent = sorted(set(runs) - set(training["run"].astype(str)))
+            if absent:
+                raise UserError(f"no layer {layer} in the training scores of run(s) {', '.join(absent)}")
         return horizon_stat(training, runs, self.s.horizon_snapshots, upto)
 
     def emergence(self) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -175,9 +183,10 @@ def _runs_of(table: pd.DataFrame, runs: Sequence[str], objective: str, init: str
     return sorted(t["run"].astype(str).unique())
 
 
-def _horizon_note(h: pd.DataFrame) -> str:
+def _horizon_note(h: pd.DataFrame, layer: int | None = None) -> str:
     steps = sorted({s for x in h["steps_used"] for s in str(x).split(",")}, key=int)
-    return f"Per-seed statistic: median over layers and the snapshots at steps {', '.join(steps)}."
+    over = "layers and the snapshots" if layer is None else f"layer {layer}'s snapshots"
+    return f"Per-seed statistic: median over {over} at steps {', '.join(steps)}."
 
 
 def _moves(iv) -> str:
@@ -243,6 +252,36 @@ def objective_gap(ctx: Context, score: str, first: str, second: str) -> Effect:
             *notes,
         ],
     )
+
+
+def level(ctx: Context, objective: str, score: str, layer: int | None = None) -> Effect:
+    """Per seed: the `objective`'s standard-init `score` at the horizon, against 0 (the decoders' anti-symmetry:
+    docs/preregistration-3.md). `layer`: that layer's median over the horizon snapshots instead of the median
+    over layers and snapshots."""
+    runs = ctx.emergence_by_objective.get(objective) or []
+    h = ctx.horizon(runs, f"{objective} emergence", layer=layer).sort_values(["size", "dataset", "seed"])
+    where = "" if layer is None else f" of layer {layer}"
+    return Effect(
+        _series(h, h[score]),
+        f"effect = {objective} {score}{where} at the horizon, per seed (against 0)",
+        [f"Mean over seeds {h[score].mean():+.3f}.", _horizon_note(h, layer)],
+    )
+
+
+def layer_gap(ctx: Context, score: str, sign: int, layer: int) -> Effect:
+    """As `gap` for one layer: encoder vs decoder `score` of layer `layer` (its median over the horizon
+    snapshots), standard init, paired by seed (sign +1: encoder - decoder)."""
+    he = ctx.horizon(ctx.enc_runs, "encoder emergence", layer=layer)
+    hd = ctx.horizon(ctx.dec_runs, "decoder emergence", layer=layer)
+    m, notes = paired_by_seed(he, hd, score)
+    eff = (m[f"{score}_a"] - m[f"{score}_b"]) if sign > 0 else (m[f"{score}_b"] - m[f"{score}_a"])
+    what = "encoder - decoder" if sign > 0 else "decoder - encoder"
+    notes = [
+        f"Means over seeds: encoder {m[f'{score}_a'].mean():+.3f}, decoder {m[f'{score}_b'].mean():+.3f}.",
+        _horizon_note(pd.concat([he, hd]), layer),
+        *notes,
+    ]
+    return Effect(_series(m, eff), f"effect = {what} {score} of layer {layer} at the horizon, paired by seed", notes)
 
 
 def change(ctx: Context, objective: str, score: str) -> Effect:

@@ -415,6 +415,10 @@ class Plan:
             out += ["e_paper"]
         if paired(abl, (PAPER_DECODER, SYMMETRIC), ("decoder", SYMMETRIC)):
             out += ["p_tie"]
+        # the decoders' anti-symmetry came with study 3 (docs/preregistration-3.md): in the design where the
+        # config's Holm families name it, so that the earlier studies' designs (and their reports) stay as they were
+        named = {str(i) for ids in (f.get("claim_families") or {}).values() for i in ids or []}
+        out += [c for c, arm in (("anti", dec), ("anti_paper", paper)) if arm and c in named]
         vision = self.vision_runs()
         if units(vision, "classifier", base):
             out += ["v1"]
