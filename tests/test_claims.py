@@ -36,6 +36,9 @@ SCORE_VALUES = {  # (objective, init) -> per seed (symmetry, directionality)
 }
 
 
+FAR = 0.99  # every run's score at step 0: far from its values later, inside [-1, 1] (a claim refuses others)
+
+
 def score_rows(seeds, values=None):
     """Per seed: symmetry / directionality of every run (`values`, default SCORE_VALUES), constant over the last
     snapshots; the two layers sit at value -+ 0.01, so the median over layers and snapshots is the value itself."""
@@ -58,8 +61,8 @@ def score_rows(seeds, values=None):
                             step=step,
                             layer=layer,
                             head="all",
-                            symmetry=(sym + off) if step else 5.0,
-                            directionality=(d + off) if step else 5.0,
+                            symmetry=(sym + off) if step else FAR,
+                            directionality=(d + off) if step else FAR,
                         )
                     )
     return pd.DataFrame(rows)
@@ -223,7 +226,7 @@ def test_retained_symmetry_at_the_common_horizon_of_a_shorter_decoder_run():
     t = t[~(tied & (t["objective"] == "decoder") & (t["step"] == 300))].copy()
     t.loc[tied & (t["objective"] == "encoder") & (t["step"] == 300), "symmetry"] = -0.9
     e = build(training=t).loc["e"]
-    # k = 3 snapshots up to 200 are 0, 100, 200: per run two values at 5.0 (step 0) and four at value -+ 0.01,
+    # k = 3 snapshots up to 200 are 0, 100, 200: per run two values at FAR (step 0) and four at value -+ 0.01,
     # median = value + 0.01 for both objectives, so the paired difference is (0.4 + 0.01 s) - (0.8 - 0.01 s)
     assert e["estimate"] == pytest.approx(np.mean([-0.4 + 0.02 * s for s in (0, 1, 2)]))
     assert "steps 0, 100, 200" in e["note"] and e["verdict"] == "holds"
@@ -676,16 +679,16 @@ def test_equivalence_contradicted_beyond_the_margin_and_censored_speedups():
 
 def test_change_from_step_0():
     c = build()
-    # score_rows puts every run at 5.0 at step 0 and at its value from step 100 on
-    enc = [0.0 + 0.01 * s - 5.0 for s in (0, 1, 2)]
-    dec = [-0.4 - 0.01 * s - 5.0 for s in (0, 1, 2)]
+    # score_rows puts every run at FAR at step 0 and at its value from step 100 on
+    enc = [0.0 + 0.01 * s - FAR for s in (0, 1, 2)]
+    dec = [-0.4 - 0.01 * s - FAR for s in (0, 1, 2)]
     assert c.loc["b_change_enc", "estimate"] == pytest.approx(np.mean(enc))
     assert c.loc["b_change_enc", "verdict"] == "descriptive"
     ci = sps.ttest_1samp(dec, 0).confidence_interval(0.95)
     assert (c.loc["b_change_dec", "low"], c.loc["b_change_dec", "high"]) == pytest.approx((ci.low, ci.high))
     assert c.loc["b_change_dec", "verdict"] == "holds"
-    # the words follow the numbers: both move down from 5.0; the paired change contrast equals b
-    assert "encoders -4.990" in c.loc["b", "note"] and "move down" in c.loc["b", "note"]
+    # the words follow the numbers: both move down from FAR; the paired change contrast equals b
+    assert "encoders -0.980" in c.loc["b", "note"] and "move down" in c.loc["b", "note"]
     assert f"paired by seed, {c.loc['b', 'estimate']:+.3f}" in c.loc["b", "note"]
 
 

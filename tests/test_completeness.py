@@ -9,6 +9,7 @@ line and no committed file changes; a notebook that fails leaves its committed f
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import io
 import json
@@ -28,6 +29,7 @@ from attention_geometry.analysis.completeness import (
     check_design_claims,
     check_tables,
     table_error,
+    value_problems,
 )
 from attention_geometry.analysis.summaries import read_table
 from attention_geometry.errors import UserError
@@ -58,7 +60,7 @@ def _frames() -> dict[str, pd.DataFrame]:
         for step in STEPS:
             for layer in (0, 1):
                 for head in ("all", "0"):
-                    ts.append(dict(model=run, layer=layer, head=head, symmetry=0.1 * step, directionality=-0.01 * layer,
+                    ts.append(dict(model=run, layer=layer, head=head, symmetry=0.01 * step, directionality=-0.01 * layer,
                                    **keys, step=step))  # fmt: skip
             tl.append(
                 dict(**keys, step=step, train_loss=7.0 - step / 10, eval_loss=7.1 - step / 10, learning_rate=1e-3)
@@ -380,3 +382,61 @@ def test_a_truncated_table_stops_the_workflow_and_no_committed_file_changes(smok
         "make_fig3_emergence": 1,
         "all": 1,
     }
+
+
+# ------------------------------------------------------------------------------ values a claim cannot use
+def _set_cell(kind: str, row: int, column: str, value: str) -> str:
+    """TEXT[kind] with one cell (data row `row`, 0-based) replaced by the literal `value`."""
+    frame = FRAMES[kind].astype(object).copy()
+    frame.loc[row, column] = value
+    return frame.to_csv(index=False, lineterminator="\n")
+
+
+@pytest.mark.parametrize(
+    "kind, row, column, value, why",
+    [
+        ("training_scores", 0, "symmetry", "nan", "not finite"),
+        ("training_scores", 2, "symmetry", "", "empty"),
+        ("training_scores", 4, "directionality", "inf", "not finite"),
+        ("training_scores", 1, "symmetry", "1.5", "outside [-1, 1]"),  # a per-head row
+        ("training_scores", 0, "directionality", "abc", "not a number"),
+        ("training_loss", 1, "train_loss", "nan", "not finite"),
+        ("training_loss", 1, "train_loss", "", "empty"),
+        ("training_loss", 2, "eval_loss", "1e999", "not finite"),
+        ("training_loss", 0, "learning_rate", "-inf", "not finite"),
+        ("update_scores", 0, "directionality", "-inf", "not finite"),
+        ("null_scores", 3, "symmetry", "nan", "not finite"),
+    ],
+)
+def test_a_value_a_claim_cannot_use_stops_with_one_line_naming_row_and_column(tmp_path, kind, row, column, value, why):
+    parse = table_error(_write(tmp_path, {**TEXT, kind: _set_cell(kind, row, column, value)}), EXPECTED, "c.yaml")
+    assert parse is not None and "\n" not in parse, parse
+    assert f"{kind}.csv" in parse and f"e.g. {column} " in parse and f"(data row {row + 1})" in parse, parse
+    keys = FRAMES[kind].iloc[row]
+    assert (f"run {keys['run']}" if "run" in keys else f"init {keys['init']}") in parse, parse
+    if value != "":  # the notebook's frame reads an empty cell as nan, the parse names it "empty"
+        assert why in parse, parse
+    notebook = _check(_write(tmp_path / "nb", {**TEXT, kind: _set_cell(kind, row, column, value)}))
+    assert notebook is not None and f"e.g. {column} " in notebook
+
+
+def test_train_loss_may_be_empty_at_step_0_and_eval_loss_between_evaluations():
+    # the complete set has both (step 0's train_loss is a number here; make it empty) and passes
+    text = _set_cell("training_loss", 0, "train_loss", "")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert value_problems("training_loss", rows, list(rows[0])) == []
+    rows[1]["eval_loss"] = "nan"  # a train-only row: empty, never a literal nan
+    assert "eval_loss not finite" in value_problems("training_loss", rows, list(rows[0]))[0]
+
+
+def test_the_claims_refuse_a_non_finite_input():
+    from attention_geometry.analysis.claims import ClaimTables, reproduction_claims
+
+    training = FRAMES["training_scores"].copy()
+    training.loc[3, "symmetry"] = float("nan")
+    with pytest.raises(UserError, match=r"claims: the training table \(training_scores\): 1 value\(s\).*symmetry"):
+        reproduction_claims(ClaimTables(training=training))
+    loss = FRAMES["training_loss"].copy()
+    loss.loc[1, "train_loss"] = float("inf")
+    with pytest.raises(UserError, match=r"the loss table \(training_loss\).*train_loss not finite"):
+        reproduction_claims(ClaimTables(loss=loss))

@@ -50,6 +50,7 @@ from attention_geometry.analysis.claim_effects import (
     vision_rise,
 )
 from attention_geometry.analysis.claim_rules import Claim, evaluate
+from attention_geometry.analysis.completeness import check_claim_values
 from attention_geometry.analysis.paper_claims import fmt_estimate as _fmt
 from attention_geometry.analysis.stats import MIN_N
 from attention_geometry.analysis.summaries import speedup_target_text
@@ -479,7 +480,9 @@ def reproduction_claims(
             raise UserError(f"reproduction_claims: unknown argument(s) {', '.join(unknown)}")
         tables = ClaimTables(**{k: v for k, v in keywords.items() if k in names[0]})
         settings = ClaimSettings(**{k: v for k, v in keywords.items() if k in names[1]})
-    return evaluate(CLAIMS, tables or ClaimTables(), settings or ClaimSettings())
+    tables = tables or ClaimTables()
+    check_claim_values(tables)
+    return evaluate(CLAIMS, tables, settings or ClaimSettings())
 
 
 # ------------------------------------------------------------------------------------------ report

@@ -13,6 +13,11 @@ number N instead of a list (the null's `sample`, whose seeds the scorer chooses)
 table holds for the block's other keys. Rows that are not keyed are left out: training_scores' per-head rows (only
 head "all" is keyed) and training_loss's rows without eval_loss (only the held-out evaluations are keyed).
 
+A value a claim reads must be a number too: `value_problems` names a score (symmetry, directionality) that is empty,
+not finite or outside [-1, 1], and a loss that is not finite or empty where it must be there (train_loss after step
+0; eval_loss and eval_accuracy are empty where not evaluated, and then never "nan"), with the row and the column. A
+non-finite value would otherwise drop its seed from a claim without a word.
+
 No pandas at module level, no torch: rules/common.smk calls `table_error` at parse time (a Snakemake-only
 environment), and the notebook passes its DataFrames to `check_tables`.
 """
@@ -33,10 +38,12 @@ __all__ = [
     "TABLE_FILES",
     "key_text",
     "table_problems",
+    "value_problems",
     "file_problems",
     "table_error",
     "check_tables",
     "check_design_claims",
+    "check_claim_values",
 ]
 
 # table kind -> the columns that identify a row (in the order messages name them)
@@ -51,6 +58,21 @@ TABLE_FILES = {kind: f"{kind}.csv" for kind in KEY_COLUMNS}
 # table kind -> the columns that say whether a row is keyed (_keyed)
 _SELECT = {"training_scores": ("head",), "training_loss": ("eval_loss",)}
 _INTEGER = {"step", "layer", "sample", "seed"}
+# table kind -> {value column: (may be empty, bounds)}; may be empty: "never", "step0" (only in the row of step 0),
+# "always" (empty = not evaluated); bounds: the closed interval the value lies in (scores: [-1, 1], up to rounding)
+_SCORE = ("never", (-1.0 - 1e-9, 1.0 + 1e-9))
+VALUE_COLUMNS: dict[str, dict[str, tuple[str, tuple[float, float] | None]]] = {
+    "training_scores": {"symmetry": _SCORE, "directionality": _SCORE},
+    "update_scores": {"symmetry": _SCORE, "directionality": _SCORE},
+    "pretrained_scores": {"symmetry": _SCORE, "directionality": _SCORE},
+    "null_scores": {"symmetry": _SCORE, "directionality": _SCORE},
+    "training_loss": {
+        "train_loss": ("step0", None),
+        "eval_loss": ("always", None),
+        "eval_accuracy": ("always", (0.0, 1.0)),
+        "learning_rate": ("never", None),
+    },
+}
 _EXAMPLES = 1
 
 
@@ -148,6 +170,44 @@ def table_problems(kind: str, rows: Iterable[Mapping], blocks: Sequence[Mapping]
     return problems
 
 
+def _bad_value(value, empty: str, bounds, step) -> str | None:
+    """Why a value cell is not acceptable (None: it is)."""
+    if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
+        if isinstance(value, float) and empty == "always":
+            return None  # a DataFrame's empty cell (NaN); the file's cell is checked as text at parse time
+        if empty == "always" or (empty == "step0" and _value("step", step) == 0):
+            return None
+        return "empty" if not isinstance(value, float) else "not a number (nan)"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return f"not a number ({value!r})"
+    if not math.isfinite(number):
+        return f"not finite ({value!r})"
+    if bounds is not None and not bounds[0] <= number <= bounds[1]:
+        return f"outside [{round(bounds[0])}, {round(bounds[1])}] ({value!r})"
+    return None
+
+
+def value_problems(kind: str, rows: Sequence[Mapping], columns: Sequence[str]) -> list[str]:
+    """The value cells of a table that a claim could not use, as one phrase naming the count and the first one's
+    column, row key and data row (1-based); none: every value is a number where it must be."""
+    spec = {c: v for c, v in VALUE_COLUMNS.get(kind, {}).items() if c in columns}
+    bad = []
+    for i, row in enumerate(rows, start=1):
+        for column, (empty, bounds) in spec.items():
+            why = _bad_value(row.get(column), empty, bounds, row.get("step"))
+            if why is not None:
+                bad.append((i, column, why, row))
+    if not bad:
+        return []
+    i, column, why, row = bad[0]
+    names = KEY_COLUMNS.get(kind, ("model", "component", "layer"))
+    key = " ".join(f"{c} {'(empty)' if _value(c, row.get(c)) is None else _value(c, row.get(c))}" for c in names)
+    head = f" head {row.get('head')}" if kind == "training_scores" and str(row.get("head")) != "all" else ""
+    return [f"{len(bad)} value(s) a claim cannot use, e.g. {column} {why} at {key}{head} (data row {i})"]
+
+
 def file_problems(path: str) -> list[str]:
     """What is wrong with a table file as a file: every table writer ends it with a newline, so a file that does
     not end with one was cut (a truncated last row can still parse as a row with other values)."""
@@ -190,6 +250,7 @@ def table_error(paths: Mapping[str, str], expected: Mapping[str, Sequence[Mappin
         except (OSError, csv.Error, UnicodeDecodeError) as exc:
             return _line(path, [*problems, f"not a readable CSV table ({exc})"], config)
         problems += table_problems(kind, rows, expected[kind], header)
+        problems += value_problems(kind, rows, header)
         if problems:
             return _line(path, problems, config)
     return None
@@ -198,7 +259,8 @@ def table_error(paths: Mapping[str, str], expected: Mapping[str, Sequence[Mappin
 def _frame_rows(kind: str, frame) -> tuple[list[str], list[dict]]:
     """A DataFrame's columns and its rows as dicts of the columns the check reads (duck-typed: no pandas import)."""
     columns = [str(c) for c in frame.columns]
-    wanted = [c for c in (*KEY_COLUMNS[kind], *_SELECT.get(kind, ())) if c in columns]
+    wanted = [c for c in (*KEY_COLUMNS[kind], *_SELECT.get(kind, ()), *VALUE_COLUMNS.get(kind, {})) if c in columns]
+    wanted = list(dict.fromkeys(wanted))
     return columns, frame[wanted].to_dict("records")
 
 
@@ -224,8 +286,34 @@ def check_tables(
         problems = file_problems(path) if path and os.path.isfile(path) else []
         columns, rows = _frame_rows(kind, frame)
         problems += table_problems(kind, rows, blocks, columns)
+        problems += value_problems(kind, rows, columns)
         if problems:
             raise UserError(_line(path, problems, config))
+
+
+# analysis.claims.ClaimTables field -> the table kind its values are checked as
+CLAIM_TABLE_KINDS = {
+    "training": "training_scores",
+    "loss": "training_loss",
+    "updates": "update_scores",
+    "null": "null_scores",
+    "pretrained": "pretrained_scores",
+}
+
+
+def check_claim_values(tables) -> None:
+    """UserError (one line) when a table the claims read (a ClaimTables: fields of CLAIM_TABLE_KINDS, DataFrames or
+    None) holds a value a claim cannot use (value_problems): the claims never decide on a table with a hole."""
+    for field, kind in CLAIM_TABLE_KINDS.items():
+        frame = getattr(tables, field, None)
+        if frame is None:
+            continue
+        columns = [str(c) for c in frame.columns]
+        wanted = [c for c in (*KEY_COLUMNS.get(kind, ("model", "component", "layer")), "head", "step") if c in columns]
+        wanted = list(dict.fromkeys([*wanted, *(c for c in VALUE_COLUMNS[kind] if c in columns)]))
+        problems = value_problems(kind, frame[wanted].to_dict("records"), columns)
+        if problems:
+            raise UserError(f"claims: the {field} table ({kind}): {problems[0]}")
 
 
 def check_design_claims(claims, design: Sequence[str] | None, config: str = "") -> None:
