@@ -490,3 +490,26 @@ def test_dropout_runs_are_reproducible_and_resume_bit_for_bit(tmp_path, corpus):
     plain = load_run_config(write_run(tmp_path / "p.yaml", corpus, max_steps=12, overrides=no_drop, **kw))
     train(plain, tmp_path / "p", progress=False)
     assert [r["train_loss"] for r in _rows(tmp_path / "a")] != [r["train_loss"] for r in _rows(tmp_path / "p")]
+
+
+def test_a_batch_without_labels_or_a_diverged_loss_stops_with_one_line(tmp_path, corpus, monkeypatch):
+    """A batch with no labelled position used to log a loss of exactly 0.0, and a NaN loss trained on to the end
+    with exit 0: both stop at that step with one line, rows before it kept."""
+    few = write_run(tmp_path / "few.yaml", corpus, overrides={"mlm_probability": 0.0005})
+    with pytest.raises(UserError, match=r"^step 1: the training loss is not finite: no position of its batch"):
+        train(load_run_config(few), tmp_path / "few", progress=False)
+    assert [r["step"] for r in _rows(tmp_path / "few")] == ["0"]  # step 0's evaluation only
+    from attention_geometry.training import loop
+
+    real = loop.accumulate
+
+    def diverging(run, *a, **k):  # the loss turns NaN from the 4th update on
+        s = real(run, *a, **k)
+        return s * float("nan") if len(calls) >= 4 else s
+
+    calls: list = []
+    monkeypatch.setattr(loop, "accumulate", lambda *a, **k: (calls.append(1), diverging(*a, **k))[1])
+    cfg = write_run(tmp_path / "nan.yaml", corpus, log_every=1)
+    with pytest.raises(UserError, match=r"^step 4: the training loss is not finite: the loss is nan \(diverged\)"):
+        train(load_run_config(cfg), tmp_path / "nan", progress=False)
+    assert [r["step"] for r in _rows(tmp_path / "nan")] == ["0", "1", "2", "3"]

@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -194,7 +195,7 @@ def evaluate(
         total += float(s)
         count += n_loss_tokens(lab, objective)
     model.train(was)
-    return total / max(count, 1)
+    return total / count if count else math.nan  # no labelled held-out position: undefined, never 0
 
 
 def _setup_logging(out: Path, rank: int) -> logging.Handler | None:
@@ -326,7 +327,17 @@ class _LossLog:
         if self.run.dist is not None:
             self.run.dist.all_reduce(sums)
         for (s, _, lr, n_tok), total in zip(self.pending, sums.cpu().tolist()):
-            self.window.append(total / max(n_tok, 1))
+            mean = total / n_tok if n_tok else math.nan  # no labelled token: the loss is undefined, never 0
+            if not math.isfinite(mean):
+                self.pending = []
+                self.write()
+                why = "no position of its batch has a label" if not n_tok else f"the loss is {mean} (diverged)"
+                raise UserError(
+                    f"step {s}: the training loss is not finite: {why}; the run stops here (its newest saved state "
+                    "is kept; nothing after it is written). Check the run's settings (lr, precision, "
+                    "mlm_probability)"
+                )
+            self.window.append(mean)
             if s in self.row_steps:
                 if self.run.rank == 0:
                     self.rows.append(
