@@ -104,3 +104,11 @@ def test_bad_settings_are_one_line():
         SymmetryCallback(every=0)
     with pytest.raises(UserError, match="num_std must be"):
         SymmetryCallback(num_std=-1)
+
+
+def test_symmetry_logs_of_a_meta_model_is_one_clear_error():
+    model, _ = _built("bert")
+    with torch.device("meta"):
+        meta = type(model)(model.config)
+    with pytest.raises(UserError, match=r"^symmetry_logs: .* is on the meta device"):
+        symmetry_logs(meta)

@@ -184,3 +184,19 @@ def test_refuses_weights_it_cannot_set_in_place(monkeypatch):
     monkeypatch.setattr(loading, "_checkpoint_state_dict", quantized)
     with pytest.raises(InitError, match="dtype int8 cannot be initialized in place"):
         symmetric_init(model, "symmetric")
+
+
+def test_a_wrapper_is_returned_as_given_and_meta_weights_are_refused():
+    """symmetric_init(nn.DataParallel(m)) used to return the unwrapped model, and a meta-device model came back
+    unchanged without a word."""
+    model, _ = _built("bert")
+    wrapped = torch.nn.DataParallel(model)
+    assert symmetric_init(wrapped, "symmetric") is wrapped
+    assert symmetric_init(wrapped, "standard") is wrapped
+    q = model.bert.encoder.layer[0].attention.self.query.weight
+    k = model.bert.encoder.layer[0].attention.self.key.weight
+    assert torch.equal(q, k)  # the wrapped model was tied in place
+    with torch.device("meta"):
+        meta = type(model)(model.config)
+    with pytest.raises(InitError, match="meta device"):
+        symmetric_init(meta, "symmetric")

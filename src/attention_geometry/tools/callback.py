@@ -47,6 +47,12 @@ def symmetry_logs(model: Any, num_std: float = 2.0, device: Any = None) -> dict[
     `symmetry/{component}/layer_{i:02d}`, `.../median` (and the same for directionality). `device`: where the
     float64 matrices are computed (default: the device of the model's weights)."""
     model = _unwrap(model)
+    meta = next((n for n, p in model.named_parameters() if p.is_meta), None)
+    if meta is not None:
+        raise UserError(
+            f"symmetry_logs: {meta} is on the meta device (a model built without weights): load or materialize its "
+            "weights before scoring it"
+        )
     if device is None:
         device = next(model.parameters()).device
     out: dict[str, float] = {}

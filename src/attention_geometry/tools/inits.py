@@ -168,13 +168,19 @@ def symmetric_init(model: Any, mode: str = "symmetric") -> Any:
     line) for an unknown mode, an unsupported family, or weights that cannot be set in place."""
     if mode not in INITS:
         raise InitError(f"mode: unknown init {mode!r} (known: {', '.join(INITS)})")
-    model = _unwrap(model)
+    given, model = model, _unwrap(model)  # a wrapper (DataParallel, DDP) is returned as given
     config = getattr(model, "config", None)
     if config is None or not hasattr(model, "state_dict"):
         raise InitError(f"{type(model).__name__} is not a transformers model (no .config / .state_dict)")
     family = get_family(config.model_type)
     if mode == "standard":
-        return model
+        return given
+    meta = next((n for n, p in model.named_parameters() if p.is_meta), None)
+    if meta is not None:
+        raise InitError(
+            f"{meta}: the model's weights are on the meta device (no values to set); materialize them first "
+            "(e.g. model.to_empty(device='cpu') and its init), then apply symmetric_init"
+        )
     tensors = _Tensors(model)
     layers = []
     seen: set[tuple[str, ...]] = set()
@@ -190,4 +196,4 @@ def symmetric_init(model: Any, mode: str = "symmetric") -> Any:
                     _fresh(slot)
             if mode in ("symmetric", "symmetric-fresh"):
                 _tie(slots[0], slots[1])
-    return model
+    return given
