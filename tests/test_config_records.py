@@ -134,6 +134,10 @@ def test_run_mode_reads_forceall_and_dry_run_from_snakemakes_arguments():
         ("--notemp", "--printshellcmds", "--rerun-incomplete", "--configfile", "config/smoke.yaml"): (False, False),
         ("--forcerun", "make_fig3_emergence", "--force"): (False, False),
         ("make_fig3_emergence", "results/figures/fig3_emergence.pdf"): (False, False),
+        # short options with attached values (issue 41.4): a Snakefile and a config value, not -n or -F
+        ("--cores", "2", "-sSnakefile", "--config", "results=results/study1"): (False, False),
+        ("-Coffline=False", "--cores", "2"): (False, False),
+        ("-snSnakefile",): (False, False),  # -s takes "nSnakefile" as its value
     }
     for argv, (forceall, dry_run) in cases.items():
         mode = run_mode(argv)

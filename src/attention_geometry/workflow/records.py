@@ -277,15 +277,18 @@ class RunMode(NamedTuple):
 
 
 def run_mode(argv: Sequence[str]) -> RunMode:
-    """The RunMode of Snakemake's arguments `argv` (sys.argv[1:]): the long options, or the letters F and n among
-    bundled short flags (`-nF`, `-pn`). Snakemake has not read its DAG settings yet when it parses the workflow
-    (rules/common.smk), hence its command line."""
-    argv = list(argv)
-    short = "".join(a[1:] for a in argv if a[:1] == "-" and a[1:2] != "-")
-    return RunMode(
-        forceall="--forceall" in argv or "F" in short,
-        dry_run=bool({"--dry-run", "--dryrun"} & set(argv)) or "n" in short,
-    )
+    """The RunMode of Snakemake's arguments `argv` (sys.argv[1:]), read by Snakemake's own argument parser (long
+    options, abbreviations and bundled short flags as Snakemake reads them: `-nF`, `-pn`; `-sSnakefile` and
+    `-Coffline=False` are a Snakefile and a config value, not the letters n and F). Snakemake has not read its DAG
+    settings yet when it parses the workflow (rules/common.smk), hence its command line. A command line its parser
+    refuses is neither (Snakemake stops on it itself)."""
+    from snakemake.cli import get_argument_parser
+
+    try:
+        args, _ = get_argument_parser().parse_known_args(list(argv))
+    except SystemExit:
+        return RunMode(forceall=False, dry_run=False)
+    return RunMode(forceall=bool(getattr(args, "forceall", False)), dry_run=bool(getattr(args, "dryrun", False)))
 
 
 # ------------------------------------------------------------------------------------------------ the CLI
