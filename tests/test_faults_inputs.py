@@ -32,6 +32,7 @@ from attention_geometry.data.image_config import image_config_from_dict
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import TABLE_COLUMNS
 from attention_geometry.formats.corpus import CorpusError, corpus_sha256, load_corpus, load_images
+from attention_geometry.formats.rundir import list_trainer_checkpoints
 
 # ------------------------------------------------------------------------------------------------ helpers
 
@@ -297,6 +298,30 @@ def test_a_checkpoint_without_weights_is_one_line_not_skipped(tmp_path):
     assert_one_line(
         score_checkpoints(folder, tmp_path / "t.csv", *LABELS), r"checkpoint-20: a Trainer checkpoint without"
     )
+
+
+@pytest.mark.parametrize("kind", ["dangling", "loop", "file"])
+def test_a_checkpoint_name_that_is_no_folder_is_one_line_not_skipped(tmp_path, kind):
+    """A dangling or looping checkpoint-N link, or a file of that name, used to be skipped silently while a folder
+    without weights was an error: one rule for both."""
+    folder = trainer_folder(tmp_path / "out")
+    odd = folder / "checkpoint-30"
+    if kind == "dangling":
+        odd.symlink_to(tmp_path / "nowhere")
+    elif kind == "loop":
+        odd.symlink_to(odd)
+    else:
+        odd.write_text("x")
+    assert_one_line(
+        score_checkpoints(folder, tmp_path / "t.csv", *LABELS),
+        r"checkpoint-30: a Trainer checkpoint that is not a folder",
+    )
+
+
+def test_checkpoint_steps_are_ascii_digits_only(tmp_path):
+    folder = trainer_folder(tmp_path / "out", steps=(10,))
+    os.rename(folder / "checkpoint-10", folder / "checkpoint-\u0663")  # ARABIC-INDIC DIGIT THREE: no step
+    assert list_trainer_checkpoints(folder) == {}
 
 
 def test_labels_a_trainer_folder_needs_and_a_run_folder_refuses(tmp_path):

@@ -66,7 +66,7 @@ STATE_DAMAGED = "state.damaged"  # a damaged newest state set aside by the train
 STATE_JSON = "state.json"
 # a snapshot folder is complete when it holds these (it is renamed into place only once written whole)
 SNAPSHOT_FILES = ("model.safetensors", "config.json")
-_SNAPSHOT = re.compile(r"^step-(\d{7})$")
+_SNAPSHOT = re.compile(r"^step-([0-9]{7})$")  # ASCII digits only (\d takes any script's digits)
 MAX_STEP = 9_999_999  # the largest step a 7-digit snapshot name holds
 
 
@@ -231,9 +231,14 @@ def list_trainer_checkpoints(output_dir: str | os.PathLike) -> dict[int, Path]:
     each one UserError."""
     out: dict[int, Path] = {}
     for folder in sorted(Path(output_dir).glob("checkpoint-*")):
-        m = re.fullmatch(r"checkpoint-(\d+)", folder.name)
-        if not (m and folder.is_dir()):
+        m = re.fullmatch(r"checkpoint-([0-9]+)", folder.name)  # ASCII digits only: checkpoint-\u0663 is no step
+        if not m:
             continue
+        if not folder.is_dir():
+            raise UserError(
+                f"{folder}: a Trainer checkpoint that is not a folder (a file, or a link that is dangling or loops): "
+                "restore it, or move it out of the folder"
+            )
         if not any((folder / f).is_file() for f in TRAINER_WEIGHTS) or not (folder / "config.json").is_file():
             raise UserError(
                 f"{folder}: a Trainer checkpoint without its weights ({' or '.join(TRAINER_WEIGHTS)}) and "
