@@ -513,3 +513,31 @@ def test_a_batch_without_labels_or_a_diverged_loss_stops_with_one_line(tmp_path,
     with pytest.raises(UserError, match=r"^step 4: the training loss is not finite: the loss is nan \(diverged\)"):
         train(load_run_config(cfg), tmp_path / "nan", progress=False)
     assert [r["step"] for r in _rows(tmp_path / "nan")] == ["0", "1", "2", "3"]
+
+
+@pytest.mark.parametrize("kind", ["file", "fifo", "dangling", "folder"])
+def test_train_out_must_be_new_empty_or_a_run(tmp_path, corpus, kind):
+    """train --out on a non-empty folder that is not a run trained into it and removed its .tmp-* / .trash-*
+    subfolders; an existing file, FIFO or dangling link was a FileExistsError traceback: each is one line now,
+    and nothing in the folder is touched."""
+    cfg = write_run(tmp_path / "run.yaml", corpus)
+    out = tmp_path / "out"
+    if kind == "file":
+        out.write_text("mine")
+    elif kind == "fifo":
+        os.mkfifo(out)
+    elif kind == "dangling":
+        out.symlink_to(tmp_path / "nowhere")
+    else:
+        (out / ".tmp-mine").mkdir(parents=True)
+        (out / ".trash-mine").mkdir()
+        (out / "notes.txt").write_text("mine")
+    r = _cli("train", "--config", str(cfg), "--out", str(out), "--no-progress")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith(f"error: {out}: "), r.stderr
+    if kind == "folder":
+        assert sorted(p.name for p in out.iterdir()) == [".tmp-mine", ".trash-mine", "notes.txt"]
+        assert "not a run" in r.stderr
+    # an empty folder and a new path are fine
+    (tmp_path / "empty").mkdir()
+    train(load_run_config(cfg), tmp_path / "empty", progress=False)
+    assert (tmp_path / "empty" / "run.yaml").is_file()

@@ -264,6 +264,31 @@ def warn_stderr(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
+def check_run_out(out: str | os.PathLike) -> Path:
+    """`train --out`: a new path, an empty folder, or a run folder (one holding run.yaml; a folder holding only
+    the train.log of a run stopped before its run.yaml counts too). Anything else is one UserError before anything
+    is written or removed: a file, FIFO, socket or dangling link at OUT, or a non-empty folder that is not a run
+    (the trainer would train into it and remove its `.tmp-*` / `.trash-*` subfolders as its own leftovers)."""
+    out = Path(out)
+    if not out.exists():
+        if out.is_symlink():
+            raise UserError(f"{out}: a dangling link: give --out a new path, an empty folder or a run folder")
+        return out
+    if not out.is_dir():
+        raise UserError(
+            f"{out}: exists and is not a folder (a file, FIFO or socket): give --out a new path, an empty folder or a "
+            "run folder"
+        )
+    names = sorted(p.name for p in out.iterdir())
+    if RUN_YAML in names or set(names) <= {TRAIN_LOG}:
+        return out
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    raise UserError(
+        f"{out}: a non-empty folder that is not a run (no {RUN_YAML}; it holds {shown}): give --out a new path, an "
+        "empty folder or a run folder"
+    )
+
+
 def lock_path(run_dir: str | os.PathLike) -> Path:
     """`{run_dir}.lock` beside the run dir (outside it, so it stays put when the trainer sets the run dir
     aside): held by the `train` process writing the run (files.pid_lock)."""

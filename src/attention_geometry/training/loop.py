@@ -40,6 +40,7 @@ from attention_geometry.formats.files import pid_lock
 from attention_geometry.formats.rundir import (
     CHECKPOINTS,
     TRAIN_LOG,
+    check_run_out,
     find_state,
     is_complete_snapshot,
     lock_path,
@@ -547,7 +548,7 @@ def train(
     keep_large_allocations_on_heap()
     if threads:
         torch.set_num_threads(threads)
-    out = Path(out)
+    out = check_run_out(out) if rank == 0 else Path(out)
     resolved = dataclasses.replace(
         resolved, runtime=RunRuntime(threads=threads, device=str(dev.type), world_size=world)
     )
