@@ -157,13 +157,18 @@ def test_results_made_with_another_config_stop_with_one_line(tmp_path):
 
     edited = config_plan(_longer_emergence_runs(base))
     msg = stale_error(edited)
-    assert msg is not None and "\n" not in msg
-    assert "--forceall" in msg  # the other remedy (the Snakefile skips this check under --forceall)
+    # one short line (it listed every result and an rm command naming each: thousands of characters); never
+    # --forceall, which with a mistyped results folder would rewrite another study's record
+    assert msg is not None and "\n" not in msg and "--forceall" not in msg, msg
+    assert len(msg.replace(made.res(), "R")) < 300, msg
+    assert made.res() in msg and "config/config.yaml" in msg
+    listing = made.res("logs", "stale-results.txt")
+    assert f"xargs rm -f -- < {listing}" in msg
+    rm = open(listing).read().split()
     scores, loss = (made.res("tables", f"{t}.csv") for t in ("training_scores", "training_loss"))
-    assert scores in msg and loss in msg and made.res("tables", "pretrained_scores.csv") not in msg
-    rm = msg.split("`rm ", 1)[1].split("`", 1)[0].split()
-    assert scores in rm and record_path(made, "training_scores") in rm
-    assert record_path(made, "pretrained_scores") not in rm
+    assert scores in rm and loss in rm and made.res("tables", "pretrained_scores.csv") not in rm
+    assert record_path(made, "training_scores") in rm and record_path(made, "pretrained_scores") not in rm
+    assert f"{len(rm)} files listed there" in msg
     # what the message says to remove, removed: nothing left to stop for (the next run remakes and records it)
     for path in rm:
         os.remove(path)
@@ -174,9 +179,10 @@ def test_results_made_with_another_config_stop_with_one_line(tmp_path):
     # a notebook constant edited: only notebook outputs and the symmetry/speed-up tables are named
     cfg = copy.deepcopy(base)
     cfg["figures"]["ci_level"] = 0.9
-    msg = stale_error(config_plan(cfg))
-    assert "symmetry_speedup_runs.csv" in msg and "fig3_emergence.pdf" in msg
-    assert "training_scores.csv" not in msg and "null_scores.csv" not in msg
+    assert stale_error(config_plan(cfg)) is not None
+    listed = open(made.res("logs", "stale-results.txt")).read()
+    assert "symmetry_speedup_runs.csv" in listed and "fig3_emergence.pdf" in listed
+    assert "training_scores.csv" not in listed and "null_scores.csv" not in listed
 
 
 def _entry_files(plan, nb):

@@ -181,8 +181,8 @@ def _clone_into(dest: Path) -> Path:
 @pytest.mark.workflow
 def test_a_clone_with_an_edited_config_stops_instead_of_drawing_old_tables(tmp_path):
     """Committed tables made with another config than the clone's (config/config.yaml edited after cloning):
-    the workflow stops with one line naming exactly the results that config feeds and the `rm` that remakes
-    them; after that `rm`, a dry run schedules their training and scoring (no drawing from old data). A
+    the workflow stops with one short line naming the results folder and a list file of exactly the results that
+    config feeds (and their records), whose removal remakes them; after that `rm`, a dry run schedules their training and scoring (no drawing from old data). A
     notebook constant edited names only drawn results, never a training table."""
     wf = _clone_into(tmp_path / "clone")
     path = wf / "config" / "config.yaml"
@@ -194,18 +194,22 @@ def test_a_clone_with_an_edited_config_stops_instead_of_drawing_old_tables(tmp_p
     proc = snakemake("-n", cwd=wf, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("config: ")]
-    assert len(lines) == 1 and f"{RESULTS}/tables/training_scores.csv" in lines[0], proc.stderr[-3000:]
+    assert len(lines) == 1 and f"in {RESULTS} were made with another config" in lines[0], proc.stderr[-3000:]
     assert "a dry run goes on" in lines[0]
+    listing = wf / RESULTS / "logs" / "stale-results.txt"
+    assert f"xargs rm -f -- < {RESULTS}/logs/stale-results.txt" in lines[0]
+    rm = listing.read_text().split()
+    assert f"{RESULTS}/tables/training_scores.csv" in rm
     # ... while the workflow itself stops with the same line before any job
     real = snakemake("--cores", "1", cwd=wf, check=False)
     assert real.returncode != 0
     stops = [ln for ln in (real.stdout + real.stderr).splitlines() if ln.startswith("config: ")]
     assert len(stops) == 1 and stops[0] in lines[0]
-    assert "pretrained_scores.csv" not in lines[0]
-    # the other remedy the line names: --forceall remakes everything from the edited config, so it parses
+    assert f"{RESULTS}/tables/pretrained_scores.csv" not in rm
+    # --forceall (not named by the line: with a mistyped results folder it would rewrite another study's record)
+    # remakes everything from the edited config, so it parses
     forced = job_counts(snakemake("-n", "--forceall", cwd=wf).stdout)
     assert forced["train_model"] == len(config_plan(validated_config("config.yaml")).runs)
-    rm = lines[0].split("`rm ", 1)[1].split("`", 1)[0].split()
     subprocess.run(["rm", *rm], cwd=wf, check=True)
     counts = job_counts(snakemake("-n", cwd=wf).stdout)
     n_runs = len(config_plan(validated_config("config.yaml")).runs)
@@ -219,8 +223,9 @@ def test_a_clone_with_an_edited_config_stops_instead_of_drawing_old_tables(tmp_p
     path.write_text(yaml.safe_dump(cfg))
     proc = snakemake("-n", cwd=wf, check=False)
     line = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("config: ")]
-    assert len(line) == 1 and f"{RESULTS}/figures/fig3_emergence.pdf" in line[0]
-    assert "training_scores.csv" not in line[0] and "null_scores.csv" not in line[0]
+    listed = listing.read_text()
+    assert len(line) == 1 and f"{RESULTS}/figures/fig3_emergence.pdf" in listed
+    assert "training_scores.csv" not in listed and "null_scores.csv" not in listed
 
 
 def _edit(path: Path):

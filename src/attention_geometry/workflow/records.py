@@ -127,9 +127,13 @@ def record_text(parts: dict) -> str:
     return yaml_text(json.loads(json.dumps(parts)))
 
 
-def stale_error(plan: Plan, table: dict[str, tuple[list[str], dict]] | None = None) -> str | None:
-    """One line naming the committed results whose record differs from the current config, and how to remake
-    them; None when every existing result's record matches (or is missing: the next run writes it)."""
+STALE_LIST = "stale-results.txt"  # {results}/logs/: the files stale_error asks to remove, one per line
+
+
+def stale_files(plan: Plan, table: dict[str, tuple[list[str], dict]] | None = None) -> tuple[list[str], list[str]]:
+    """(the committed results whose record differs from the current config, those results and their records):
+    what remaking them from this config removes. Results without a record are not stale (the next run records
+    them)."""
     stale, remove = [], []
     for key, (results, parts) in (table if table is not None else records(plan)).items():
         present = [p for p in results if os.path.isfile(p)]
@@ -141,13 +145,26 @@ def stale_error(plan: Plan, table: dict[str, tuple[list[str], dict]] | None = No
                 continue
         stale += present
         remove += [*present, path]
+    return stale, remove
+
+
+def stale_error(plan: Plan, table: dict[str, tuple[list[str], dict]] | None = None) -> str | None:
+    """One short line when committed results were made with another config than the current one: their count, their
+    folder, this config, and one command that removes them (and their records) from a list written to
+    {results}/logs/stale-results.txt; None when every existing result's record matches (or is missing)."""
+    from attention_geometry.formats.files import atomic_write_text
+
+    stale, remove = stale_files(plan, table)
     if not stale:
         return None
+    listing = plan.res("logs", STALE_LIST)
+    os.makedirs(os.path.dirname(listing), exist_ok=True)
+    atomic_write_text(listing, "".join(f"{p}\n" for p in remove))
+    here = plan.notebook_param("config_name", "reproduction_report")
     return (
-        f"config: {len(stale)} result(s) were made with another config than this one ({', '.join(stale)}; "
-        f"the config that made each is in {plan.res(RECORD_DIR)}/): to remake them from this config run "
-        f"`rm {' '.join(remove)}` and then the workflow again (or remake everything with --forceall), or restore "
-        "the config"
+        f"config: {len(stale)} result(s) in {plan.res()} were made with another config than {here}: run with the "
+        f"config that made them (--configfile), or remake them from this one with `xargs rm -f -- < {listing}` "
+        f"(the {len(remove)} files listed there: the results and their records) and the workflow again"
     )
 
 
