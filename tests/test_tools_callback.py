@@ -6,6 +6,7 @@ symmetry_logs on other families (grouped-query, GPT-2's Conv1D, an encoder-decod
 from __future__ import annotations
 
 import glob
+import math
 import os
 
 import pytest
@@ -112,3 +113,51 @@ def test_symmetry_logs_of_a_meta_model_is_one_clear_error():
         meta = type(model)(model.config)
     with pytest.raises(UserError, match=r"^symmetry_logs: .* is on the meta device"):
         symmetry_logs(meta)
+
+
+def _train_with(model, tmp_path, callback, steps=4):
+    from transformers import Trainer, TrainingArguments
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=steps, per_device_train_batch_size=4, learning_rate=1e-3,
+        logging_steps=100, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
+        dataloader_num_workers=0, seed=0,
+    )  # fmt: skip
+    trainer = Trainer(model=model, args=args, train_dataset=_Blocks(), callbacks=[callback])
+    trainer.train()
+    return trainer
+
+
+def test_an_undefined_layer_logs_nan_and_training_goes_on(tmp_path):
+    """A frozen zero-init query makes layer 0's W_qk all zeros: its scores are NaN in the logs (they raised and
+    ended training before), layer 1's are numbers, and the run reaches its last step."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=60)
+    model = BertForMaskedLM(cfg)
+    query = model.bert.encoder.layer[0].attention.self.query
+    with torch.no_grad():
+        query.weight.zero_()
+    query.weight.requires_grad_(False)
+    trainer = _train_with(model, tmp_path, callback := SymmetryCallback(every=2))
+    assert trainer.state.global_step == 4 and callback.off is None
+    logged = [h for h in trainer.state.log_history if "symmetry/encoder/layer_00" in h]
+    assert [h["step"] for h in logged] == [2, 4]
+    assert all(math.isnan(h["symmetry/encoder/layer_00"]) for h in logged)
+    assert all(math.isfinite(h["symmetry/encoder/layer_01"]) for h in logged)
+    assert logged[-1]["symmetry/encoder/median"] == logged[-1]["symmetry/encoder/layer_01"]
+    with pytest.raises(UserError, match="encoder layer 0: matrix is all zeros"):
+        symmetry_logs(model)  # outside a Trainer the default still says why
+
+
+def test_an_unsupported_family_turns_the_callback_off_with_one_warning(tmp_path):
+    from transformers import MambaConfig, MambaForCausalLM
+
+    torch.manual_seed(0)
+    model = MambaForCausalLM(MambaConfig(vocab_size=60, hidden_size=16, state_size=4, num_hidden_layers=1))
+    callback = SymmetryCallback(every=2)
+    with pytest.warns(UserWarning, match="SymmetryCallback: cannot score this model .*turns itself off"):
+        trainer = _train_with(model, tmp_path, callback)
+    assert trainer.state.global_step == 4 and callback.off
+    assert not any("symmetry/decoder/median" in h for h in trainer.state.log_history)

@@ -23,6 +23,7 @@ adds, so the callback moves itself to the front of the Trainer's callback list w
 from __future__ import annotations
 
 import inspect
+import math
 import statistics
 import warnings
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from attention_geometry.errors import UserError
-from attention_geometry.scoring.measures import check_num_std, scores
+from attention_geometry.scoring.measures import ScoreError, check_num_std, scores
 from attention_geometry.scoring.scorer import layer_matrices
 
 __all__ = ["SymmetryCallback", "symmetry_logs"]
@@ -42,10 +43,14 @@ def _unwrap(model: Any) -> Any:
     return model
 
 
-def symmetry_logs(model: Any, num_std: float = 2.0, device: Any = None) -> dict[str, float]:
+def symmetry_logs(model: Any, num_std: float = 2.0, device: Any = None, undefined: str = "raise") -> dict[str, float]:
     """Per applied self-attention layer, s and d of W_qk (docs/contracts.md), and their medians per stack, keyed
     `symmetry/{component}/layer_{i:02d}`, `.../median` (and the same for directionality). `device`: where the
-    float64 matrices are computed (default: the device of the model's weights)."""
+    float64 matrices are computed (default: the device of the model's weights). `undefined`: what a layer whose
+    scores are undefined gives (a W_qk of zeros, NaN weights after a divergence): "raise" (a ScoreError naming it)
+    or "nan" (NaN values for that layer; the medians are over the other layers)."""
+    if undefined not in ("raise", "nan"):
+        raise UserError(f"symmetry_logs: undefined must be 'raise' or 'nan', got {undefined!r}")
     model = _unwrap(model)
     meta = next((n for n, p in model.named_parameters() if p.is_meta), None)
     if meta is not None:
@@ -58,16 +63,20 @@ def symmetry_logs(model: Any, num_std: float = 2.0, device: Any = None) -> dict[
     out: dict[str, float] = {}
     per_stack: dict[str, tuple[list[float], list[float]]] = {}
     for lm in layer_matrices(model, device=device):
-        s, d = scores(lm.M, num_std)
-        s, d = float(s), float(d)
+        ss, ds = per_stack.setdefault(lm.component, ([], []))
+        try:
+            s, d = (float(x) for x in scores(lm.M, num_std))
+            ss.append(s)
+            ds.append(d)
+        except ScoreError as exc:
+            if undefined == "raise":
+                raise ScoreError(f"{lm.component} layer {lm.layer}: {exc}") from None
+            s = d = math.nan
         out[f"symmetry/{lm.component}/layer_{lm.layer:02d}"] = s
         out[f"directionality/{lm.component}/layer_{lm.layer:02d}"] = d
-        ss, ds = per_stack.setdefault(lm.component, ([], []))
-        ss.append(s)
-        ds.append(d)
     for component, (ss, ds) in per_stack.items():
-        out[f"symmetry/{component}/median"] = statistics.median(ss)
-        out[f"directionality/{component}/median"] = statistics.median(ds)
+        out[f"symmetry/{component}/median"] = statistics.median(ss) if ss else math.nan
+        out[f"directionality/{component}/median"] = statistics.median(ds) if ds else math.nan
     return out
 
 
@@ -86,6 +95,7 @@ class SymmetryCallback(TrainerCallback):
         self.device = device
         self._pending: dict[str, float] | None = None
         self._placed = False
+        self.off: str | None = None  # why it turned itself off (a model it cannot score); None while it measures
 
     # ----------------------------------------------------------------------------------- placement
     def _go_first(self) -> None:
@@ -115,16 +125,32 @@ class SymmetryCallback(TrainerCallback):
     def on_init_end(self, args, state, control, **kwargs):
         self._go_first()
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._go_first()
+        # a monitor never ends the training it watches: a model it cannot score (an unsupported family, weights it
+        # cannot read) is found here, with one warning, and the callback turns itself off
+        if model is not None and state.is_world_process_zero:
+            try:
+                symmetry_logs(model, self.num_std, self.device, undefined="nan")
+            except Exception as exc:  # noqa: BLE001 - whatever the reason, training goes on without it
+                self._turn_off(f"{type(exc).__name__}: {exc}")
+
+    def _turn_off(self, why: str) -> None:
+        self.off = " ".join(why.split())
+        warnings.warn(f"SymmetryCallback: cannot score this model ({self.off}); it turns itself off and training "
+                      "goes on", stacklevel=2)  # fmt: skip
 
     # ------------------------------------------------------------------------------------ measuring
     def on_step_end(self, args, state, control, model=None, **kwargs):
         step = state.global_step
-        if model is None or not (step % self.every == 0 or step == state.max_steps):
+        if self.off or model is None or not (step % self.every == 0 or step == state.max_steps):
             return control
         if state.is_world_process_zero:
-            self._pending = symmetry_logs(model, self.num_std, self.device)
+            try:  # an undefined layer (zero W_qk, NaN weights) logs NaN; anything else turns the callback off
+                self._pending = symmetry_logs(model, self.num_std, self.device, undefined="nan")
+            except Exception as exc:  # noqa: BLE001 - a monitor never ends the training it watches
+                self._turn_off(f"{type(exc).__name__}: {exc}")
+                return control
         control.should_log = True
         return control
 
