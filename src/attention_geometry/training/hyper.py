@@ -194,6 +194,9 @@ _PAPER = dict(
 SIZES: dict[str, dict] = {
     # the embedded default's size; what it shows on a 2-core CPU: docs/experiment-design.md (pilots)
     "tiny": dict(num_layers=2, hidden_size=128, num_heads=2, intermediate_size=512),
+    # the paper's depth at the default's width (study 3, docs/preregistration-3.md): 4 layers x 128, 2 heads of 64
+    # (bert-mini's head size), intermediate 4 x 128; the default's optimization
+    "tiny-4l": dict(num_layers=4, hidden_size=128, num_heads=2, intermediate_size=512),
     # the paper's (Saponati et al. 2025) sizes and optimization
     "bert-mini": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024, **_PAPER),
     "bert-base": dict(num_layers=12, hidden_size=768, num_heads=12, intermediate_size=3072, **_PAPER),
