@@ -25,7 +25,7 @@ from attention_geometry.formats.columns import IMAGE_LOSS_COLUMNS
 from attention_geometry.formats.corpus import load_images
 from attention_geometry.scoring.scorer import score_checkpoints
 from attention_geometry.training import loop as loop_mod
-from attention_geometry.training.hyper import IMAGE_ONLY_FIELDS, RECIPE_FIELDS, TEXT_ONLY_FIELDS, Hyper
+from attention_geometry.training.hyper import IMAGE_ONLY_FIELDS, OMITTED_AT_DEFAULT, TEXT_ONLY_FIELDS, Hyper
 from attention_geometry.training.loop import train
 from attention_geometry.training.models import symmetry_penalty
 from attention_geometry.training.run_config import load_run_config, run_config_from_dict
@@ -281,7 +281,8 @@ def test_text_runs_take_no_patch_size_and_the_data_must_fit(tmp_path, digits):
 
 def test_a_text_run_yaml_has_no_vision_fields(tmp_path):
     """A text run's run.yaml `hyper` is what it was before ViTs: every Hyper field but patch_size, in order (and
-    but the authors' recipe fields, which run.yaml leaves out at their defaults: hyper.RECIPE_FIELDS)."""
+    but the authors' recipe fields and the device path's, which run.yaml leaves out at their defaults:
+    hyper.OMITTED_AT_DEFAULT)."""
     from helpers import write_random_corpus, write_run_config_file
 
     from attention_geometry.formats.corpus import load_corpus
@@ -290,6 +291,6 @@ def test_a_text_run_yaml_has_no_vision_fields(tmp_path):
     text = write_random_corpus(tmp_path / "text")
     cfg = load_run_config(write_run_config_file(tmp_path / "t.yaml", text))
     hyper = resolve_run(cfg, load_corpus(cfg.corpus)).as_run_yaml()["hyper"]
-    omitted = set(IMAGE_ONLY_FIELDS) | set(RECIPE_FIELDS)
+    omitted = set(IMAGE_ONLY_FIELDS) | set(OMITTED_AT_DEFAULT)
     assert list(hyper) == [f for f in Hyper.__dataclass_fields__ if f not in omitted]
     assert "n_train_blocks" in resolve_run(cfg, load_corpus(cfg.corpus)).as_run_yaml()

@@ -64,6 +64,10 @@ COMMANDS: dict[str, Command] = {
         "train (or resume) one run from a RUN.yaml",
         commands.add_arguments_train,
     ),
+    "train-shared": Command(
+        "train several runs at once on one device (e.g. small runs sharing a GPU), one process each",
+        commands.add_arguments_train_shared,
+    ),
     "score-updates": Command(
         "score the W_qk gradients and applied updates of a run",
         commands.add_arguments_score_updates,
@@ -127,6 +131,8 @@ def runner(name: str) -> Callable[[argparse.Namespace], int]:
             from attention_geometry.data.images import run_prepare_images as run
         case "train":
             from attention_geometry.training.command import run_train as run
+        case "train-shared":
+            from attention_geometry.training.share import run_train_shared as run
         case "score-updates":
             from attention_geometry.scoring.updates import run_score_updates as run
         case "score-null":

@@ -204,6 +204,26 @@ def add_arguments_train(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def add_arguments_train_shared(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, nargs="+", metavar="RUN.yaml", help="the runs' RUN.yaml files")
+    parser.add_argument(
+        "--out", required=True, nargs="+", metavar="DIR", help="their run directories, one per --config, in order"
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch threads of all the trainers together")
+    parser.add_argument(
+        "--device", choices=["auto", "cpu", "cuda"], default=None, help="every run's device (default: each RUN.yaml's)"
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="MINUTES",
+        help=f"each trainer's wall-clock budget (train --time-limit); one that stops early makes the exit status "
+        f"{EXIT_STOPPED}",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars (the trainers never draw one)")
+
+
 def add_arguments_score_updates(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="training run dir (run.yaml, checkpoints/step-XXXXXXX/)")
     parser.add_argument(

@@ -10,7 +10,9 @@ initializations, with weight snapshots, a loss log and bitwise resume; the same 
     snapshots.py   what a run writes: run.yaml, loss.csv, weight snapshots, the resumable state
     runtime.py     device, precision, threads, the heap setting for large temporaries
     loop.py        train(): the loop, DDP, resume
+    device_path.py the device path (batch_path: device): batches and masks on the GPU, few static passes
     budget.py      stopping early with the state saved: the time limit (--time-limit), SIGTERM, exit status 75
     launch.py      how the workflow starts the trainer (torchrun per GPU, srun + torchrun per node; torch-free)
     command.py     CLI `attention-geometry train`
+    share.py       CLI `attention-geometry train-shared`: several runs as processes on one device (torch-free)
 """

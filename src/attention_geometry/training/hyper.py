@@ -40,6 +40,13 @@ DECAY_PARAMS = ("ndim", "trainer")
 # of each micro-batch's token mean (the Trainer of transformers 4.39.1, the authors' pinned version)
 LOSS_MEANS = ("tokens", "micro_batches")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# where an update's batch is made (docs/training.md, "The device path (GPU)"): `host` the numpy masking of
+# training/batches.py and one forward and backward per micro-batch (the default, what every CPU study trained);
+# `device` the corpus on the device, the masks drawn there from a torch generator keyed by (seed, step), and the
+# micro-batches run together in `device_passes` passes (training/device_path.py)
+BATCH_PATHS = ("host", "device")
+# how the device path runs its passes: eagerly, through torch.compile, or replayed from a captured CUDA graph
+CAPTURES = ("eager", "compile", "cuda-graphs")
 FUSED_OPTIMIZERS = ("auto", "fused", "foreach", "none")
 HIDDEN_ACTS = ("gelu", "relu", "gelu_new", "silu")
 # the bounds resolve_hyper checks (config/schema.yaml's `overrides` states the same: tests/test_schema.py);
@@ -62,6 +69,7 @@ HYPER_BOUNDS: dict[str, dict[str, float]] = {
     },
     "patch_size": _POSITIVE_INT,  # or null (text models)
     "per_device_batch_size": _POSITIVE_INT,  # or null (not checked)
+    "device_passes": _POSITIVE_INT,
     "warmup_steps": {"minimum": 0},
     "lr": {"exclusiveMinimum": 0},
     "eps": {"exclusiveMinimum": 0},
@@ -103,6 +111,8 @@ HYPER_ENUMS = {
     "recipe": RECIPES,
     "weight_decay_params": DECAY_PARAMS,
     "loss_mean": LOSS_MEANS,
+    "batch_path": BATCH_PATHS,
+    "capture": CAPTURES,
 }
 
 
@@ -151,6 +161,10 @@ class Hyper:
     # the batch of one process's micro-batch, checked against batch_size / (processes x grad_accum) when the run
     # starts (the authors' 32 per GPU: batch_size = 32 x grad_accum x GPUs); None: not checked
     per_device_batch_size: int | None = None
+    # the device path (GPU runs; training/device_path.py); at their defaults run.yaml leaves these out too
+    batch_path: str = "host"  # host | device (BATCH_PATHS)
+    device_passes: int = 1  # the device path's forward and backward passes per update (1: the whole batch at once)
+    capture: str = "eager"  # the device path's passes: eager | compile | cuda-graphs (CAPTURES)
 
 
 # the fields only one kind of model reads: a run of the other kind may not override them, and its run.yaml leaves
@@ -166,6 +180,10 @@ TEXT_ONLY_FIELDS = (
 IMAGE_ONLY_FIELDS = ("patch_size",)
 # the fields of the authors' recipe, left out of run.yaml at their defaults (ResolvedRun.as_run_yaml)
 RECIPE_FIELDS = ("recipe", "weight_decay_params", "loss_mean", "per_device_batch_size")
+# the device path's fields, also left out of run.yaml at their defaults (a run of the host path records what it
+# recorded before they existed)
+DEVICE_PATH_FIELDS = ("batch_path", "device_passes", "capture")
+OMITTED_AT_DEFAULT = RECIPE_FIELDS + DEVICE_PATH_FIELDS
 
 
 def _kind(name: str, default) -> str:
@@ -269,7 +287,7 @@ def _check_hyper(h: Hyper, where: str) -> None:
         bad("mask_token_fraction", "mask_token_fraction and random_token_fraction must be >= 0 and sum to <= 1")
     if h.hidden_act not in HIDDEN_ACTS:
         bad("hidden_act", f"unsupported activation {h.hidden_act!r}")
-    for key in ("recipe", "weight_decay_params", "loss_mean"):
+    for key in ("recipe", "weight_decay_params", "loss_mean", "batch_path", "capture"):
         if getattr(h, key) not in HYPER_ENUMS[key]:
             bad(key, f"unknown value {getattr(h, key)!r} (known: {', '.join(HYPER_ENUMS[key])})")
     if h.per_device_batch_size is not None and h.batch_size % (h.per_device_batch_size * h.grad_accum):
@@ -278,3 +296,13 @@ def _check_hyper(h: Hyper, where: str) -> None:
             f"batch_size {h.batch_size} is not a multiple of per_device_batch_size x grad_accum "
             f"({h.per_device_batch_size} x {h.grad_accum})",
         )
+    if h.batch_path == "host":  # the device path's settings mean nothing on the host path: refused, not ignored
+        if h.device_passes != 1:
+            bad("device_passes", "only the device path reads it (batch_path: device)")
+        if h.capture != "eager":
+            bad("capture", "only the device path reads it (batch_path: device; the host path has `compile`)")
+    else:
+        if h.compile:
+            bad("compile", "the device path compiles with `capture: compile` (`compile` is the host path's)")
+        if h.batch_size % h.device_passes:
+            bad("device_passes", f"batch_size {h.batch_size} is not a multiple of device_passes {h.device_passes}")

@@ -5,6 +5,9 @@ masks an update sees), then splits it into `grad_accum` micro-batches. The loss 
 mean over the whole global batch (each process divides its token-summed loss by the global token count,
 which every process knows without communication). What is written where: training/snapshots.py.
 
+A run with `batch_path: device` (GPU runs) takes each update from training/device_path.py instead of `_update`
+(batches and masks made on the device, the micro-batches in a few passes); everything else is this loop's.
+
 An image classifier (objective `classifier`, training/vit.py) goes through the same loop: example g of update t
 is train image perm_e[g mod n] (the same Order), the loss of an update is the mean cross-entropy over the
 global batch's images, and the held-out rows also carry the accuracy (loss.csv's `eval_accuracy` column).
@@ -230,6 +233,8 @@ class _Run:
     autocast: Callable[[], Any] = contextlib.nullcontext
     fwd: Any = None
     qk_pairs: Any = None  # the ViT's (query, key) layers for the regularizer; None: the BERT model's
+    # the device path's update (`batch_path: device`, training/device_path.py); None: the host path's _update
+    device_update: Any = None
     budget: Budget = field(default_factory=Budget)  # the wall-clock limit (training/budget.py)
 
     @property
@@ -284,7 +289,11 @@ def _build(run: _Run, state_dir: Path | None) -> str:
         run.qk_pairs = qk_layers(run.model)
     else:
         run.fwd = _LossModule(run.model, cfg.objective, h.compile)
-    if run.world > 1:
+    if h.batch_path == "device":  # its own passes and loss module (DDP-wrapped there)
+        from attention_geometry.training.device_path import DeviceUpdate
+
+        run.device_update = DeviceUpdate(run)
+    elif run.world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         run.fwd = DDP(run.fwd, device_ids=[dev.index] if dev.type == "cuda" else None)
@@ -327,7 +336,10 @@ class _LossLog:
         sums = torch.stack([p[1] for p in self.pending]).double()
         if self.run.dist is not None:
             self.run.dist.all_reduce(sums)
-        for (s, _, lr, n_tok), total in zip(self.pending, sums.cpu().tolist()):
+        counts = [p[3] for p in self.pending]
+        if isinstance(counts[0], torch.Tensor):  # the device path counts the labelled positions on the device
+            counts = [int(n) for n in torch.stack(counts).cpu().tolist()]
+        for (s, _, lr, _), n_tok, total in zip(self.pending, counts, sums.cpu().tolist()):
             mean = total / n_tok if n_tok else math.nan  # no labelled token: the loss is undefined, never 0
             if not math.isfinite(mean):
                 self.pending = []
@@ -382,6 +394,12 @@ def _eval_at(run: _Run, step: int) -> dict[str, float] | None:
     )
     log.info("step %d eval_loss %.6f", step, e)
     return {"eval_loss": e}
+
+
+def update_of(run: _Run) -> Callable:
+    """The update function of the run's batch path: _update (host) or its DeviceUpdate (training/device_path.py),
+    both called as f(run, order, step, lam)."""
+    return run.device_update if run.device_update is not None else _update
 
 
 def _update(run: _Run, order: Order, step: int, lam: float) -> tuple[torch.Tensor, float, int]:
@@ -545,6 +563,10 @@ def train(
             f"{h.batch_size // (h.per_device_batch_size * h.grad_accum)} process(es) (training.gpus)"
         )
     dev = _pick_device(device_name, local_rank)
+    if h.batch_path == "device":  # what the device path refuses on this device, before anything is written
+        from attention_geometry.training.device_path import check_device_run
+
+        check_device_run(h, dev, world)
     keep_large_allocations_on_heap()
     if threads:
         torch.set_num_threads(threads)
@@ -719,6 +741,7 @@ def _train(run: _Run, progress: bool, term: TermSignal) -> dict:
                 losses.add_eval0(e0)
 
         order = Order(int(run.corpus.train.shape[0]), run.cfg.seed)
+        update = update_of(run)
         lam = resolved.regularizer_lambda
         bar = None
         if run.rank == 0 and progress:
@@ -735,7 +758,7 @@ def _train(run: _Run, progress: bool, term: TermSignal) -> dict:
                     bar.close()
                 return _stopped(run, losses, step - 1, saved, why, t_start)
             budget.start_step()
-            step_sum, lr, n_tokens = _update(run, order, step, lam)
+            step_sum, lr, n_tokens = update(run, order, step, lam)
             losses.pending.append((step, step_sum, lr, n_tokens))
             if bar is not None:
                 bar.update(1)

@@ -26,7 +26,7 @@ from attention_geometry.training.hyper import (
     IMAGE_ONLY_FIELDS,
     IMAGE_SIZES,
     INITS,
-    RECIPE_FIELDS,
+    OMITTED_AT_DEFAULT,
     RUN_OBJECTIVES,
     SIZES,
     TEXT_ONLY_FIELDS,
@@ -297,7 +297,7 @@ class ResolvedRun:
         hyper = {
             k: (list(v) if isinstance(v, tuple) else v)
             for k, v in dataclasses.asdict(self.hyper).items()
-            if k not in skip and not (k in RECIPE_FIELDS and v == defaults[k])
+            if k not in skip and not (k in OMITTED_AT_DEFAULT and v == defaults[k])
         }
         return {
             "run": self.run,

@@ -1,0 +1,428 @@
+"""The device path of the training loop (`batch_path: device`; docs/training.md, "The device path (GPU)"): what a
+GPU run needs so that an update is a few large launches without a host synchronization, beside the host path of
+loop.py, which stays the default and what every CPU study trained.
+
+- The train split lives on the device (`DeviceData`), in the narrowest integer type that holds the vocabulary;
+  where it would take more than a quarter of the device's memory it stays on the host and each update's rows go
+  over in one pinned copy. The data order is the host path's (`batches.Order`).
+- The masking is drawn on the device for the whole global batch from a torch generator seeded by (seed, step)
+  (`device_masks`): DataCollatorForLanguageModeling's rule (mlm_probability; of the selected, mask_token_fraction
+  [MASK], random_token_fraction a uniform random id, the rest kept; never a special token of the recipe's list),
+  another random stream than the host path's numpy one. Every process draws the global batch, so the masks do not
+  depend on the number of processes.
+- The micro-batches of an update run as `device_passes` passes (1: the process's whole batch at once), with
+  per-token loss weights that keep `loss_mean` exact (`micro_batches`: each micro-batch's token mean, averaged;
+  `tokens`: the token mean over the global batch).
+- Static shapes: a masked objective's output layer takes a fixed number K of positions per pass (the selected
+  ones in order, then ignored fillers); K is the expected count plus 10 standard deviations, and the masking keeps
+  at most K selections per pass (its first; the chance that a pass selects more is below 1e-20). The clean
+  decoder takes every position (padding has the ignore index). Attention is masked where the uncorrupted blocks
+  are padded; a pass without a padded row runs without a mask (flash attention), decided on the host.
+- The passes run eagerly, through torch.compile (`capture: compile`), or replayed from CUDA graphs captured at
+  the first update that needs them (`capture: cuda-graphs`; CUDA, one process); the optimizer step (the loss
+  scaler's unscale, clipping, fused AdamW, the scaler's update) stays eager and synchronization-free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attention_geometry.errors import UserError
+from attention_geometry.training.batches import (
+    IGNORE_INDEX,
+    NEVER_MASKED,
+    NEVER_MASKED_AUTHORS,
+    dropout_seed,
+    global_indices,
+    lr_at,
+)
+from attention_geometry.training.hyper import CAUSAL_OBJECTIVES, MASKED_OBJECTIVES, Hyper, uses_dropout
+from attention_geometry.training.models import _head, hidden_states, symmetry_penalty
+from attention_geometry.training.runtime import _precision
+
+__all__ = [
+    "DEVICE_MASK_STREAM",
+    "DeviceData",
+    "DeviceUpdate",
+    "capacity",
+    "check_device_run",
+    "device_mask_seed",
+    "device_masks",
+    "pass_loss",
+]
+
+DEVICE_MASK_STREAM = 4  # training/batches.py's generators use the streams 0-3
+CAPACITY_SDS = 10  # K: the expected selections of a pass plus this many standard deviations
+RESIDENT_SHARE = 0.25  # the train split stays on the host where it would take more of the device's memory
+WARMUP_REPLAYS = 3  # eager forward and backward passes on a side stream before a CUDA graph is captured
+
+
+def device_mask_seed(seed: int, step: int) -> int:
+    """The seed of the device generator that draws the masks of update `step`: a 63-bit integer from the key
+    (seed, DEVICE_MASK_STREAM, step)."""
+    state = np.random.SeedSequence([int(seed), DEVICE_MASK_STREAM, int(step)]).generate_state(2, np.uint64)
+    return int(state[0] >> np.uint64(1))
+
+
+def capacity(n_positions: int, p: float) -> int:
+    """K, the positions one pass's output layer takes: the expected selections of `n_positions` at rate `p` plus
+    CAPACITY_SDS standard deviations (every position maskable: an upper bound), at most `n_positions`."""
+    k = math.ceil(n_positions * p + CAPACITY_SDS * math.sqrt(n_positions * p * (1 - p))) + 1
+    return min(n_positions, k)
+
+
+def device_masks(
+    ids: torch.Tensor, gen: torch.Generator, h: Hyper, special: dict, vocab_size: int, chunks: int = 1, cap=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT masking of `ids` [n, L] (int64) drawn from `gen` on their device: positions that are no special token of
+    the recipe (NEVER_MASKED_AUTHORS under `recipe: authors`, else NEVER_MASKED) are selected with probability
+    mlm_probability; of those, mask_token_fraction become [MASK], random_token_fraction a uniform random id in
+    [0, vocab_size), the rest stay. `cap`: the rows split into `chunks` equal parts, each keeps at most `cap` of its
+    selections (the first in row-major order; None: all). Returns (inputs, labels), labels = the original id where
+    selected, IGNORE_INDEX elsewhere (DataCollatorForLanguageModeling's layout)."""
+    n, L = ids.shape
+    dev = ids.device
+    u = torch.rand((n, L), generator=gen, device=dev)
+    w = torch.rand((n, L), generator=gen, device=dev)
+    r = torch.randint(0, vocab_size, (n, L), generator=gen, device=dev)
+    sel = u < h.mlm_probability
+    for name in NEVER_MASKED_AUTHORS if h.recipe == "authors" else NEVER_MASKED:
+        sel &= ids != special[name]
+    if cap is not None:
+        parts = sel.view(chunks, -1)
+        sel = (parts & (parts.cumsum(1) <= cap)).view(n, L)
+    to_mask = sel & (w < h.mask_token_fraction)
+    to_rand = sel & (w >= h.mask_token_fraction) & (w < h.mask_token_fraction + h.random_token_fraction)
+    inputs = torch.where(to_mask, special["mask"], torch.where(to_rand, r, ids))
+    return inputs, torch.where(sel, ids, IGNORE_INDEX)
+
+
+def pass_loss(model, objective: str, x, key_padding, pos, targets, weights) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum_t weights_t * ce_t, sum_t ce_t) of one pass: the cross-entropy ce_t of each of its labelled positions
+    (IGNORE_INDEX targets count 0). Text: `x` the inputs [R, L], `key_padding` True at real keys (None: no mask),
+    the hidden states (a decoder's shifted by one) flattened, `pos` the K positions the output layer takes (None:
+    all), `targets` and `weights` one per position taken. Images (`classifier`): `x` the pixels, `targets` the
+    classes. Static shapes throughout, so that a pass can be compiled or captured."""
+    if objective == "classifier":
+        logits = model(pixel_values=x).logits.float()
+    else:
+        causal = objective in CAUSAL_OBJECTIVES
+        hs = hidden_states(model, x, key_padding, causal)
+        if causal:
+            hs = hs[:, :-1]
+        hs = hs.reshape(-1, hs.shape[-1])
+        if pos is not None:
+            hs = hs.index_select(0, pos)
+        logits = _head(model, hs).float()
+    ce = F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction="none")
+    return (ce * weights).sum(), ce.detach().sum()
+
+
+class _Pass(nn.Module):
+    """pass_loss as a module (what DDP wraps across processes); `fn`: pass_loss or its compiled form."""
+
+    def __init__(self, model, objective: str, fn):
+        super().__init__()
+        self.model, self.objective, self.fn = model, objective, fn
+
+    def forward(self, x, key_padding, pos, targets, weights):
+        return self.fn(self.model, self.objective, x, key_padding, pos, targets, weights)
+
+
+# ------------------------------------------------------------------------------------------------- the data
+
+
+_TORCH = {np.int16: torch.int16, np.int32: torch.int32}
+
+
+def _to_device(a: np.ndarray, dev: torch.device) -> torch.Tensor:
+    """A host array on `dev`: from pinned memory without waiting on a CUDA device, as it is on the CPU."""
+    t = torch.from_numpy(np.ascontiguousarray(a))
+    return t.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else t
+
+
+class DeviceData:
+    """The train split of a run for the device path: token blocks with the host's record of which are padded, or
+    images with their classes (normalized on the device as vit.pixel_batch does on the host)."""
+
+    def __init__(self, corpus, dev: torch.device, image: bool, chunk_rows: int = 65536):
+        self.dev, self.image = dev, image
+        train = corpus.train
+        if image:
+            self.images = _to_device(np.array(train), dev)  # a copy: the set's arrays are read-only maps
+            self.labels = _to_device(np.array(corpus.train_labels, dtype=np.int64), dev)
+            self.mean = torch.tensor(corpus.mean, dtype=torch.float32, device=dev)[:, None, None]
+            self.std = torch.tensor(corpus.std, dtype=torch.float32, device=dev)[:, None, None]
+            self.resident = True
+            return
+        n, L = train.shape
+        dtype = np.int16 if corpus.vocab_size <= 1 << 15 else np.int32
+        pad = corpus.special_tokens["pad"]
+        nbytes = n * L * np.dtype(dtype).itemsize
+        self.resident = (
+            dev.type != "cuda" or nbytes <= RESIDENT_SHARE * torch.cuda.get_device_properties(dev).total_memory
+        )
+        self.padded = np.empty(n, dtype=bool)  # one pass over the split, in chunks (a corpus can be gigabytes)
+        self.blocks = torch.empty((n, L), dtype=_TORCH[dtype], device=dev) if self.resident else None
+        for a in range(0, n, chunk_rows):
+            part = np.asarray(train[a : a + chunk_rows])
+            self.padded[a : a + len(part)] = (part == pad).any(axis=1)
+            if self.resident:
+                self.blocks[a : a + len(part)].copy_(torch.from_numpy(part.astype(dtype)))
+        self.host = None if self.resident else train
+
+    def token_rows(self, idx: np.ndarray) -> torch.Tensor:
+        """The blocks of train indices `idx` as int64 [len(idx), L] on the device."""
+        if self.resident:
+            return self.blocks.index_select(0, _to_device(idx, self.dev)).long()
+        return _to_device(np.asarray(self.host[idx]), self.dev).long()
+
+    def image_rows(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """(normalized float32 pixels, int64 classes) of train images `idx` on the device."""
+        i = _to_device(idx, self.dev)
+        x = self.images.index_select(0, i).float() * np.float32(1 / 255)
+        return (x - self.mean) / self.std, self.labels.index_select(0, i)
+
+
+# ----------------------------------------------------------------------------------------------- one update
+
+
+@dataclass
+class Passes:
+    """One update's passes on this process: per pass (x, key_padding or None, pos or None, targets, weights), and
+    the global count of positions with a loss (a tensor on the device; an int for images)."""
+
+    args: list[tuple]
+    n_tokens: torch.Tensor | int
+
+    def keys(self) -> list[bool]:
+        """Per pass whether it has an attention mask (a CUDA graph per kind)."""
+        return [a[1] is not None for a in self.args]
+
+
+def check_device_run(h: Hyper, dev: torch.device, world: int) -> None:
+    """What the device path refuses once the device and the processes are known (train() calls it before anything
+    is written): device_passes that do not divide a process's sequences, CUDA graphs off CUDA or under DDP."""
+    rows = h.batch_size // world
+    if rows % h.device_passes:
+        raise UserError(
+            f"overrides.device_passes: {h.device_passes} does not divide the {rows} sequences of a process's update"
+        )
+    if h.capture == "cuda-graphs" and (dev.type != "cuda" or world > 1):
+        raise UserError(
+            f"overrides.capture: cuda-graphs needs a CUDA device and one process (this run: {dev.type}, {world} "
+            "process(es)); use eager or compile"
+        )
+
+
+class DeviceUpdate:
+    """The device path's update of a run (loop._Run): `update(run, order, step, lam)` is what loop._update is to the
+    host path, (this process's token-summed loss, learning rate, global loss-token count). Built by loop._build
+    after the model, optimizer and loss scaler (and their resumed state); the train split goes to the device at the
+    first update."""
+
+    def __init__(self, run):
+        self.run, h = run, run.h
+        self.h: Hyper = h
+        self.objective = run.cfg.objective
+        self.image = self.objective == "classifier"
+        self.dev, self.world, self.rank = run.dev, run.world, run.rank
+        check_device_run(h, self.dev, self.world)
+        self.rows = h.batch_size // self.world  # this process's sequences per update
+        self.n_pass = h.device_passes
+        self.pass_rows = self.rows // self.n_pass
+        self.params = [p for p in run.model.parameters() if p.requires_grad]
+        fn = torch.compile(pass_loss, dynamic=False) if h.capture == "compile" else pass_loss
+        self.fwd = _Pass(run.model, self.objective, fn)
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            self.fwd = DDP(self.fwd, device_ids=[self.dev.index] if self.dev.type == "cuda" else None)
+        amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(_precision(h, self.dev))
+        self.amp = amp
+        L = h.seq_len or 0
+        self.width = L - 1 if self.objective in CAUSAL_OBJECTIVES else L  # positions with a label per row
+        self.cap = (
+            capacity(self.pass_rows * self.width, h.mlm_probability) if self.objective in MASKED_OBJECTIVES else None
+        )
+        self.gen = torch.Generator(device=self.dev)
+        self.graphs = _Graphs(self) if h.capture == "cuda-graphs" else None
+        self.data: DeviceData | None = None
+
+    def autocast(self):
+        if self.amp is None:
+            return contextlib.nullcontext()
+        # no cast cache: a captured graph must cast the weights it reads at every replay
+        return torch.autocast(self.dev.type, dtype=self.amp, cache_enabled=False)
+
+    # the batch ------------------------------------------------------------------------------------------------
+    def batch(self, step: int, idx: np.ndarray) -> Passes:
+        """This process's passes of update `step`, whose global batch is train examples `idx` (batches.Order)."""
+        run = self.run
+        if self.data is None:
+            self.data = DeviceData(run.corpus, self.dev, self.image)
+        if self.image:
+            x, y = self.data.image_rows(idx)
+            return self.passes(x, y, None, [False] * self.n_pass, n_tokens=len(idx))
+        special, h = run.special, self.h
+        ids = self.data.token_rows(idx)
+        if self.objective in MASKED_OBJECTIVES:
+            self.gen.manual_seed(device_mask_seed(run.cfg.seed, step))
+            chunks = self.world * self.n_pass
+            inputs, labels = device_masks(ids, self.gen, h, special, h.vocab_size, chunks, self.cap)
+        else:
+            inputs, labels = ids, torch.where(ids == special["pad"], IGNORE_INDEX, ids)
+        lo = self.rank * self.rows
+        padded = self.data.padded[idx[lo : lo + self.rows]].reshape(self.n_pass, -1).any(axis=1)
+        return self.passes(inputs, labels, ids != special["pad"], [bool(p) for p in padded])
+
+    def passes(self, inputs, labels, real, padded: list[bool], n_tokens: int | None = None) -> Passes:
+        """The passes of a global batch on the device (inputs, labels [B, L]; `real` True where a key is a real
+        token; an image batch: pixels and classes, `real` None): this process's rows, `padded[j]` whether pass j
+        needs its attention mask, and the per-position weights of the loss (`loss_mean`)."""
+        h, P, R, lo = self.h, self.n_pass, self.pass_rows, self.rank * self.rows
+        mine = slice(lo, lo + self.rows)
+        x = inputs[mine].reshape(P, R, *inputs.shape[1:])
+        if self.image:  # the mean over the global batch's images (as the host path)
+            w = torch.full((P, R), self.world / max(int(n_tokens), 1), device=self.dev)
+            y = labels[mine].reshape(P, R)
+            return Passes([(x[j], None, None, y[j], w[j]) for j in range(P)], int(n_tokens))
+        lab = labels[:, 1:] if self.objective in CAUSAL_OBJECTIVES else labels
+        valid = lab != IGNORE_INDEX
+        count = valid.sum()
+        if h.loss_mean == "micro_batches":  # each micro-batch's token mean, averaged over micro-batches (and DDP)
+            A = h.grad_accum
+            per_micro = valid[mine].reshape(A, -1).sum(1).clamp_min(1).float()
+            c_row = (1.0 / (A * per_micro)).repeat_interleave(self.rows // A)
+        else:  # the token mean over the global batch (DDP averages: times the processes)
+            c_row = (self.world / count.clamp_min(1).float()).expand(self.rows)
+        width = lab.shape[1]
+        tgt = lab[mine].reshape(P, R * width)
+        wt = c_row.reshape(P, R, 1).expand(P, R, width).reshape(P, R * width)
+        pos = [None] * P
+        if self.cap is not None:  # the first K labelled positions of each pass, then ignored fillers
+            rank = (tgt != IGNORE_INDEX).cumsum(1)
+            want = torch.arange(1, self.cap + 1, device=self.dev).expand(P, self.cap).contiguous()
+            at = torch.searchsorted(rank, want).clamp_max(R * width - 1)
+            ok = want <= rank[:, -1:]
+            tgt = torch.where(ok, tgt.gather(1, at), IGNORE_INDEX)
+            wt = torch.where(ok, wt.gather(1, at), 0.0)
+            pos = list(at)
+        kp = real[mine].reshape(P, R, -1) if real is not None else None
+        args = [(x[j], kp[j] if padded[j] else None, pos[j], tgt[j], wt[j]) for j in range(P)]
+        return Passes(args, count)
+
+    # forward, backward, step -------------------------------------------------------------------------------
+    def backward(self, passes: Passes, lam: float = 0.0) -> torch.Tensor:
+        """Forward and backward of every pass (gradients accumulated), the regularizer's once; this process's
+        token-summed loss."""
+        run, total = self.run, torch.zeros((), device=self.dev)
+        for j, args in enumerate(passes.args):
+            if self.graphs is not None:
+                total = total + self.graphs.replay(args)
+                continue
+            last = j == len(passes.args) - 1
+            sync = self.fwd.no_sync() if self.world > 1 and not last else contextlib.nullcontext()
+            with sync:
+                with self.autocast():
+                    weighted, plain = self.fwd(*args)
+                self._backward(weighted)
+            total = total + plain
+        if lam > 0:  # as the host path adds it to the last micro-batch's loss: the same gradient
+            with self.autocast():
+                penalty = lam * symmetry_penalty(run.model, run.qk_pairs)
+            self._backward(penalty)
+        return total
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        (self.run.scaler.scale(loss) if self.run.scaler is not None else loss).backward()
+
+    def step(self) -> None:
+        """The optimizer step (loop._optimizer_step's): unscale, clip, AdamW, the scaler's update; then the
+        gradients are cleared (zeroed in place under CUDA graphs, whose captured backward writes them)."""
+        run, h = self.run, self.h
+        if run.scaler is not None:
+            run.scaler.unscale_(run.opt)
+        if h.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, h.grad_clip, foreach=True)
+        if run.scaler is not None:
+            run.scaler.step(run.opt)
+            run.scaler.update()
+        else:
+            run.opt.step()
+        if self.graphs is not None:
+            torch._foreach_zero_([p.grad for p in self.params if p.grad is not None])
+        else:
+            run.opt.zero_grad(set_to_none=True)
+
+    def __call__(self, run, order, step: int, lam: float):
+        """One optimizer update (loop._update's contract)."""
+        h = self.h
+        idx = order(global_indices(step, h.batch_size))
+        passes = self.batch(step, idx)
+        lr = lr_at(h, step)
+        for group in run.opt.param_groups:
+            group["lr"] = lr
+        if self.graphs is not None:  # captured before the dropout seed: capturing draws nothing the update sees
+            self.graphs.ensure(passes)
+        if uses_dropout(h):
+            torch.manual_seed(dropout_seed(run.cfg.seed, step, run.rank))
+        total = self.backward(passes, lam)
+        self.step()
+        return total, lr, passes.n_tokens
+
+
+class _Graphs:
+    """The passes as CUDA graphs, one per kind (with or without an attention mask): static input buffers, a
+    forward and backward that accumulates into the parameters' gradients, and the pass's plain loss sum."""
+
+    def __init__(self, update: DeviceUpdate):
+        self.update = update
+        self.graphs: dict[bool, tuple] = {}
+
+    def ensure(self, passes: Passes) -> None:
+        """Capture the graph of each kind of pass in `passes` not captured yet (warm-up passes first, on a side
+        stream, whose gradients are cleared afterwards)."""
+        for key, args in zip(passes.keys(), passes.args):
+            if key not in self.graphs:
+                self.graphs[key] = self._capture(args)
+
+    def _run(self, statics):
+        u = self.update
+        with u.autocast():
+            weighted, plain = u.fwd(*statics)
+        u._backward(weighted)
+        return plain
+
+    def _capture(self, args) -> tuple:
+        u = self.update
+        statics = tuple(None if a is None else a.clone() for a in args)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_REPLAYS):
+                self._run(statics)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        # the kinds share one memory pool: their passes never run at once, and what outlives a replay (the inputs,
+        # the gradients, the loss scale) is allocated outside the graphs
+        pool = next(iter(self.graphs.values()))[0].pool() if self.graphs else None
+        with torch.cuda.graph(graph, pool=pool):
+            plain = self._run(statics)
+        torch._foreach_zero_([p.grad for p in u.params if p.grad is not None])
+        return graph, statics, plain
+
+    def replay(self, args) -> torch.Tensor:
+        graph, statics, plain = self.graphs[args[1] is not None]
+        for s, a in zip(statics, args):
+            if s is not None:
+                s.copy_(a)
+        graph.replay()
+        return plain.clone()
