@@ -523,9 +523,22 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def loop_updates(size: str, objective: str, data: Path, overrides: dict, steps: int, warmup: int, out: Path, dev):
-    """(seconds of each timed update, precision, Hyper, non-embedding params) of the training loop's own update
-    (loop._update) on `dev`, each timed between two synchronizations, after `warmup` untimed ones."""
+def loop_updates(
+    size: str,
+    objective: str,
+    data: Path,
+    overrides: dict,
+    steps: int,
+    warmup: int,
+    out: Path,
+    dev,
+    record: dict | None = None,
+):
+    """(seconds of each timed update, precision, Hyper, non-embedding params) of the training loop's own update on
+    `dev` (loop.update_of: loop._update, or the device path's with `batch_path: device`), each timed between two
+    synchronizations, after `warmup` untimed ones. `record` (a dict) receives the first update's seconds (a compile
+    or a graph capture included: `first_s`), each update's mean loss (`losses`) and on CUDA the host
+    synchronizations of one more update (`syncs`: sync_count)."""
     from attention_geometry.training import loop
     from attention_geometry.training.batches import Order
     from attention_geometry.training.run_config import read_run_data, resolve_run
@@ -549,15 +562,36 @@ def loop_updates(size: str, objective: str, data: Path, overrides: dict, steps: 
     run = loop._Run(cfg, corpus, resolve_run(cfg, corpus), out, dev, 1, 0, None)
     precision = loop._build(run, None)
     order = Order(int(corpus.train.shape[0]), cfg.seed)
-    times = []
+    update = loop.update_of(run)
+    times, sums = [], []
     for step in range(1, warmup + steps + 1):
         _sync(dev)
         t = time.perf_counter()
-        loop._update(run, order, step, 0.0)
+        total, _, n_tokens = update(run, order, step, 0.0)
         _sync(dev)
-        if step > warmup:
-            times.append(time.perf_counter() - t)
-    return times, precision, run.h, body_params(run.model)
+        times.append(time.perf_counter() - t)
+        sums.append((total.detach(), n_tokens))
+    if record is not None:
+        record["first_s"] = times[0]
+        record["losses"] = [float(s) / max(int(n), 1) for s, n in sums]
+        if dev.type == "cuda":  # the host synchronizations of one more update
+            record["syncs"] = sync_count(lambda: update(run, order, warmup + steps + 1, 0.0))
+    return times[warmup:], precision, run.h, body_params(run.model)
+
+
+def sync_count(fn) -> int:
+    """The host synchronizations torch reports (torch.cuda.set_sync_debug_mode) while `fn()` runs on CUDA."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    return sum("synchroniz" in str(w.message).lower() for w in seen)
 
 
 def update_flops(h, objective: str, n_body: int, n: int) -> tuple[int, float | None]:

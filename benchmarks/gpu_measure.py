@@ -1,0 +1,250 @@
+"""The training update's speed on a GPU, the host path and the device path side by side (issue 39; docs/training.md,
+"The device path (GPU)"): ms per update, tokens/s and MFU of each size and objective under config/paper.yaml's
+recipe, in one run that fits a time budget. benchmarks/gpu_measure.sh runs it with gpu_check.sh on a lent GPU.
+
+    python benchmarks/gpu_measure.py [--device cuda] [--sizes bert-mini bert-base bert-large vit-tiny]
+        [--objectives encoder decoder-paper decoder] [--captures cuda-graphs compile] [--steps 5] [--warmup 2]
+        [--budget-s 210] [--json PATH] [--config config/paper.yaml] [--group paper] [--block-len 512]
+
+What is timed: the training loop's own update (benchmarks/train_throughput.py loop_updates: loop._update on the
+host path, the DeviceUpdate with `batch_path: device`), each between two synchronizations, the median of --steps
+after --warmup untimed ones (the first of which holds a compile or a graph capture: its time is in `first_ms`), on
+random data of the recipe's shapes (train_throughput: vocabulary 30,522, 10 % of the documents padded; 32 x 32 RGB
+images for the ViT). Rows, in this order, until the budget is spent (later rows are written as skipped):
+  1. every size and objective on the host path (eager, as measured before) and the device path (eager);
+  2. each --capture of the device path for the first objective of each size (the ViT: classifier);
+  3. each --capture for the other objectives.
+The device path's `device_passes` is the fewest passes whose activations fit in 60 % of the free memory (a rough
+count, `suggest_passes`); an out-of-memory error retries with twice as many. A row that fails records its error
+and the run goes on. On CUDA each row also counts the host synchronizations of one more update
+(torch.cuda.set_sync_debug_mode: `syncs_per_update`), and every row keeps each update's mean loss (`losses`: the
+device path's rows of one size and objective start from the same weights and masks, so eager, compiled and graphed
+passes should agree to the precision's rounding). --device cpu rehearses it (tests/test_gpu_measure.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import train_throughput as tt
+
+REPO = Path(__file__).resolve().parents[1]
+FREE_SHARE = 0.6  # the share of the free device memory a pass's activations may take (suggest_passes)
+
+
+def plan(sizes: list[str], objectives: list[str], captures: list[str]) -> list[tuple[str, str, str, str]]:
+    """The rows (size, objective, batch_path, capture) in the order they are measured (the module docstring)."""
+    objs = {s: ["classifier"] if s.startswith("vit") else list(objectives) for s in sizes}
+    rows = [(s, o, path, "eager") for s in sizes for o in objs[s] for path in ("host", "device")]
+    rows += [(s, objs[s][0], "device", c) for c in captures for s in sizes]
+    rows += [(s, o, "device", c) for c in captures for s in sizes for o in objs[s][1:]]
+    return rows
+
+
+def activation_bytes(h, objective: str, rows: int, seq: int) -> float:
+    """A pass's activation memory, roughly: 34 bytes x hidden per token and layer at 16-bit (twice in fp32; the
+    usual count for a BERT layer with dropout, attention probabilities not kept, as the fused kernels do), plus the
+    output layer's logits in fp32 with their gradient (a masked objective's 15 % of the positions, plus slack)."""
+    width = 2 if h.precision in ("fp16", "bf16", "auto") else 4
+    body = rows * seq * h.num_layers * 17 * h.hidden_size * width
+    share = 1.0 if objective in ("decoder", "classifier") else 0.17
+    head = rows * seq * share * (h.vocab_size or 0) * 12
+    return body + head
+
+
+def suggest_passes(h, objective: str, seq: int, free_bytes: float) -> int:
+    """The fewest passes (a divisor of the update's sequences) whose activations take at most FREE_SHARE of
+    `free_bytes`."""
+    n = h.batch_size
+    for p in (d for d in range(1, n + 1) if n % d == 0):
+        if activation_bytes(h, objective, n // p, seq) <= FREE_SHARE * free_bytes:
+            return p
+    return n
+
+
+def _free_bytes(dev: torch.device) -> float:
+    if dev.type != "cuda":
+        return float("inf")
+    gc.collect()
+    torch.cuda.empty_cache()
+    return float(torch.cuda.mem_get_info(dev)[0])
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every row shares: the recipe's config and group, the timing, the device and its peak, a scratch dir."""
+
+    config: Path
+    group: str
+    timing: tt.Timing
+    dev: torch.device
+    peak: float | None
+    tmp: Path
+
+
+def measure(size: str, objective: str, path: str, capture: str, data: Path, setup: Setup) -> dict:
+    """One row: the loop's update of (size, objective) on `path` with `capture`, on the setup's device."""
+    timing, dev, peak, tmp = setup.timing, setup.dev, setup.peak, setup.tmp
+    overrides, where = tt.recipe_overrides(setup.config, setup.group, size)
+    image = objective == "classifier"
+    if not image:
+        overrides["seq_len"] = timing.block_len
+    if path == "device":
+        from attention_geometry.training.hyper import resolve_hyper
+
+        overrides.update(batch_path="device", capture=capture)
+        h0 = resolve_hyper(size, {**overrides, "vocab_size": 30522} if not image else overrides)
+        n = (32 // h0.patch_size) ** 2 + 1 if image else timing.block_len
+        overrides["device_passes"] = suggest_passes(h0, objective, n, _free_bytes(dev))
+        batch = h0.batch_size
+    row = {"size": size, "objective": objective, "batch_path": path, "capture": capture, "recipe": where}
+    while True:
+        record: dict = {}
+        try:
+            times, precision, h, n_body = tt.loop_updates(
+                size, objective, data, overrides, timing.steps, timing.warmup, tmp / "run", dev, record
+            )
+            break
+        except torch.cuda.OutOfMemoryError as exc:
+            p = overrides.get("device_passes")
+            if path != "device" or batch % (p * 2):
+                return {**row, "error": f"out of memory: {str(exc).splitlines()[0]}"}
+            overrides["device_passes"] = p * 2
+            row.setdefault("oom_passes", []).append(p)
+            gc.collect()
+            torch.cuda.empty_cache()
+        except Exception as exc:  # noqa: BLE001 - a row that fails is recorded, the others still run
+            return {**row, "error": f"{type(exc).__name__}: {exc}"}
+    n = (32 // h.patch_size) ** 2 + 1 if image else timing.block_len
+    per = float(np.median(times))
+    flops, flops_cost = tt.update_flops(h, objective, n_body, n)
+    return {
+        **row,
+        "precision": precision,
+        "device_passes": h.device_passes,
+        "micro_batch": h.batch_size // h.grad_accum,
+        "grad_accum": h.grad_accum,
+        "seq": n,
+        "ms_per_update": per * 1e3,
+        "ms_per_update_all": [t * 1e3 for t in times],
+        "first_ms": record["first_s"] * 1e3,
+        "tokens_per_s": h.batch_size * n / per,
+        "tflop_per_update": flops / 1e12,
+        "mfu": flops / per / (peak * 1e12) if peak else None,
+        "mfu_paper_cost": flops_cost / per / (peak * 1e12) if peak and flops_cost else None,
+        "losses": record["losses"],
+        "syncs_per_update": record.get("syncs"),
+    }
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per (size, objective): ms per update of each measured variant and the speed-up of each over the host path."""
+    out = []
+    for key in dict.fromkeys((r["size"], r["objective"]) for r in rows):
+        mine = [r for r in rows if (r["size"], r["objective"]) == key and "ms_per_update" in r]
+        ms = {f"{r['batch_path']}/{r['capture']}": round(r["ms_per_update"], 2) for r in mine}
+        host = ms.get("host/eager")
+        speedup = {k: round(host / v, 2) for k, v in ms.items() if host and k != "host/eager"}
+        out.append({"size": key[0], "objective": key[1], "ms_per_update": ms, "speedup_over_host": speedup})
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    p.add_argument("--sizes", nargs="+", default=["bert-mini", "bert-base", "bert-large", "vit-tiny"])
+    p.add_argument("--objectives", nargs="+", default=["encoder", "decoder-paper", "decoder"])
+    p.add_argument("--captures", nargs="*", default=["cuda-graphs", "compile"], choices=["cuda-graphs", "compile"])
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--budget-s", type=float, default=210.0, help="start no row after this many seconds")
+    p.add_argument("--config", default=str(REPO / "config" / "paper.yaml"))
+    p.add_argument("--group", default="paper")
+    p.add_argument("--block-len", type=int, default=512)
+    p.add_argument("--pad-rows", type=float, default=0.1)
+    p.add_argument("--peak-tflops", type=float, default=None)
+    p.add_argument("--json", metavar="PATH", help="the rows and the summary as JSON (rewritten after each row)")
+    args = p.parse_args(argv)
+    if args.warmup < 1:
+        p.error("--warmup: at least 1 (the first update holds a compile or a graph capture)")
+    start = time.monotonic()
+    dev = torch.device(args.device)
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    peak = tt.peak_tflops(name, args.peak_tflops)
+    timing = tt.Timing(args.steps, args.warmup, args.block_len, args.pad_rows)
+    head = {
+        "device": name,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "peak_tflops": peak,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "budget_s": args.budget_s,
+        "config": args.config,
+        "group": args.group,
+    }
+    print(
+        f"gpu_measure: {name} (torch {torch.__version__}, CUDA {torch.version.cuda}), peak {peak} TFLOP/s", flush=True
+    )
+    print(
+        f"{'size':<11}{'objective':<14}{'path':<8}{'capture':<12}{'passes':>7}{'ms/update':>10}{'first ms':>10}"
+        f"{'tokens/s':>12}{'MFU':>7}{'syncs':>6}",
+        flush=True,
+    )
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        text = tt.write_random_corpus(tmp / "corpus", 30522, args.block_len, pad_rows=args.pad_rows, layout="documents")
+        images = tt.write_random_images(tmp / "images")
+        setup = Setup(Path(args.config), args.group, timing, dev, peak, tmp)
+        for size, objective, path, capture in plan(args.sizes, args.objectives, args.captures):
+            if time.monotonic() - start > args.budget_s:
+                rows.append(
+                    {
+                        "size": size,
+                        "objective": objective,
+                        "batch_path": path,
+                        "capture": capture,
+                        "skipped": f"budget of {args.budget_s:g} s spent",
+                    }
+                )
+                continue
+            data = images if objective == "classifier" else text
+            r = measure(size, objective, path, capture, data, setup)
+            r["elapsed_s"] = round(time.monotonic() - start, 1)
+            rows.append(r)
+            if "error" in r:
+                print(f"{size:<11}{objective:<14}{path:<8}{capture:<12}  error: {r['error'][:200]}", flush=True)
+            else:
+                mfu = f"{r['mfu']:7.1%}" if r["mfu"] is not None else f"{'-':>7}"
+                syncs = "-" if r["syncs_per_update"] is None else str(r["syncs_per_update"])
+                print(
+                    f"{size:<11}{objective:<14}{path:<8}{capture:<12}{r['device_passes']:>7}"
+                    f"{r['ms_per_update']:10.1f}{r['first_ms']:10.0f}{r['tokens_per_s']:12,.0f}{mfu}{syncs:>6}",
+                    flush=True,
+                )
+            if args.json:
+                Path(args.json).write_text(json.dumps({**head, "rows": rows, "summary": summary(rows)}, indent=1))
+            gc.collect()
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+    if args.json:
+        Path(args.json).write_text(json.dumps({**head, "rows": rows, "summary": summary(rows)}, indent=1))
+    print("\nspeed-up over the host path (ms per update):")
+    for s in summary(rows):
+        print(f"  {s['size']:<11}{s['objective']:<14}{s['ms_per_update']}  {s['speedup_over_host']}")
+    print(f"gpu_measure: {len(rows)} rows in {time.monotonic() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The prepared GPU measurement of the device path (issue 39; docs/training.md, "The device path (GPU)"). On a CUDA
+# machine, from the repository root, one command of about 8 minutes:
+#
+#     OUT=/some/folder bash benchmarks/gpu_measure.sh      # default OUT: a new folder under /tmp
+#
+#  1. benchmarks/gpu_measure.py: ms per update, tokens/s and MFU of bert-mini, bert-base and bert-large (encoder,
+#     decoder-paper, decoder) and the ViT under config/paper.yaml's recipe, the host path and the device path side
+#     by side, then the device path's CUDA graphs and torch.compile, within GPU_MEASURE_BUDGET_S seconds (default
+#     210; rows past it are written as skipped) -> $OUT/gpu_measure.json and $OUT/gpu_measure.log;
+#  2. benchmarks/gpu_check.sh end to end (training and scoring through the workflow on CUDA) -> $OUT/gpu_check.log;
+#  3. $OUT/gpu_measure_run.json: each step's exit status and seconds, the GPU and the versions.
+# Commit the JSON files under benchmarks/results/ (named by date and GPU). The project runs from src/ (PYTHONPATH)
+# when it is not installed; `attention-geometry` is provided as `python -m attention_geometry` if missing.
+# Without CUDA it prints one line and exits 0.
+set -uo pipefail
+
+PY=${PYTHON:-python}
+if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    echo "gpu_measure: no CUDA device here (torch.cuda.is_available() is not True): nothing run"
+    exit 0
+fi
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${OUT:-$(mktemp -d /tmp/gpu_measure.XXXXXX)}
+mkdir -p "$OUT"
+BUDGET=${GPU_MEASURE_BUDGET_S:-210}
+export PYTHONPATH="$REPO/src:$REPO/benchmarks${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+if ! command -v attention-geometry >/dev/null; then
+    SHIM=$(mktemp -d /tmp/gpu_measure_bin.XXXXXX)
+    printf '#!/bin/sh\nexec "%s" -m attention_geometry "$@"\n' "$(command -v "$PY")" > "$SHIM/attention-geometry"
+    chmod +x "$SHIM/attention-geometry"
+    export PATH="$SHIM:$PATH"
+fi
+echo "gpu_measure: results in $OUT"
+
+T0=$(date +%s)
+timeout $((BUDGET + 60)) "$PY" "$REPO/benchmarks/gpu_measure.py" --device cuda --budget-s "$BUDGET" \
+    --json "$OUT/gpu_measure.json" 2>&1 | tee "$OUT/gpu_measure.log"
+MEASURE_RC=${PIPESTATUS[0]}
+T1=$(date +%s)
+timeout 300 bash "$REPO/benchmarks/gpu_check.sh" "$(mktemp -d /tmp/gpu_check.XXXXXX)" 2>&1 | tee "$OUT/gpu_check.log"
+CHECK_RC=${PIPESTATUS[0]}
+T2=$(date +%s)
+
+"$PY" - "$OUT/gpu_measure_run.json" "$MEASURE_RC" $((T1 - T0)) "$CHECK_RC" $((T2 - T1)) <<'PYEOF'
+import json, platform, subprocess, sys
+
+import torch
+import transformers
+
+path, m_rc, m_s, c_rc, c_s = sys.argv[1:]
+smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.strip()
+json.dump({"gpu": torch.cuda.get_device_name(), "nvidia_smi": smi, "torch": torch.__version__,
+           "cuda": torch.version.cuda, "transformers": transformers.__version__, "python": platform.python_version(),
+           "gpu_measure": {"exit_status": int(m_rc), "seconds": int(m_s)},
+           "gpu_check": {"exit_status": int(c_rc), "seconds": int(c_s)}}, open(path, "w"), indent=1)
+PYEOF
+echo "gpu_measure: measurement exit $MEASURE_RC in $((T1 - T0)) s, gpu_check exit $CHECK_RC in $((T2 - T1)) s," \
+    "$((T2 - T0)) s in all"
+[ "$MEASURE_RC" -eq 0 ] && [ "$CHECK_RC" -eq 0 ]
