@@ -1,6 +1,6 @@
 """Each study's committed claims, recomputed here from its committed tidy tables with pandas and scipy alone (no
-`attention_geometry` code): the text claims on seeds (a, b, c1, d1, e, f, and study 2's a_paper, b_paper, e_paper
-and the objective's equivalence claims p_sym, p_dir, p_tie) as the pre-registrations define them: per seed the
+`attention_geometry` code): the text claims on seeds (a, b, c1, d1, e, f, study 2's a_paper, b_paper, e_paper
+and the objective's equivalence claims p_sym, p_dir, p_tie, and study 3's anti and per-layer rows) as the pre-registrations define them: per seed the
 median over layers and the last K snapshots up to the run's horizon, effects paired by seed, a two-sided 95 %
 t-interval, a two-sided one-sample t-test, Holm within the family, and the verdict rule. A study folder without
 a claims.csv yet (a run in progress) is skipped by name."""
@@ -23,6 +23,8 @@ STUDIES = {
         "config/config.yaml",
         {"primary": ["a", "b", "d1"], "secondary": ["c1", "c2", "d2", "e"], "paper": ["a_paper", "b_paper", "e_paper"]},
     ),
+    # docs/preregistration-3.md: the standard arms only; anti (the decoders' anti-symmetry) and the per-layer rows
+    "study3": ("config/study3.yaml", {"primary": ["a", "b"], "secondary": ["anti"]}),
 }
 MARGIN = {"symmetry": 0.05, "directionality": 0.05, "loss": 0.01}
 
@@ -42,9 +44,11 @@ def _k(cfg) -> int:
     return int(cfg.get("figures", {}).get("horizon_snapshots", 3))
 
 
-def _per_seed(scores, objective, init, column, k, last_step=None) -> pd.Series:
-    """Per seed: median over layers and the run's last k snapshots (up to last_step when given)."""
+def _per_seed(scores, objective, init, column, k, last_step=None, layer=None) -> pd.Series:
+    """Per seed: median over layers (or of one layer) and the run's last k snapshots (up to last_step when given)."""
     rows = scores[(scores["objective"] == objective) & (scores["init"] == init)]
+    if layer is not None:
+        rows = rows[rows["layer"] == layer]
     out = {}
     for seed, run in rows.groupby("seed"):
         steps = sorted(s for s in run["step"].unique() if last_step is None or s <= last_step)[-k:]
@@ -65,11 +69,21 @@ def _effects(cfg, scores, loss) -> dict[str, pd.Series]:
     k = _k(cfg)
     sym = lambda o, i, last=None: _per_seed(scores, o, i, "symmetry", k, last)  # noqa: E731
     dirn = lambda o, i: _per_seed(scores, o, i, "directionality", k)  # noqa: E731
-    c = _last_step(scores, "encoder", "symmetric-fresh")  # the ablation's cut-off
-    t = _last_step(scores, "decoder", "symmetric-fresh")  # the tied decoders' horizon
     out = {
         "a": sym("encoder", "standard") - sym("decoder", "standard"),
         "b": dirn("decoder", "standard") - dirn("encoder", "standard"),
+    }
+    if not (scores["init"] == "symmetric-fresh").any():  # study 3: the standard arms, per layer too
+        out["anti"] = sym("decoder", "standard")
+        for layer in sorted(scores["layer"].unique()):
+            one = lambda o, col: _per_seed(scores, o, "standard", col, k, layer=layer)  # noqa: E731
+            out[f"a_L{layer}"] = one("encoder", "symmetry") - one("decoder", "symmetry")
+            out[f"b_L{layer}"] = one("decoder", "directionality") - one("encoder", "directionality")
+            out[f"anti_L{layer}"] = one("decoder", "symmetry")
+        return out
+    c = _last_step(scores, "encoder", "symmetric-fresh")  # the ablation's cut-off
+    t = _last_step(scores, "decoder", "symmetric-fresh")  # the tied decoders' horizon
+    out |= {
         "c1": _loss_at(loss, "encoder", "standard", c) - _loss_at(loss, "encoder", "symmetric-fresh", c),
         "d1": _loss_at(loss, "encoder", "fresh", c) - _loss_at(loss, "encoder", "symmetric-fresh", c),
         "e": sym("decoder", "symmetric-fresh") - sym("encoder", "symmetric-fresh", t),
