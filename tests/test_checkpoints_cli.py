@@ -482,13 +482,150 @@ def test_the_authors_training_output_folder_is_labelled_from_its_run_folder(tmp_
     # a model, mode or dataset their train.py does not name, a near miss, and a folder of another layout
     ["bert_large-encoder-wikipedia", "bert-encoder-imdb", "bert-decoder-jigsaw-symmetric-init", "run-7"],
 )
-def test_a_folder_not_named_as_the_authors_still_needs_its_labels(tmp_path, capsys, name):
-    folder = authors_checkpoint(tmp_path / name, tiny_bert(seed=7, cls=BertForMaskedLM))
+def test_a_folder_not_named_as_the_authors_is_scored_with_its_keys_empty(tmp_path, capsys, name):
+    """Any Trainer output folder scores with no flag: its name is the run, the keys nothing states stay empty, and
+    one stderr line names them (none with --quiet)."""
+    model = tiny_bert(seed=7, cls=BertForMaskedLM)
+    folder = authors_checkpoint(tmp_path / name, model)
     out = tmp_path / "t.csv"
+    code, _, err = run_cli(["score-checkpoints", folder, "--out", out, "--no-progress"], capsys)
+    assert (code, err) == (0, "")
     code, _, err = run_cli(["score-checkpoints", folder, "--out", out], capsys)
-    assert code == 2 and "has no run.yaml: give its run keys" in err
-    assert "missing: size, dataset, objective, init, seed" in err and len(err.strip().splitlines()) == 1
-    assert not out.exists()
+    assert code == 0, err
+    assert [ln for ln in err.splitlines() if "run key" in ln] == [
+        f"{folder}: a Trainer output folder without run.yaml: run key(s) size, dataset, objective, init, seed left "
+        "empty (give them with --label KEY=VALUE to join these rows with other runs' tables)"
+    ]
+    df = pd.read_csv(out)
+    assert list(df.columns) == TRAINING_COLUMNS and set(df.run) == set(df.model) == {name}
+    assert df[["size", "dataset", "objective", "init", "seed"]].isna().all().all()
+    for layer, (M, _) in enumerate(reference(model)):
+        assert df[df.layer == layer].symmetry.iloc[0] == pytest.approx(np_scores(M)[0], abs=1e-12)
+
+
+# -------------------------------------------------------------------------------------------- the OV circuit
+
+
+def reference_ov(model):
+    """Per layer: (M_ov summed, [M_ov,h]) by an explicit loop over the heads: W_o's columns of head h times the
+    rows of W_v of head h (nn.Linear weights, out = W_o z, v = W_v x)."""
+    bert = model.bert if hasattr(model, "bert") else model
+    out = []
+    for layer in bert.encoder.layer:
+        Wv = layer.attention.self.value.weight.detach().double().numpy()
+        Wo = layer.attention.output.dense.weight.detach().double().numpy()
+        dh = Wv.shape[0] // N_HEADS
+        heads = [Wo[:, h * dh : (h + 1) * dh] @ Wv[h * dh : (h + 1) * dh] for h in range(N_HEADS)]
+        out.append((sum(heads), heads))
+    return out
+
+
+def test_score_model_ov_against_reference():
+    """matrix="ov" scores M_ov = sum_h W_o,h W_v,h (and per head), rows tagged in a `matrix` column after `head`;
+    "both" gives per layer its W_qk rows then its OV rows; the default table is unchanged (no matrix column)."""
+    from attention_geometry.formats.columns import with_matrix_column
+
+    m = tiny_bert(seed=11)
+    df = score_model(m, per_head=True, num_std=1.0, progress=False, name="tiny", matrix="ov")
+    assert list(df.columns) == with_matrix_column(SCORE_COLUMNS) and set(df.matrix) == {"ov"}
+    assert list(df.columns).index("matrix") == list(df.columns).index("head") + 1
+    assert len(df) == N_LAYERS * (1 + N_HEADS)
+    for layer, (M, heads) in enumerate(reference_ov(m)):
+        rows = df[df.layer == layer]
+        assert list(rows["head"]) == ["all"] + [str(h) for h in range(N_HEADS)]
+        for (_, row), mat in zip(rows.iterrows(), [M] + heads):
+            s, d = np_scores(mat, num_std=1.0)
+            assert (row.symmetry, row.directionality) == (pytest.approx(s, abs=1e-12), pytest.approx(d, abs=1e-12))
+    # the OV matrix is not W_qk, nor its transpose (directionality would flip sign)
+    M = reference_ov(m)[0][0]
+    assert not np.allclose(M, reference(m)[0][0])
+    assert np_scores(M.T)[1] == pytest.approx(-np_scores(M)[1])
+    both = score_model(m, per_head=True, num_std=1.0, progress=False, name="tiny", matrix="both")
+    assert both.matrix.tolist()[: 2 * (1 + N_HEADS)] == ["qk"] * (1 + N_HEADS) + ["ov"] * (1 + N_HEADS)
+    default = score_model(m, per_head=True, num_std=1.0, progress=False, name="tiny")
+    assert list(default.columns) == SCORE_COLUMNS
+    qk_only = score_model(m, per_head=True, num_std=1.0, progress=False, name="tiny", matrix="qk")
+    pd.testing.assert_frame_equal(qk_only, default)
+    qk = both[both.matrix == "qk"].drop(columns="matrix").reset_index(drop=True)
+    pd.testing.assert_frame_equal(qk, default)
+    pd.testing.assert_frame_equal(both[both.matrix == "ov"].reset_index(drop=True), df)
+    # layer_matrices yields the matrices themselves, tagged
+    recs = list(layer_matrices(m, matrix="ov", per_head=True))
+    assert [r.matrix for r in recs] == ["ov"] * len(recs) and recs[0].head == "all"
+    np.testing.assert_allclose(recs[0].M.numpy(), M, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(recs[1].M.numpy(), reference_ov(m)[0][1][0], rtol=0, atol=1e-12)
+    assert {r.matrix for r in layer_matrices(m)} == {"qk"}
+
+
+@pytest.mark.parametrize("matrix", ["vo", "", ["qk", "x"], [], 3])
+def test_an_unknown_matrix_is_one_error(matrix):
+    with pytest.raises(UserError, match=r"matrix=.*one of qk, ov, 'both'") as e:
+        score_model(tiny_bert(), progress=False, matrix=matrix)
+    assert "--" not in str(e.value)
+
+
+def test_the_paper_gqa_method_is_of_w_qk_only():
+    with pytest.raises(UserError, match="grouped-query expansion is of W_qk only") as e:
+        score_model(tiny_bert(), progress=False, matrix="both", gqa_method="paper")
+    assert "--" not in str(e.value)
+
+
+def test_cli_matrix_keeps_the_default_table_byte_identical(tmp_path, capsys):
+    """`score` without --matrix writes today's table, byte for byte the same as --matrix qk; --matrix both adds the
+    OV rows and a matrix column, and the summary gives one line per component and matrix."""
+    m = tiny_bert(seed=12)
+    m.save_pretrained(tmp_path / "m")
+    tables = {}
+    for flag in ([], ["--matrix", "qk"], ["--matrix", "both"], ["--matrix", "ov"]):
+        code, out, err = run_cli(["score", tmp_path / "m", "--out", "-", "--quiet", "--per-head", *flag], capsys)
+        assert code == 0, err
+        tables[" ".join(flag)] = (out, err)
+    assert tables[""] == tables["--matrix qk"]
+    assert pd.read_csv(io.StringIO(tables[""][0])).columns.tolist() == SCORE_COLUMNS
+    both = pd.read_csv(io.StringIO(tables["--matrix both"][0]), dtype={"head": str})
+    assert both.matrix.value_counts().to_dict() == {"qk": N_LAYERS * (1 + N_HEADS), "ov": N_LAYERS * (1 + N_HEADS)}
+    lines = tables["--matrix both"][1].strip().splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["m encoder qk", "m encoder ov"]
+    ov = pd.read_csv(io.StringIO(tables["--matrix ov"][0]), dtype={"head": str})
+    pd.testing.assert_frame_equal(ov, both[both.matrix == "ov"].reset_index(drop=True))
+    with pytest.raises(SystemExit) as e:
+        run_cli(["score", tmp_path / "m", "--out", "-", "--matrix", "vo"], capsys)
+    assert e.value.code == 2 and "invalid choice: 'vo'" in capsys.readouterr().err
+
+
+def test_score_checkpoints_matrix_ov(tmp_path, capsys):
+    """score-checkpoints --matrix ov: the training columns with `matrix` after `head`, OV rows of every snapshot
+    equal to the explicit per-head computation."""
+    from attention_geometry.formats.columns import with_matrix_column
+
+    run, models = fake_run(tmp_path)
+    out = tmp_path / "t.csv"
+    code, _, err = run_cli(["score-checkpoints", run, "--out", out, "--quiet", "--matrix", "ov", "--per-head"], capsys)
+    assert code == 0, err
+    df = pd.read_csv(out, dtype={"head": str})
+    assert list(df.columns) == with_matrix_column(TRAINING_COLUMNS) and set(df.matrix) == {"ov"}
+    assert len(df) == 3 * N_LAYERS * (1 + N_HEADS)
+    for step, m in models.items():
+        for layer, (M, heads) in enumerate(reference_ov(m)):
+            rows = df[(df.step == step) & (df.layer == layer)]
+            for head, mat in zip(["all", "0", "1", "2", "3"], [M] + heads):
+                row = rows[rows["head"] == head].iloc[0]
+                assert row.symmetry == pytest.approx(np_scores(mat)[0], abs=1e-12)
+    code, _, err = run_cli(["score-checkpoints", run, "--out", out, "--quiet"], capsys)
+    assert code == 0 and list(pd.read_csv(out).columns) == TRAINING_COLUMNS
+
+
+def test_ov_of_a_prefetched_qk_subset_is_one_line(tmp_path, capsys):
+    """A folder holding only the q/k tensors (what prefetch-qk writes) has no value weights: one error line."""
+    from safetensors.torch import save_file
+
+    m = tiny_bert(seed=13)
+    m.config.save_pretrained(tmp_path / "qk")
+    sd = {k: v.contiguous() for k, v in m.state_dict().items() if ".query." in k or ".key." in k}
+    save_file(sd, str(tmp_path / "qk" / "model.safetensors"))
+    code, _, err = run_cli(["score", tmp_path / "qk", "--out", "-", "--quiet", "--matrix", "ov"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "no tensor named *encoder.layer.0.attention.self.value.weight" in err
 
 
 def test_score_to_stdout_with_a_summary(tmp_path, capsys):

@@ -324,12 +324,18 @@ def test_checkpoint_steps_are_ascii_digits_only(tmp_path):
     assert list_trainer_checkpoints(folder) == {}
 
 
-def test_labels_a_trainer_folder_needs_and_a_run_folder_refuses(tmp_path):
+def test_labels_a_trainer_folder_takes_and_a_run_folder_refuses(tmp_path):
+    """A Trainer folder scores without --label (the keys not given stay empty); a bad --label is one line, and so
+    is a --label on one of our run folders, whose keys are its run.yaml's."""
     folder = trainer_folder(tmp_path / "out", steps=(10,))
-    assert_one_line(
-        score_checkpoints(folder, tmp_path / "t.csv"), r"has no run.yaml: give its run keys .*missing: size, dataset"
-    )
-    assert_one_line(score_checkpoints(folder, tmp_path / "t.csv", *LABELS[:2]), r"missing: objective, init, seed")
+    assert score_checkpoints(folder, tmp_path / "t.csv")[0] == 0
+    df = pd.read_csv(tmp_path / "t.csv", dtype=str, keep_default_na=False)
+    assert set(df.run) == set(df.model) == {"out"}
+    assert all(set(df[k]) == {""} for k in ("size", "dataset", "objective", "init", "seed"))
+    assert score_checkpoints(folder, tmp_path / "t.csv", *LABELS[:2])[0] == 0
+    df = pd.read_csv(tmp_path / "t.csv", dtype=str, keep_default_na=False)
+    assert (set(df["size"]), set(df.dataset), set(df.objective), set(df.seed)) == ({"s"}, {"d"}, {""}, {""})
+    (tmp_path / "t.csv").unlink()
     assert_one_line(
         score_checkpoints(folder, tmp_path / "t.csv", *LABELS, "--label=seed=x"), "a seed is a whole number"
     )
@@ -344,6 +350,69 @@ def test_labels_a_trainer_folder_needs_and_a_run_folder_refuses(tmp_path):
     )
     assert not (tmp_path / "t.csv").exists()
     assert score_checkpoints(run, tmp_path / "t.csv")[0] == 0
+
+
+def test_a_trainer_folder_without_labels_says_which_keys_are_empty(tmp_path, monkeypatch):
+    """No flag needed for one's own run: the rows, named after the folder (also when it is given as `.`), one
+    stderr line naming the empty keys (none with --quiet); --label narrows it to the keys still missing."""
+    folder = trainer_folder(tmp_path / "my-run", steps=(10, 20))
+    code, _, err = cli(["score-checkpoints", folder, "--out", tmp_path / "t.csv"])
+    assert code == 0, err
+    lines = [ln for ln in err.splitlines() if "left empty" in ln]
+    assert len(lines) == 1 and "run key(s) size, dataset, objective, init, seed left empty" in lines[0]
+    assert cli(["score-checkpoints", folder, "--out", tmp_path / "t.csv", "--quiet"]) == (0, "", "")
+    monkeypatch.chdir(folder)
+    code, out, err = cli(["score-checkpoints", ".", "--out", "-", "--label=seed=3", "--label", "size=tiny"])
+    assert code == 0, err
+    lines = [ln for ln in err.splitlines() if "left empty" in ln]
+    assert len(lines) == 1 and "run key(s) dataset, objective, init left empty" in lines[0]
+    assert "--label KEY=VALUE" in lines[0] and "labels=" not in lines[0]
+    df = pd.read_csv(io.StringIO(out), dtype=str, keep_default_na=False)
+    assert set(df.run) == set(df.model) == {"my-run"} and sorted(set(df.step)) == ["10", "20"]
+    assert (set(df.seed), set(df["size"]), set(df.dataset)) == ({"3"}, {"tiny"}, {""})
+
+
+def test_score_checkpoints_in_python_needs_no_labels_and_names_no_flag(tmp_path, capsys):
+    """score_checkpoints(folder) is the plain call; its messages name `labels=`, never the CLI's --label."""
+    from attention_geometry.scoring.scorer import score_checkpoints as score_in_python
+
+    folder = trainer_folder(tmp_path / "out", steps=(10,))
+    df = score_in_python(folder)
+    err = capsys.readouterr().err
+    assert "run key(s) size, dataset, objective, init, seed left empty" in err and "--label" not in err
+    assert "labels={KEY: VALUE}" in err
+    assert df[["size", "dataset", "objective", "init", "seed"]].isna().all().all() and set(df.run) == {"out"}
+    assert score_in_python(folder, progress=False, labels={"seed": 2, "size": None})["seed"].tolist() == [2]
+    assert capsys.readouterr().err == ""
+    for labels, pattern in (
+        ({"lr": 1}, r"labels= 'lr' is not a run key"),
+        ({"seed": "x"}, r"labels= seed 'x': a seed is a whole number"),
+        ({"seed": True}, "a seed is a whole number"),
+    ):
+        with pytest.raises(UserError, match=pattern) as e:
+            score_in_python(folder, progress=False, labels=labels)
+        assert "--label" not in str(e.value)
+    corpus = write_heldout_corpus(tmp_path / "corpus", np.full((4, 8), 5))
+    run = write_snapshot_run(
+        tmp_path / "run", "encoder", {0: tiny_bert("encoder", 0, hidden=12, layers=1, heads=2)}, corpus
+    )
+    with pytest.raises(UserError, match=r"labels= is for a Trainer output folder") as e:
+        score_in_python(run, progress=False, labels={"seed": 3})
+    assert "--label" not in str(e.value)
+
+
+def test_concat_tables_asks_for_the_run_keys_a_trainer_folder_left_empty(tmp_path):
+    """Rows without run keys do not join the workflow's tables: concat-tables names the empty keys and the flag."""
+    folder = trainer_folder(tmp_path / "out", steps=(10,))
+    assert score_checkpoints(folder, tmp_path / "bare.csv")[0] == 0
+    before = tree(tmp_path)
+    line = assert_one_line(
+        cli(["concat-tables", tmp_path / "bare.csv", "--out", tmp_path / "o.csv", "--kind", "training_scores"]),
+        r"bare.csv:2: empty size, dataset, objective, init, seed: every training_scores row names its run's keys",
+    )
+    assert "score-checkpoints --label KEY=VALUE" in line and tree(tmp_path) == before
+    assert score_checkpoints(folder, tmp_path / "labelled.csv", *LABELS)[0] == 0
+    assert cli(["concat-tables", tmp_path / "labelled.csv", "--out", tmp_path / "o.csv"])[0] == 0
 
 
 # ----------------------------------------------------------------------------------------- score-updates

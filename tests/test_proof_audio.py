@@ -1,6 +1,7 @@
 """Proof of W_qk extraction for audio families (whisper, speech_to_text, speecht5, musicgen, hubert, wav2vec2,
 wavlm, unispeech-sat) against the models' own attention (harness: tests/proof.py; per-stack driver:
-test_proof_seq2seq.prove_stacks)."""
+test_proof_seq2seq.prove_stacks), and of the OV circuit against each attention module's output (its output
+projection's, before the residual)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from unittest import mock
 
 import pytest
 import torch
-from test_proof_seq2seq import capture_each, once, prove_stacks, zero_
+from test_proof_seq2seq import capture_each, capture_outputs, once, prove_stacks, zero_
 
 
 def _whisper():
@@ -268,9 +269,11 @@ def test_audio_proof(case):
         for a in modules:  # biases are not part of W_qk
             for name in ("q_proj", "k_proj", "q", "k"):
                 zero_(getattr(getattr(a, name, None), "bias", None))
-        with capture_each(modules) as xs, PerHeadWeights() as per_head:
+        with capture_each(modules) as xs, capture_outputs(modules) as ys, PerHeadWeights() as per_head:
             out = forward()
     x_of = {id(a): x for a, x in zip(modules, once(xs, case))}
+    y_of = {id(a): y for a, y in zip(modules, once(ys, case))}
+    outputs = {comp: [y_of[id(a)] for a in mods] for comp, (mods, _) in stacks.items()}
     observed = {}
     for comp, (mods, probs_of) in stacks.items():
         probs = list(probs_of(out))
@@ -282,4 +285,4 @@ def test_audio_proof(case):
         else:
             assert not per_head.seen
         observed[comp] = ([x_of[id(a)] for a in mods], probs)
-    prove_stacks(model_type, m, cfg, observed)
+    prove_stacks(model_type, m, cfg, observed, outputs=outputs)

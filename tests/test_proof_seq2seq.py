@@ -1,5 +1,7 @@
 """Proof of W_qk extraction for encoder-decoder text families (t5, bart, mbart) against the models' own
-attention, each self-attention stack (encoder, decoder) separately; cross-attention is not scored.
+attention, each self-attention stack (encoder, decoder) separately; cross-attention is not scored. The OV circuit
+(M_ov,h = W_o,h W_v,g(h)) is proven on the same forward pass: each attention module's output (its output
+projection's, before any residual) must equal sum_h P_h X M_ov,h^T plus a constant row (tests/proof.py: assert_ov).
 
 `prove_stacks` is shared with test_proof_vision.py and test_proof_audio.py. It knows nothing of the
 extraction's head or layout logic: it takes what the model computed (softmax probabilities and the hidden
@@ -14,11 +16,11 @@ from contextlib import ExitStack, contextmanager
 
 import pytest
 import torch
-from proof import assert_bilinear, bilinear_error, capture_inputs
+from proof import assert_bilinear, assert_ov, bilinear_error, capture_inputs, ov_error
 from transformers.core_model_loading import revert_weight_conversion
 
 from attention_geometry.architectures.keys import get_family
-from attention_geometry.scoring.extract import iter_layer_qk, wqk
+from attention_geometry.scoring.extract import iter_layer_ov, iter_layer_qk, wqk
 
 
 def checkpoint_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -32,6 +34,23 @@ def capture_each(modules: Sequence[torch.nn.Module]) -> Iterator[list[list[torch
     """One list of captured input hidden states per module."""
     with ExitStack() as stack:
         yield [stack.enter_context(capture_inputs([m])) for m in modules]
+
+
+@contextmanager
+def capture_outputs(modules: Sequence[torch.nn.Module]) -> Iterator[list[list[torch.Tensor]]]:
+    """One list per module of what it returned (the first element of a tuple): for an attention module that holds
+    its output projection, the output of that projection before any residual."""
+    seen: list[list[torch.Tensor]] = [[] for _ in modules]
+
+    def hook(i):
+        return lambda mod, args, out: seen[i].append((out[0] if isinstance(out, tuple) else out).detach())
+
+    handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(modules)]
+    try:
+        yield seen
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def once(captured: list[list[torch.Tensor]], what: str) -> list[torch.Tensor]:
@@ -49,11 +68,17 @@ def prove_stacks(
     observed: dict[str, tuple[Sequence, Sequence]],
     state_dict: dict[str, torch.Tensor] | None = None,
     tol: float = 1e-4,
+    outputs: dict[str, Sequence[torch.Tensor]] | None = None,
+    value_inputs: dict[str, Sequence[torch.Tensor]] | None = None,
 ) -> None:
     """observed: component -> (inputs x per applied layer [B, T, d], probabilities per layer [B, H, T, S]).
 
     The extraction must yield exactly these components, layers 0..n-1 of each, and every head of every layer
-    must pass the bilinear check; the transposed matrix must fail it (the check can tell M from M^T)."""
+    must pass the bilinear check; the transposed matrix must fail it (the check can tell M from M^T).
+    outputs: component -> the output of each layer's output projection [B, T, d] (before any residual): then the
+    OV extraction (iter_layer_ov) must yield the same layers, and each layer's output must equal
+    sum_h P_h X M_ov,h^T plus a constant row, X the value projection's inputs (value_inputs, default the x of
+    `observed`); the transposed M_ov must fail."""
     sd = checkpoint_state_dict(model) if state_dict is None else state_dict
     layers = list(iter_layer_qk(get_family(model_type), config, sd.keys(), sd.__getitem__))
     # the same extraction from the plain config.json mapping (how a checkpoint directory is read)
@@ -77,6 +102,23 @@ def prove_stacks(
             assert_bilinear(p, x, M, tol=tol, what=what)
             err, _ = bilinear_error(p, x, M.transpose(-1, -2))
             assert bool((err > 1e-2).all()), f"{what}: transposed M passes too ({err.tolist()})"
+    if outputs is not None:
+        ov = list(iter_layer_ov(get_family(model_type), config, sd.keys(), sd.__getitem__))
+        assert [(L.component, L.layer) for L in ov] == [(L.component, L.layer) for L in layers]
+        assert sorted(outputs) == sorted(observed)
+        for comp, ys in outputs.items():
+            xs = (value_inputs or {}).get(comp, observed[comp][0])
+            probs = observed[comp][1]
+            mine = [L for L in ov if L.component == comp]
+            assert len(mine) == len(ys) == len(xs) == len(probs), f"{model_type} {comp}: layers and outputs differ"
+            for L, x, p, y in zip(mine, xs, probs, ys):
+                what = f"{model_type} {comp} layer {L.layer} OV"
+                M = wqk(L, per_head=True)
+                assert_ov(p, x, M, y, what=what)
+                if not bool((x - x[:, :1]).any()):  # every token's input is the same (DETR's first decoder layer):
+                    continue  # the output is one constant row, whatever the matrix, so no reading can fail
+                err = ov_error(p, x, M.transpose(-1, -2), y)
+                assert err > 1e-2, f"{what}: transposed M_ov passes too ({err})"
 
 
 @torch.no_grad()
@@ -183,12 +225,13 @@ def test_seq2seq_proof(model_type):
                 getattr(getattr(a, "q", None) or a.q_proj, "bias", None),
                 getattr(getattr(a, "k", None) or a.k_proj, "bias", None),
             )
-        with capture_each(enc) as xe, capture_each(dec) as xd:
+        with capture_each(enc) as xe, capture_each(dec) as xd, capture_outputs([*enc, *dec]) as ys:
             out = forward()
     observed = {
         "encoder": (once(xe, "encoder"), out.encoder_attentions),
         "decoder": (once(xd, "decoder"), out.decoder_attentions),
     }
+    ys = once(ys, "outputs")
     # the decoder is causal: masked keys have p = 0 and the harness leaves them out
     assert bool((out.decoder_attentions[0][..., 0, 1:] == 0).all())
-    prove_stacks(model_type, m, cfg, observed)
+    prove_stacks(model_type, m, cfg, observed, outputs={"encoder": ys[: len(enc)], "decoder": ys[len(enc) :]})

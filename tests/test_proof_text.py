@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 import torch
 import transformers as tf
-from proof import assert_bilinear, bilinear_error, capture_inputs
+from proof import assert_bilinear, assert_ov, bilinear_error, capture_inputs, ov_error
 
 from attention_geometry.architectures.keys import get_family, supported_model_types
 from attention_geometry.architectures.registry import UnsupportedArchitecture
-from attention_geometry.scoring.extract import iter_layer_qk, wqk
+from attention_geometry.scoring.extract import iter_layer_ov, iter_layer_qk, wqk
 
 VOCAB = 60
 BATCH, SEQ = 2, 9
@@ -380,6 +380,81 @@ def test_proof(model_type):
                 assert bool((err > WRONG).all()), f"{model_type}: transposed passes for some head {err.tolist()}"
 
 
+# ---------------------------------------------------------------------------------------- the OV circuit
+
+
+def run_ov_case(case: Case):
+    """Build the model with every bias drawn at random (the proof must hold with biases, not only without), run it
+    at its real positions (P is the model's own: rotary embeddings, q/k norms and position terms change P only);
+    return (config, OV layers from the checkpoint's names, [(x, P, output of the output projection)])."""
+    torch.manual_seed(0)
+    config = case.make()
+    model = _build(case.model_cls, config)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.split(".")[-1].endswith("bias"):
+                p.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(len(pname)))
+    sd = model.state_dict()
+    layers = list(iter_layer_ov(get_family(case.model_type), config, sd.keys(), sd.__getitem__))
+    modules = dict(model.named_modules())
+    attn = [m for m in modules.values() if type(m).__name__ == case.attention]
+    # the output projection of each layer, found by the checkpoint name extraction returned (nothing else)
+    o_names = sorted({L.keys[-1].removesuffix(".weight") for L in layers})
+    assert all(n in modules for n in o_names), o_names
+    outputs: list[tuple[str, torch.Tensor]] = []
+    hooks = [
+        modules[n].register_forward_hook(lambda mod, args, out, n=n: outputs.append((n, out.detach()))) for n in o_names
+    ]
+    ids = torch.randint(4, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    kwargs: dict[str, Any] = dict(attention_mask=torch.ones(BATCH, SEQ, dtype=torch.long), output_attentions=True)
+    if case.causal:
+        kwargs["use_cache"] = False
+    try:
+        with torch.no_grad(), capture_inputs(attn) as xs:
+            out = model(ids, **kwargs)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert len(xs) == len(outputs) == len(out.attentions) == len(layers)
+    return config, layers, list(zip(xs, out.attentions, outputs))
+
+
+@pytest.mark.parametrize("model_type", [c.model_type for c in CASES])
+def test_proof_ov(model_type):
+    """The OV circuit extraction returns what the model computes: for every layer, the output of the attention's
+    output projection (before any residual) equals sum_h P_h X M_ov,h^T plus one constant row (the biases), with P
+    the model's own probabilities, X the inputs of its value projection and M_ov,h = W_o,h W_v,g(h) from
+    iter_layer_ov + wqk(per_head=True); grouped query heads mapped as in the attention. Readings a buggy
+    extraction could make fail: M transposed, query heads paired with the wrong value head, and the output
+    projection split into heads by its rows (as the authors' W&B callback splits it) instead of its columns."""
+    case = BY_TYPE[model_type]
+    config, layers, observed = run_ov_case(case)
+    family = get_family(model_type)
+    assert {L.component for L in layers} == {"decoder" if family.architecture == "decoder-only" else "encoder"}
+    assert [L.layer for L in layers] == list(range(len(layers))) and {L.matrix for L in layers} == {"ov"}
+    for L, (x, p, (o_name, y)) in zip(layers, observed):
+        what = f"{model_type} layer {L.layer} ({o_name})"
+        assert L.keys[-1] == o_name + ".weight", (L.keys, o_name)  # the module that ran at this position
+        kv = getattr(config, "num_key_value_heads", None) or p.shape[1]
+        assert (L.n_heads, L.n_kv_heads) == (p.shape[1], kv)
+        M = wqk(L, per_head=True)
+        assert_ov(p, x, M, y, what=what)
+        torch.testing.assert_close(wqk(L), M.sum(0))
+        # readings that must fail
+        group = L.n_heads // L.n_kv_heads
+        wo_t, wv = L.wq.double(), L.wk.double()  # W_o,h^T [H, d_head, d], W_v [H_kv, d_head, d]
+        wrong = {"transposed": M.transpose(-1, -2)}
+        if group > 1 and L.n_kv_heads > 1:
+            wrong["heads paired wrong"] = torch.einsum("hed,hef->hdf", wo_t, wv.repeat(group, 1, 1))
+        wo = wo_t.permute(2, 0, 1).reshape(wo_t.shape[2], -1)  # the output projection [d, H * d_head]
+        if group == 1 and wo.shape[0] == wo.shape[1]:
+            rows = wo.reshape(L.n_heads, -1, wo.shape[1])  # head h: rows h * d_head ..., not columns
+            wrong["output split by rows"] = torch.einsum("hed,hef->hdf", rows, wv)
+        for name, W in wrong.items():
+            err = ov_error(p, x, W, y)
+            assert err > WRONG, f"{what}: {name} passes the OV check ({err})"
+
+
 def test_wrong_readings_are_exercised():
     """The fused and grouped families really get a layout / pairing mistake to fail on."""
     assert {c.model_type for c in CASES if c.raw_layout} >= {
@@ -521,3 +596,24 @@ def test_raw_config_dict_without_kv_heads_means_one_per_query_head():
     gpt2 = {"model_type": "gpt2", "n_layer": 5, "n_head": 2, "n_embd": 16}
     info = stack_info(get_family("gpt2").stacks[0], gpt2)
     assert (info.n_layers, info.n_heads, info.d_model) == (5, 2, 16)
+
+
+def test_a_family_entry_states_its_value_projection_as_its_layout_needs_and_ov_needs_an_output_projection():
+    """register refuses an output projection without a value template (separate layout) or with one (fused: the
+    fused tensor holds the values); a family without an output projection is one error for OV, not for W_qk."""
+    from attention_geometry.architectures.keys import ov_keys, qk_keys
+    from attention_geometry.architectures.registry import ExtractionError, Family, Stack, register
+
+    q, k = "layers.{i}.q.weight", "layers.{i}.k.weight"
+    with pytest.raises(ValueError, match="with an output projection needs v=a template"):
+        register(Family("no-such-a", "encoder-only", "text", (Stack("encoder", q, k, o="layers.{i}.o.weight"),)))
+    fused = Stack("encoder", "layers.{i}.qkv.weight", layout="fused_qkv", v="layers.{i}.v.weight", o="x.{i}.weight")
+    with pytest.raises(ValueError, match="needs v=None"):
+        register(Family("no-such-b", "encoder-only", "text", (fused,)))
+    assert "no-such-a" not in supported_model_types() and "no-such-b" not in supported_model_types()
+    family = Family("no-such-c", "encoder-only", "text", (Stack("encoder", q, k),))
+    config = {"num_hidden_layers": 1, "num_attention_heads": 2, "hidden_size": 4}
+    keys = ["layers.0.q.weight", "layers.0.k.weight"]
+    assert len(qk_keys(family, config, keys)) == 1
+    with pytest.raises(ExtractionError, match="no-such-c: the output projection of its encoder self-attention is not"):
+        ov_keys(family, config, keys)

@@ -1,11 +1,12 @@
 """Proof of W_qk extraction for vision families (vit, deit, beit, dinov2, vit_mae, detr, git) against the
-models' own attention (harness: tests/proof.py; per-stack driver: test_proof_seq2seq.prove_stacks)."""
+models' own attention (harness: tests/proof.py; per-stack driver: test_proof_seq2seq.prove_stacks), and of the OV
+circuit against each attention's output before the residual (DETR's values see no position embedding)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from test_proof_seq2seq import capture_each, once, prove_stacks, zero_
+from test_proof_seq2seq import capture_each, capture_outputs, once, prove_stacks, zero_
 
 VIT = dict(
     hidden_size=32,
@@ -193,20 +194,28 @@ def test_vision_proof(model_type):
         for a in modules:  # biases are not part of W_qk
             zero_(*[lin.bias for lin in q_k(a)])
         handles = [a.register_forward_pre_hook(keep_position_embeddings, with_kwargs=True) for a in modules]
+        # the output projection: inside the attention module (its output), else GIT's BERT-style output.dense
+        parent = {id(c): p for p in m.modules() for c in p.children()}
+        o_mods = [
+            a if any(hasattr(a, n) for n in ("o_proj", "out_proj")) else parent[id(a)].output.dense for a in modules
+        ]
         try:
-            with capture_each(modules) as xs:
+            with capture_each(modules) as xs, capture_outputs(o_mods) as ys:
                 out = forward()
         finally:
             for h in handles:
                 h.remove()
     x_of = {id(a): x for a, x in zip(modules, once(xs, model_type))}
+    y_of = {id(a): y for a, y in zip(modules, once(ys, model_type))}
     if model_type == "detr":
         assert len(pos_embeddings) == len(modules), "DETR self-attention ran without position embeddings"
-    observed = {}
+    observed, outputs, values = {}, {}, {}
     for comp, (mods, probs_of) in stacks.items():
         xs_comp = [x_of[id(a)] + pos_embeddings[id(a)][0] if id(a) in pos_embeddings else x_of[id(a)] for a in mods]
         observed[comp] = (xs_comp, probs_of(out))
-    prove_stacks(model_type, m, cfg, observed)
+        outputs[comp] = [y_of[id(a)] for a in mods]
+        values[comp] = [x_of[id(a)] for a in mods]  # the values see the hidden states alone
+    prove_stacks(model_type, m, cfg, observed, outputs=outputs, value_inputs=values)
 
 
 def test_templates_name_checkpoint_tensors(tmp_path):

@@ -109,6 +109,11 @@ def assert_qk_reader_equals_transformers(path, full, permuted):
     want = score_model(full, per_head=True, progress=False)
     assert len(got) == src.config.num_hidden_layers * (1 + H)
     pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=0, atol=1e-6)
+    # the OV circuit: v and o as stored (llama.cpp permutes q and k only), the same scores
+    got = score_model(src, per_head=True, progress=False, matrix="ov")
+    want = score_model(full, per_head=True, progress=False, matrix="ov")
+    assert len(got) == src.config.num_hidden_layers * (1 + H) and set(got["matrix"]) == {"ov"}
+    pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=0, atol=1e-6)
 
 
 def test_gguf_qk_reader_equals_transformers_smollm2(smollm_file, smollm):

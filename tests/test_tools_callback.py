@@ -161,3 +161,47 @@ def test_an_unsupported_family_turns_the_callback_off_with_one_warning(tmp_path)
         trainer = _train_with(model, tmp_path, callback)
     assert trainer.state.global_step == 4 and callback.off
     assert not any("symmetry/decoder/median" in h for h in trainer.state.log_history)
+
+
+# ---------------------------------------------------------------------------------------- the OV circuit
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gpt2", "t5", "bert"])
+def test_symmetry_logs_of_the_ov_circuit_agree_with_the_scorer(model_type):
+    """matrix="both": the W_qk keys as before plus `symmetry_ov/...`, `directionality_ov/...` per layer and their
+    medians, equal to score_model(matrix="both")'s OV rows; the default logs no OV key."""
+    model, _ = _built(model_type)
+    logs = symmetry_logs(model, matrix="both")
+    df = score_model(model, progress=False, matrix="both")
+    assert {k: v for k, v in logs.items() if "_ov/" not in k} == pytest.approx(symmetry_logs(model))
+    assert not any("_ov/" in k for k in symmetry_logs(model))
+    ov = df[df.matrix == "ov"]
+    assert len(ov) == len(df) // 2
+    for (comp, layer), row in ov.set_index(["component", "layer"]).iterrows():
+        assert logs[f"symmetry_ov/{comp}/layer_{layer:02d}"] == pytest.approx(row["symmetry"], abs=1e-12)
+        assert logs[f"directionality_ov/{comp}/layer_{layer:02d}"] == pytest.approx(row["directionality"], abs=1e-12)
+    for comp, g in ov.groupby("component"):
+        assert logs[f"symmetry_ov/{comp}/median"] == pytest.approx(g["symmetry"].median(), abs=1e-12)
+        assert logs[f"directionality_ov/{comp}/median"] == pytest.approx(g["directionality"].median(), abs=1e-12)
+    only_ov = symmetry_logs(model, matrix="ov")
+    assert only_ov == pytest.approx({k: v for k, v in logs.items() if "_ov/" in k})
+
+
+def test_the_callback_logs_the_ov_circuit_in_a_trainer_run(tmp_path):
+    """SymmetryCallback(matrix="both") puts W_qk's and the OV circuit's values in the Trainer's logs at its steps;
+    the step-4 OV values are those of the trained W_o W_v (float64 from the model's own weights)."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=60)
+    trainer = _train_with(BertForMaskedLM(cfg), tmp_path, callback := SymmetryCallback(every=2, matrix="both"))
+    assert callback.off is None and callback.matrix == ("qk", "ov")
+    logged = [h for h in trainer.state.log_history if "symmetry_ov/encoder/median" in h]
+    assert [h["step"] for h in logged] == [2, 4] and all("symmetry/encoder/median" in h for h in logged)
+    for i, layer in enumerate(trainer.model.bert.encoder.layer):
+        M = layer.attention.output.dense.weight.detach().double() @ layer.attention.self.value.weight.detach().double()
+        sym, anti = (M + M.t()) / 2, (M - M.t()) / 2
+        want = float((sym.norm() ** 2 - anti.norm() ** 2) / M.norm() ** 2)
+        assert logged[-1][f"symmetry_ov/encoder/layer_{i:02d}"] == pytest.approx(want, abs=1e-12)
+    with pytest.raises(UserError, match="matrix="):
+        SymmetryCallback(matrix="vo")

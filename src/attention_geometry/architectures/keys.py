@@ -1,8 +1,8 @@
 """Where a model keeps its query and key weights: its family (get_family), the sizes of its self-attention stacks
-read from its config (stack_info), and every applied layer's tensor names (qk_keys), matched as unique suffixes
-of the checkpoint's keys. Torch-free: it reads a config and a list of tensor names, never a tensor, so the weight
-sources (weights/: which tensors to read or fetch) and the extractor (scoring/extract.py: the tensors into
-W_q, W_k per head) ask it alike.
+read from its config (stack_info), and every applied layer's tensor names (qk_keys; ov_keys for the value and
+output projections of the OV circuit), matched as unique suffixes of the checkpoint's keys. Torch-free: it reads
+a config and a list of tensor names, never a tensor, so the weight sources (weights/: which tensors to read or
+fetch) and the extractor (scoring/extract.py: the tensors into W_q, W_k per head) ask it alike.
 
 Importing this module registers every family (families/).
 """
@@ -32,6 +32,7 @@ __all__ = [
     "supported_model_types",
     "stack_info",
     "qk_keys",
+    "ov_keys",
     "architecture_of",
 ]
 
@@ -134,6 +135,25 @@ def qk_keys(family: Family, config: Any, keys: Iterable[str]) -> list[tuple[Stac
         for layer, pos in enumerate(info.positions):
             names = [stack.q] if stack.k is None else [stack.q, stack.k]
             out.append((stack, info, layer, tuple(_resolve(keyset, t.format(**pos), cache) for t in names)))
+    return out
+
+
+def ov_keys(family: Family, config: Any, keys: Iterable[str]) -> list[tuple[Stack, StackInfo, int, tuple[str, ...]]]:
+    """For every applied layer, as qk_keys: (stack, info, layer position, the tensor names of its value and output
+    projections: (v, o) for the separate layout, (fused qkv, o) for the fused ones). A stack whose output projection
+    the family does not locate (Stack.o None) is one ExtractionError."""
+    keyset = set(keys)
+    cache: dict[str, str] = {}
+    out = []
+    for stack, info, layer, _ in qk_keys(family, config, keyset):
+        if stack.o is None:
+            raise ExtractionError(
+                f"{family.model_type}: the output projection of its {stack.component} self-attention is not located, "
+                "so its OV circuit W_o W_v cannot be scored"
+            )
+        pos = info.positions[layer]
+        names = [stack.q if stack.v is None else stack.v, stack.o]
+        out.append((stack, info, layer, tuple(_resolve(keyset, t.format(**pos), cache) for t in names)))
     return out
 
 

@@ -2,8 +2,9 @@
 
 A model family is one `Family` entry (see families/): which self-attention stacks it has (encoder /
 decoder), where each layer's q and k weights are (a key template matched as a suffix of the checkpoint's
-tensor names, so "bert." or "model." prefixes do not matter), how they are laid out (one of LAYOUT_NAMES,
-implemented in scoring/extract.py's LAYOUTS), and which config fields give layers and heads.
+tensor names, so "bert." or "model." prefixes do not matter), where its value and output projections are (for
+the OV circuit W_o W_v), how they are laid out (one of LAYOUT_NAMES, implemented in scoring/extract.py's
+LAYOUTS), and which config fields give layers and heads.
 
 This module imports nothing of the package but `errors`: the family modules and keys.py both import it, and
 only keys.py imports the families (keys.get_family), so there is no import cycle.
@@ -61,6 +62,10 @@ class Stack:
 
     q, k: tensor-name templates with format fields from `positions` ({i} by default); matched as a suffix
     of the checkpoint's keys. For fused layouts `k` is None and `q` names the fused tensor.
+    v, o: the templates of the value projection and of the attention's output projection (the OV circuit, M_ov =
+    sum_h W_o,h W_v,g(h)): `v` for the separate layout only (a fused tensor holds the values too); `o` an nn.Linear
+    weight [d, H * d_head], or for the conv1d_qkv layout a GPT-2 Conv1D weight [H * d_head, d]. o None: the
+    family's output projection is not located, and OV is refused for it with one error.
     sub_config: attribute path of the config that describes this stack ("vision_config", "decoder"), or
     None for the top-level config. n_layers / n_heads / n_kv_heads / d_model: an attribute name of that
     config or a callable on it; n_kv_heads None means n_heads.
@@ -78,6 +83,8 @@ class Stack:
     n_kv_heads: ConfigGetter | None = None
     d_model: ConfigGetter = "hidden_size"
     positions: Callable[[Any], list[dict[str, int]]] | None = None
+    v: str | None = None
+    o: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,11 @@ def register(family: Family) -> Family:
         if (s.k is None) != (s.layout != "separate"):
             raise ValueError(
                 f"{family.model_type}: layout {s.layout!r} needs k={'a template' if s.layout == 'separate' else 'None'}"
+            )
+        if s.o is not None and (s.v is None) != (s.layout != "separate"):
+            raise ValueError(
+                f"{family.model_type}: layout {s.layout!r} with an output projection needs "
+                f"v={'a template' if s.layout == 'separate' else 'None (the fused tensor holds the values)'}"
             )
     if family.model_type in FAMILIES:
         raise ValueError(f"family {family.model_type!r} registered twice")

@@ -10,6 +10,9 @@ from __future__ import annotations
 __all__ = [
     "SCORES",
     "SCORE_COLUMNS",
+    "MATRICES",
+    "MATRIX_COLUMN",
+    "with_matrix_column",
     "RUN_KEYS",
     "RUN_COLUMNS",
     "TRAINING_COLUMNS",
@@ -41,6 +44,20 @@ SCORE_COLUMNS = [
     "n_heads",
     "n_kv_heads",
 ]
+
+# the matrices a score row can be of (`score --matrix`, scorer.score_model's `matrix`): W_qk (the contract's tables)
+# and the OV circuit sum_h W_o,h W_v,g(h) (docs/contracts.md, "Matrix convention")
+MATRICES = ("qk", "ov")
+# a table that holds OV rows names each row's matrix in this column, after `head`; a table of W_qk alone has none
+# (its columns are the contract's, unchanged)
+MATRIX_COLUMN = "matrix"
+
+
+def with_matrix_column(columns: list[str]) -> list[str]:
+    """`columns` (a score table's: SCORE_COLUMNS, TRAINING_COLUMNS) with MATRIX_COLUMN after `head`."""
+    at = columns.index("head") + 1
+    return [*columns[:at], MATRIX_COLUMN, *columns[at:]]
+
 
 # what identifies a training run besides its name (run names: rundir.run_name)
 RUN_KEYS = ["size", "dataset", "objective", "init", "seed"]

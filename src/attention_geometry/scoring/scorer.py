@@ -2,8 +2,10 @@
 `score` / `score-checkpoints` subcommands.
 
 - layer_matrices(source, per_head=False, ...): per applied self-attention layer (and per head) the matrix
-  M = W_qk (docs/contracts.md), as `LayerMatrix` records; Figure 1 draws these.
-- score_model(source, per_head=False, num_std=2.0, ...): the score rows of docs/contracts.md as a DataFrame.
+  M = W_qk (docs/contracts.md), as `LayerMatrix` records; Figure 1 draws these. matrix="ov" gives the OV circuit
+  M_ov = sum_h W_o,h W_v,g(h) instead (matrix="both": both, per layer).
+- score_model(source, per_head=False, num_std=2.0, ...): the score rows of docs/contracts.md as a DataFrame (with
+  matrix "ov" or "both": OV rows, and a `matrix` column).
 - score_checkpoints(run_dir, ...): the same for every weight snapshot of a training run, with the training
   columns.
 
@@ -27,7 +29,15 @@ import torch
 
 from attention_geometry.architectures.keys import architecture_of, get_family, qk_keys
 from attention_geometry.errors import UserError
-from attention_geometry.formats.columns import GQA_COLUMNS, RUN_KEYS, SCORE_COLUMNS, TRAINING_COLUMNS
+from attention_geometry.formats.columns import (
+    GQA_COLUMNS,
+    MATRICES,
+    MATRIX_COLUMN,
+    RUN_KEYS,
+    SCORE_COLUMNS,
+    TRAINING_COLUMNS,
+    with_matrix_column,
+)
 from attention_geometry.formats.files import atomic_write_table, check_table_path
 from attention_geometry.formats.rundir import (
     RUN_YAML,
@@ -36,7 +46,7 @@ from attention_geometry.formats.rundir import (
     read_run_yaml,
     verify_snapshot,
 )
-from attention_geometry.scoring.extract import LayerQK, iter_layer_qk, wqk
+from attention_geometry.scoring.extract import LayerQK, iter_layer_ov, iter_layer_qk, wqk
 from attention_geometry.scoring.gqa_methods import GQA_METHODS
 from attention_geometry.scoring.measures import ScoreError, scores
 from attention_geometry.scoring.paper_gqa import layer_wqk
@@ -56,7 +66,8 @@ HEAD_CHUNK_BYTES = 256 * 2**20
 
 @dataclass
 class LayerMatrix:
-    """M of one applied self-attention layer (head "all": summed over heads) or of one head (head index)."""
+    """M of one applied self-attention layer (head "all": summed over heads) or of one head (head index); `matrix`
+    says which: "qk" (W_qk) or "ov" (the OV circuit)."""
 
     component: str
     layer: int
@@ -65,6 +76,26 @@ class LayerMatrix:
     n_heads: int
     n_kv_heads: int
     d_model: int
+    matrix: str = "qk"
+
+
+def matrices(matrix: Any) -> tuple[str, ...]:
+    """The matrices a `matrix` argument asks for, in MATRICES order: "qk", "ov", "both", or a list of "qk" / "ov".
+    Anything else is one UserError."""
+    if isinstance(matrix, str):
+        asked: Any = MATRICES if matrix == "both" else (matrix,)
+    else:
+        try:
+            asked = tuple(matrix)
+        except TypeError:
+            asked = (matrix,)
+    if not asked or any(not isinstance(m, str) or m not in MATRICES for m in asked):
+        raise UserError(f"matrix={matrix!r}: one of {', '.join(MATRICES)}, 'both', or a list of them")
+    return tuple(m for m in MATRICES if m in asked)
+
+
+# what each factor of a LayerQK is, per matrix (for the error that names a NaN weight)
+_FACTORS = {"qk": ("query", "key"), "ov": ("output", "value")}
 
 
 def _device(device: str | torch.device) -> torch.device:
@@ -94,22 +125,25 @@ def _open(source: Any, **open_kwargs: Any) -> TensorSource:
     return open_source(source, **open_kwargs)
 
 
-def _layers(src: TensorSource, progress: bool) -> Iterator[LayerQK]:
-    """Every applied self-attention layer's (W_q, W_k), checked for NaN/Inf, with a progress bar."""
+def _layers(src: TensorSource, progress: bool, matrix: tuple[str, ...] = ("qk",)) -> Iterator[tuple[LayerQK, ...]]:
+    """Every applied self-attention layer's factors, one LayerQK per matrix asked for ((W_q, W_k) for "qk",
+    (W_o^T, W_v) for "ov"), checked for NaN/Inf, with a progress bar."""
     from tqdm.auto import tqdm
 
     family = get_family(src.model_type)
     keys = src.keys()
     total = len(qk_keys(family, src.config, keys))
-    it = iter_layer_qk(family, src.config, keys, src.get)
-    for layer in tqdm(it, total=total, desc=f"scoring {src.name}", unit="layer", disable=not progress, leave=False):
-        for what, w in (("query", layer.wq), ("key", layer.wk)):
-            if not _finite(w):
-                raise UserError(
-                    f"{src.name}: {layer.component} layer {layer.layer} {what} weights "
-                    f"({', '.join(layer.keys)}) contain NaN or Inf"
-                )
-        yield layer
+    readers = {"qk": iter_layer_qk, "ov": iter_layer_ov}
+    it = zip(*(readers[m](family, src.config, keys, src.get) for m in matrix))
+    for layers in tqdm(it, total=total, desc=f"scoring {src.name}", unit="layer", disable=not progress, leave=False):
+        for layer in layers:
+            for what, w in zip(_FACTORS[layer.matrix], (layer.wq, layer.wk)):
+                if not _finite(w):
+                    raise UserError(
+                        f"{src.name}: {layer.component} layer {layer.layer} {what} weights "
+                        f"({', '.join(layer.keys)}) contain NaN or Inf"
+                    )
+        yield layers
 
 
 def _head_chunks(layer: LayerQK, dtype: torch.dtype, device: torch.device) -> Iterator[tuple[int, torch.Tensor]]:
@@ -120,7 +154,8 @@ def _head_chunks(layer: LayerQK, dtype: torch.dtype, device: torch.device) -> It
     groups = max(1, HEAD_CHUNK_BYTES // (per_head * group))
     for g0 in range(0, layer.n_kv_heads, groups):
         g1 = min(layer.n_kv_heads, g0 + groups)
-        sub = LayerQK(layer.component, layer.layer, layer.wq[g0 * group : g1 * group], layer.wk[g0:g1], layer.keys)
+        wq, wk = layer.wq[g0 * group : g1 * group], layer.wk[g0:g1]
+        sub = LayerQK(layer.component, layer.layer, wq, wk, layer.keys, layer.matrix)
         yield g0 * group, wqk(sub, per_head=True, dtype=dtype, device=device)
 
 
@@ -130,21 +165,26 @@ def layer_matrices(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float64,
     progress: bool = False,
+    matrix: Any = "qk",
     **open_kwargs: Any,
 ) -> Iterator[LayerMatrix]:
     """Per applied layer, the summed M (head "all"); with per_head, then each head's W_q,h^T W_k,g(h).
 
-    open_kwargs go to loading.open_source (gguf_file, revision, trust_remote_code, name).
+    matrix: "qk" (W_qk), "ov" (M_ov = sum_h W_o,h W_v,g(h), per head W_o,h W_v,g(h)) or "both" (per layer, its
+    W_qk records, then its OV records); each record's `matrix` says which. open_kwargs go to loading.open_source
+    (gguf_file, revision, trust_remote_code, name).
     """
+    asked = matrices(matrix)
     src = _open(source, **open_kwargs)
     dev = _device(device)
-    for layer in _layers(src, progress):
-        shape = dict(n_heads=layer.n_heads, n_kv_heads=layer.n_kv_heads, d_model=layer.d_model)
-        yield LayerMatrix(layer.component, layer.layer, "all", wqk(layer, dtype=dtype, device=dev), **shape)
-        if per_head:
-            for h0, Ms in _head_chunks(layer, dtype, dev):
-                for i in range(Ms.shape[0]):
-                    yield LayerMatrix(layer.component, layer.layer, h0 + i, Ms[i], **shape)
+    for layers in _layers(src, progress, asked):
+        for layer in layers:
+            shape = dict(n_heads=layer.n_heads, n_kv_heads=layer.n_kv_heads, d_model=layer.d_model, matrix=layer.matrix)
+            yield LayerMatrix(layer.component, layer.layer, "all", wqk(layer, dtype=dtype, device=dev), **shape)
+            if per_head:
+                for h0, Ms in _head_chunks(layer, dtype, dev):
+                    for i in range(Ms.shape[0]):
+                        yield LayerMatrix(layer.component, layer.layer, h0 + i, Ms[i], **shape)
 
 
 def _scores(M: torch.Tensor, num_std: float, where: str) -> tuple[list[float], list[float]]:
@@ -163,6 +203,7 @@ def score_model(
     progress: bool = True,
     name: str | None = None,
     gqa_method: str = "correct",
+    matrix: Any = "qk",
     **open_kwargs: Any,
 ):
     """The score rows (docs/contracts.md, columns SCORE_COLUMNS) of every self-attention layer of `source`.
@@ -171,11 +212,20 @@ def score_model(
     `head` is a string column ("all", "0", "1", ...) so CSV and Parquet agree. open_kwargs go to
     loading.open_source (gguf_file, revision, trust_remote_code). gqa_method "paper" scores grouped-query layers
     by the paper's expansion instead of the attention's matrix (scoring/paper_gqa.py: a known error, reproduced).
+    matrix: "qk" (W_qk: the contract's rows and columns, the default), "ov" (the OV circuit
+    M_ov = sum_h W_o,h W_v,g(h)) or "both" (per layer its W_qk rows, then its OV rows); a table with OV rows has a
+    `matrix` column ("qk" | "ov") after `head` (columns.with_matrix_column).
     """
     if gqa_method not in GQA_METHODS:
         raise UserError(f"--gqa-method: {gqa_method!r} is not one of {', '.join(GQA_METHODS)}")
     if per_head and gqa_method != "correct":
         raise UserError("--per-head: per-head rows exist for the attention's own matrices only (--gqa-method correct)")
+    asked = matrices(matrix)
+    if "ov" in asked and gqa_method != "correct":
+        raise UserError(
+            "the paper's grouped-query expansion is of W_qk only: the OV circuit is scored as the attention computes "
+            "it (gqa method correct)"
+        )
     src = _open(source, name=name, **open_kwargs)
     permuted = bool(getattr(src, "qk_rows_permuted", False))
     family = get_family(src.model_type)
@@ -186,36 +236,34 @@ def score_model(
         architecture=architecture_of(family, src.config),
         modality=family.modality,
     )
+    with_ov = "ov" in asked
     rows: list[dict[str, Any]] = []
-    for layer in _layers(src, progress):
-        shape = dict(n_params=src.n_params, d_model=layer.d_model, n_heads=layer.n_heads, n_kv_heads=layer.n_kv_heads)
-        where = f"{src.name} {layer.component} layer {layer.layer}"
-        M = layer_wqk(layer, gqa_method, permuted_rows=permuted, dtype=torch.float64, device=dev)
-        (s,), (d,) = _scores(M, num_std, where)
-        del M
-        rows.append(
-            dict(fixed, component=layer.component, layer=layer.layer, head="all", symmetry=s, directionality=d, **shape)
-        )
-        if per_head:
-            for h0, Ms in _head_chunks(layer, torch.float64, dev):
-                ss, ds = _scores(Ms, num_std, f"{where} heads {h0}..{h0 + Ms.shape[0] - 1}")
-                for i, (s, d) in enumerate(zip(ss, ds)):
-                    rows.append(
-                        dict(
-                            fixed,
-                            component=layer.component,
-                            layer=layer.layer,
-                            head=str(h0 + i),
-                            symmetry=s,
-                            directionality=d,
-                            **shape,
-                        )
-                    )
+    for layers in _layers(src, progress, asked):
+        for layer in layers:
+            shape = dict(
+                n_params=src.n_params, d_model=layer.d_model, n_heads=layer.n_heads, n_kv_heads=layer.n_kv_heads
+            )
+            place = dict(fixed, component=layer.component, layer=layer.layer)
+            if with_ov:
+                place[MATRIX_COLUMN] = layer.matrix
+            where = f"{src.name} {layer.component} layer {layer.layer}" + (" OV" if layer.matrix == "ov" else "")
+            if layer.matrix == "qk":
+                M = layer_wqk(layer, gqa_method, permuted_rows=permuted, dtype=torch.float64, device=dev)
+            else:
+                M = wqk(layer, dtype=torch.float64, device=dev)
+            (s,), (d,) = _scores(M, num_std, where)
+            del M
+            rows.append(dict(place, head="all", symmetry=s, directionality=d, **shape))
+            if per_head:
+                for h0, Ms in _head_chunks(layer, torch.float64, dev):
+                    ss, ds = _scores(Ms, num_std, f"{where} heads {h0}..{h0 + Ms.shape[0] - 1}")
+                    for i, (s, d) in enumerate(zip(ss, ds)):
+                        rows.append(dict(place, head=str(h0 + i), symmetry=s, directionality=d, **shape))
     if not rows:
         raise UserError(f"{src.name}: no self-attention layers found")
     import pandas as pd  # imported once the layers' matrices are freed: its ~65 MiB do not add to their peak
 
-    return pd.DataFrame(rows, columns=SCORE_COLUMNS)
+    return pd.DataFrame(rows, columns=with_matrix_column(SCORE_COLUMNS) if with_ov else SCORE_COLUMNS)
 
 
 # ------------------------------------------------------------------------------------------- checkpoints
@@ -260,39 +308,75 @@ def score_checkpoints(
     device: str | torch.device = "cpu",
     progress: bool = True,
     labels: dict[str, Any] | None = None,
+    matrix: Any = "qk",
 ):
     """Score rows of every snapshot of a run, in step order, with the training columns (TRAINING_COLUMNS).
 
     model and run are RUN_DIR's name; size, dataset, objective, init, seed come from run.yaml; step from
     the snapshot's folder name (every complete snapshot, rundir.list_snapshots). A Hugging Face Trainer
-    output folder (`checkpoint-N/`, no run.yaml: the paper's own code writes these) is read too: the step
-    from each trainer_state.json, the run keys from `labels`, which must give each of them (the rows of a run
-    with an empty key would not pair with any other) unless the folder's name states them (authors_run_keys:
-    the authors' released layout; `labels` still win, key by key). A run folder's keys are its run.yaml's:
-    `labels` there is an error, never ignored.
+    output folder (`checkpoint-N/`, no run.yaml: the paper's own code writes these, and so does anyone's Trainer
+    run) is read too: the step from each trainer_state.json, the run keys from `labels` (a dict of run keys:
+    size, dataset, objective, init, seed), else from the folder's name where it is the authors' (authors_run_keys;
+    `labels` win key by key); a key given by neither stays empty (None), and with `progress` one line on stderr
+    names the empty keys. Rows with empty keys do not join the workflow's tables (concat-tables refuses them). A
+    run folder's keys are its run.yaml's: `labels` there is an error, never ignored. matrix: as score_model's.
     """
+    return _score_checkpoints(run_dir, per_head, num_std, device, progress, labels, matrix, option=_PYTHON_LABELS)
 
+
+# how the run keys of a Trainer folder are given, named in messages: as the Python API takes them, or on the CLI
+_PYTHON_LABELS = ("labels=", "labels={KEY: VALUE}")
+_CLI_LABELS = ("--label", "--label KEY=VALUE")
+
+
+def _checked_labels(labels: dict[str, Any] | None, option: tuple[str, str]) -> dict[str, Any]:
+    """`labels` as run keys: each key one of RUN_KEYS, a seed a whole number (an int, or a string of digits);
+    None and "" mean not given."""
+    if labels is None:
+        return {}
+    if not isinstance(labels, dict):
+        raise UserError(f"{option[0]} a dict of run keys ({', '.join(RUN_KEYS)}), got {type(labels).__name__}")
+    out: dict[str, Any] = {}
+    for key, value in labels.items():
+        if key not in RUN_KEYS:
+            raise UserError(f"{option[0]} {key!r} is not a run key (one of {', '.join(RUN_KEYS)})")
+        if value is None or (isinstance(value, str) and not value.strip()):
+            continue
+        if key == "seed":
+            if isinstance(value, str) and value.isascii() and value.isdigit():
+                value = int(value)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise UserError(f"{option[0]} seed {value!r}: a seed is a whole number >= 0")
+        out[key] = value
+    return out
+
+
+def _score_checkpoints(run_dir, per_head, num_std, device, progress, labels, matrix, option):
+    """score_checkpoints, with `option` naming how the caller gives run keys (_PYTHON_LABELS or _CLI_LABELS)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: no such run directory")
-    run = run_dir.name
-    labels = dict(labels or {})
+    run = Path(os.path.abspath(run_dir)).name  # the folder's own name, also for "." or "out/"
+    asked = matrices(matrix)
+    labels = _checked_labels(labels, option)
     if not (run_dir / RUN_YAML).is_file() and (trainer := list_trainer_checkpoints(run_dir)):
         named = authors_run_keys(run_dir) or {}
-        keys = {**named, **{k: v for k, v in labels.items() if v not in (None, "")}}
-        if missing := [k for k in RUN_KEYS if keys.get(k) in (None, "")]:
-            raise UserError(
-                f"{run_dir}: a Trainer output folder has no run.yaml: give its run keys with --label KEY=VALUE "
-                f"(missing: {', '.join(missing)}; a folder named as the authors' "
-                "{model}-{mode}-{dataset}[--symmetric-init] states them; docs/paper-code.md)"
-            )
+        keys = {**named, **labels}
         if progress and (from_name := {k: v for k, v in named.items() if k not in labels}):
             said = " ".join(f"{k}={v}" for k, v in from_name.items())
             print(f"{run_dir}: run keys from the authors' folder name: {said}", file=sys.stderr, flush=True)
-        return _score_snapshots(run, {k: keys[k] for k in RUN_KEYS}, trainer, per_head, num_std, device, progress)
+        if progress and (empty := [k for k in RUN_KEYS if k not in keys]):
+            print(
+                f"{run_dir}: a Trainer output folder without {RUN_YAML}: run key(s) {', '.join(empty)} left empty "
+                f"(give them with {option[1]} to join these rows with other runs' tables)",
+                file=sys.stderr,
+                flush=True,
+            )
+        meta = {k: keys.get(k) for k in RUN_KEYS}
+        return _score_snapshots(run, meta, trainer, per_head, num_std, device, progress, asked)
     if labels:
         raise UserError(
-            f"{run_dir}: --label is for a Trainer output folder; this run folder's keys come from its "
+            f"{run_dir}: {option[0]} is for a Trainer output folder; this run folder's keys come from its "
             f"{RUN_YAML} (given: {', '.join(sorted(labels))})"
         )
     cfg = read_run_yaml(run_dir)
@@ -307,22 +391,25 @@ def score_checkpoints(
             f"snapshot_steps imply (the run reached step {max(snapshots)}): restore them, or move the run aside "
             "and train it again"
         )
-    return _score_snapshots(run, meta, snapshots, per_head, num_std, device, progress)
+    return _score_snapshots(run, meta, snapshots, per_head, num_std, device, progress, asked)
 
 
-def _score_snapshots(run, meta, snapshots, per_head, num_std, device, progress):
+def _score_snapshots(run, meta, snapshots, per_head, num_std, device, progress, asked=("qk",)):
     import pandas as pd
     from tqdm.auto import tqdm
 
     tables = []
     for step, folder in tqdm(snapshots.items(), desc=f"scoring {run}", unit="checkpoint", disable=not progress):
-        df = score_model(folder, per_head=per_head, num_std=num_std, device=device, progress=False, name=run)
+        df = score_model(
+            folder, per_head=per_head, num_std=num_std, device=device, progress=False, name=run, matrix=asked
+        )
         df["run"] = run
         for k, v in meta.items():
             df[k] = v
         df["step"] = step
         tables.append(df)
-    return pd.concat(tables, ignore_index=True)[TRAINING_COLUMNS]
+    columns = with_matrix_column(TRAINING_COLUMNS) if "ov" in asked else TRAINING_COLUMNS
+    return pd.concat(tables, ignore_index=True)[columns]
 
 
 # --------------------------------------------------------------------------------------------------- CLI
@@ -337,7 +424,7 @@ def compare_gqa(source: Any, num_std: float = 2.0, name: str | None = None, **op
     src = _open(source, name=name, **open_kwargs)
     permuted = bool(getattr(src, "qk_rows_permuted", False))
     rows = []
-    for layer in _layers(src, progress=False):
+    for (layer,) in _layers(src, progress=False):
         if layer.n_kv_heads == layer.n_heads:
             continue
         where = f"{src.name} {layer.component} layer {layer.layer}"
@@ -374,7 +461,9 @@ def _open_options(args: argparse.Namespace) -> dict[str, Any]:
 def _scoring_options(args: argparse.Namespace) -> dict[str, Any]:
     """The options `score` and `score-checkpoints` share (commands._scoring_arguments), as score_model's and
     score_checkpoints' keywords."""
-    return dict(per_head=args.per_head, num_std=args.num_std, device=args.device, progress=not args.quiet)
+    return dict(
+        per_head=args.per_head, num_std=args.num_std, device=args.device, progress=not args.quiet, matrix=args.matrix
+    )
 
 
 def _check_out(out: str) -> None:
@@ -399,13 +488,15 @@ def run_compare_gqa(args: argparse.Namespace) -> int:
 
 
 def summary_lines(df) -> list[str]:
-    """One line per component of a score table: layers, median symmetry and directionality over layers (the
-    "all" rows), and the model's head counts."""
+    """One line per component of a score table (and per matrix, where it has OV rows): layers, median symmetry
+    and directionality over layers (the "all" rows), and the model's head counts."""
     rows = df[df["head"] == "all"]
+    by = ["component", MATRIX_COLUMN] if MATRIX_COLUMN in rows else ["component"]
     out = []
-    for comp, g in rows.groupby("component", sort=False):
+    for key, g in rows.groupby(by, sort=False):
+        what = " ".join(key) if isinstance(key, tuple) else key
         out.append(
-            f"{g['model'].iloc[0]} {comp}: {len(g)} layers, median symmetry {g['symmetry'].median():+.3f}, "
+            f"{g['model'].iloc[0]} {what}: {len(g)} layers, median symmetry {g['symmetry'].median():+.3f}, "
             f"median directionality {g['directionality'].median():+.3f} "
             f"({int(g['n_heads'].iloc[0])} heads, {int(g['n_kv_heads'].iloc[0])} key/value heads)"
         )
@@ -435,6 +526,6 @@ def run_score_checkpoints(args: argparse.Namespace) -> int:
         if labels.get(key, value) != value:
             raise UserError(f"--label {key}: given twice, as {labels[key]!r} and {value!r}")
         labels[key] = value
-    df = score_checkpoints(args.run_dir, labels=labels, **_scoring_options(args))
+    df = _score_checkpoints(args.run_dir, labels=labels, option=_CLI_LABELS, **_scoring_options(args))
     _write_scores(df, args.out)
     return 0

@@ -9,7 +9,9 @@ they reach whatever `report_to` names (TensorBoard, Weights & Biases, MLflow, ..
     symmetry/{component}/median, directionality/{component}/median                (over the stack's layers)
 
 (component: encoder or decoder; the TensorBoard tags get the Trainer's `train/` prefix). `symmetry_logs(model)`
-returns the same dict for any model, outside a Trainer.
+returns the same dict for any model, outside a Trainer. With `matrix="ov"` (or "both") they score the OV circuit
+M_ov = sum_h W_o,h W_v,g(h) too (docs/contracts.md), under `symmetry_ov/...` and `directionality_ov/...` (the
+authors' W&B callback logs its W_v W_o beside W_qk; docs/paper-code.md says how theirs differs).
 
 Cost: it reads only the q/k weights (no forward pass, no data) and computes one d x d matrix per layer in float64
 on the weights' device; benchmarks/callback_cost.py times one call on BERT-base shapes. On the main process only,
@@ -32,7 +34,7 @@ from transformers import TrainerCallback
 
 from attention_geometry.errors import UserError
 from attention_geometry.scoring.measures import ScoreError, check_num_std, scores
-from attention_geometry.scoring.scorer import layer_matrices
+from attention_geometry.scoring.scorer import layer_matrices, matrices
 
 __all__ = ["SymmetryCallback", "symmetry_logs"]
 
@@ -43,14 +45,22 @@ def _unwrap(model: Any) -> Any:
     return model
 
 
-def symmetry_logs(model: Any, num_std: float = 2.0, device: Any = None, undefined: str = "raise") -> dict[str, float]:
+# the key prefix of each matrix's values: W_qk's are the keys the callback always logged
+_PREFIX = {"qk": "", "ov": "_ov"}
+
+
+def symmetry_logs(
+    model: Any, num_std: float = 2.0, device: Any = None, undefined: str = "raise", matrix: Any = "qk"
+) -> dict[str, float]:
     """Per applied self-attention layer, s and d of W_qk (docs/contracts.md), and their medians per stack, keyed
     `symmetry/{component}/layer_{i:02d}`, `.../median` (and the same for directionality). `device`: where the
     float64 matrices are computed (default: the device of the model's weights). `undefined`: what a layer whose
     scores are undefined gives (a W_qk of zeros, NaN weights after a divergence): "raise" (a ScoreError naming it)
-    or "nan" (NaN values for that layer; the medians are over the other layers)."""
+    or "nan" (NaN values for that layer; the medians are over the other layers). `matrix`: "qk" (the default),
+    "ov" (the OV circuit, keyed `symmetry_ov/...`, `directionality_ov/...`) or "both"."""
     if undefined not in ("raise", "nan"):
         raise UserError(f"symmetry_logs: undefined must be 'raise' or 'nan', got {undefined!r}")
+    asked = matrices(matrix)
     model = _unwrap(model)
     meta = next((n for n, p in model.named_parameters() if p.is_meta), None)
     if meta is not None:
@@ -61,22 +71,23 @@ def symmetry_logs(model: Any, num_std: float = 2.0, device: Any = None, undefine
     if device is None:
         device = next(model.parameters()).device
     out: dict[str, float] = {}
-    per_stack: dict[str, tuple[list[float], list[float]]] = {}
-    for lm in layer_matrices(model, device=device):
-        ss, ds = per_stack.setdefault(lm.component, ([], []))
+    per_stack: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+    for lm in layer_matrices(model, device=device, matrix=asked):
+        ss, ds = per_stack.setdefault((_PREFIX[lm.matrix], lm.component), ([], []))
         try:
             s, d = (float(x) for x in scores(lm.M, num_std))
             ss.append(s)
             ds.append(d)
         except ScoreError as exc:
             if undefined == "raise":
-                raise ScoreError(f"{lm.component} layer {lm.layer}: {exc}") from None
+                raise ScoreError(f"{lm.component} layer {lm.layer}{' OV' * (lm.matrix == 'ov')}: {exc}") from None
             s = d = math.nan
-        out[f"symmetry/{lm.component}/layer_{lm.layer:02d}"] = s
-        out[f"directionality/{lm.component}/layer_{lm.layer:02d}"] = d
-    for component, (ss, ds) in per_stack.items():
-        out[f"symmetry/{component}/median"] = statistics.median(ss) if ss else math.nan
-        out[f"directionality/{component}/median"] = statistics.median(ds) if ds else math.nan
+        p = _PREFIX[lm.matrix]
+        out[f"symmetry{p}/{lm.component}/layer_{lm.layer:02d}"] = s
+        out[f"directionality{p}/{lm.component}/layer_{lm.layer:02d}"] = d
+    for (p, component), (ss, ds) in per_stack.items():
+        out[f"symmetry{p}/{component}/median"] = statistics.median(ss) if ss else math.nan
+        out[f"directionality{p}/{component}/median"] = statistics.median(ds) if ds else math.nan
     return out
 
 
@@ -85,14 +96,16 @@ class SymmetryCallback(TrainerCallback):
 
     every: steps between two measurements (a log is forced at those steps, whatever `logging_steps` says);
     num_std: directionality's threshold (docs/contracts.md; 2 as in the paper); device: where the matrices are
-    computed (default: the weights' device)."""
+    computed (default: the weights' device); matrix: "qk" (W_qk, the default), "ov" (the OV circuit) or "both"
+    (symmetry_logs)."""
 
-    def __init__(self, every: int = 100, num_std: float = 2.0, device: Any = None):
+    def __init__(self, every: int = 100, num_std: float = 2.0, device: Any = None, matrix: Any = "qk"):
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise UserError(f"SymmetryCallback: every must be an integer >= 1, got {every!r}")
         self.every = every
         self.num_std = check_num_std(num_std)
         self.device = device
+        self.matrix = matrices(matrix)
         self._pending: dict[str, float] | None = None
         self._placed = False
         self.off: str | None = None  # why it turned itself off (a model it cannot score); None while it measures
@@ -131,7 +144,7 @@ class SymmetryCallback(TrainerCallback):
         # cannot read) is found here, with one warning, and the callback turns itself off
         if model is not None and state.is_world_process_zero:
             try:
-                symmetry_logs(model, self.num_std, self.device, undefined="nan")
+                symmetry_logs(model, self.num_std, self.device, undefined="nan", matrix=self.matrix)
             except Exception as exc:  # noqa: BLE001 - whatever the reason, training goes on without it
                 self._turn_off(f"{type(exc).__name__}: {exc}")
 
@@ -147,7 +160,7 @@ class SymmetryCallback(TrainerCallback):
             return control
         if state.is_world_process_zero:
             try:  # an undefined layer (zero W_qk, NaN weights) logs NaN; anything else turns the callback off
-                self._pending = symmetry_logs(model, self.num_std, self.device, undefined="nan")
+                self._pending = symmetry_logs(model, self.num_std, self.device, undefined="nan", matrix=self.matrix)
             except Exception as exc:  # noqa: BLE001 - a monitor never ends the training it watches
                 self._turn_off(f"{type(exc).__name__}: {exc}")
                 return control

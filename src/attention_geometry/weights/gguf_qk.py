@@ -11,7 +11,9 @@ Rows of q and k: llama.cpp's converter permutes the rows of attn_q and attn_k of
 each head (the rotary pairs interleaved), and transformers' GGUF loader undoes it. Both get the same
 permutation P (the same head size), so each head's W_q,h^T W_k,h = (P W_q,h)^T (P W_k,h) is unchanged, and the
 tensors are used as stored. tests/test_real_weights.py proves it: the scores of SmolLM2 (llama, permuted) and
-Gemma 3 (not permuted) read here equal those of the transformers path.
+Gemma 3 (not permuted) read here equal those of the transformers path. The value and output projections
+(attn_v, attn_output: not permuted by the converter) are read for the OV circuit; their scores equal the
+transformers path's too (same test).
 
 Only architectures whose q and k are separate tensors (`blk.N.attn_q.weight`, `blk.N.attn_k.weight`) and
 whose transformers conversion changes them at most by that permutation are read here (`QK_ARCHITECTURES`);
@@ -39,9 +41,11 @@ __all__ = ["GGUFSource", "GGUFHeader", "read_gguf_header", "gguf_architecture", 
 QK_ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "gemma3": "gemma3_text"}
 # the architectures whose q/k rows llama.cpp's converter permutes (and transformers' GGUF loader un-permutes)
 LLAMA_CPP_PERMUTED = ("llama", "mistral")
-# the names the q/k tensors get (transformers' names; the families resolve "layers.{i}.self_attn.q_proj.weight")
-_QK_NAMES = {"attn_q": "q_proj", "attn_k": "k_proj"}
-_GGUF_QK = re.compile(r"blk\.(\d+)\.(attn_q|attn_k)\.weight")
+# the names the attention's tensors get (transformers' names; the families resolve
+# "layers.{i}.self_attn.q_proj.weight"); the value and output projections are for the OV circuit (scorer
+# matrix="ov"): llama.cpp permutes q and k only
+_QK_NAMES = {"attn_q": "q_proj", "attn_k": "k_proj", "attn_v": "v_proj", "attn_output": "o_proj"}
+_GGUF_QK = re.compile(r"blk\.(\d+)\.(attn_q|attn_k|attn_v|attn_output)\.weight")
 
 # GGUF metadata value types: code -> struct format (8: string, 9: array)
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -236,9 +240,9 @@ def _config(header: GGUFHeader, path: str) -> Any:
 
 
 class GGUFSource(TensorSource):
-    """A GGUF file's config and its tensors, read one by one and dequantized to float32 on request. The q/k
-    tensors carry transformers' names (model.layers.N.self_attn.q_proj.weight); the others keep their GGUF
-    names. n_params: the elements of every tensor stored (a tied embedding is stored once)."""
+    """A GGUF file's config and its tensors, read one by one and dequantized to float32 on request. The q/k/v and
+    attention output tensors carry transformers' names (model.layers.N.self_attn.q_proj.weight); the others keep
+    their GGUF names. n_params: the elements of every tensor stored (a tied embedding is stored once)."""
 
     def __init__(self, path: str | os.PathLike, header: GGUFHeader | None = None, name: str | None = None):
         self.path = os.fspath(path)

@@ -9,7 +9,10 @@ contract's columns are there.
 An input given twice (the same file under two names included), an --out that is one of the inputs, and two
 rows with the same key (TABLE_KEYS of the kind, given or told by the columns; numbers compared by value, so
 layer `0` and `0.0` are one key) are refused: the table would count those rows twice. So are a row with an
-empty key cell and a score (symmetry, directionality) that is not a finite number.
+empty key cell and a score (symmetry, directionality) that is not a finite number, and, in the tables of training
+runs, a row with an empty run key (size, dataset, objective, init, seed): `score-checkpoints` leaves the keys of a
+Trainer output folder empty where it was not given them, and it is here, where rows join other runs', that they
+are needed.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import os
 from pathlib import Path
 
 from attention_geometry.errors import UserError
-from attention_geometry.formats.columns import TABLE_COLUMNS, TABLE_OPTIONAL_COLUMNS
+from attention_geometry.formats.columns import RUN_KEYS, TABLE_COLUMNS, TABLE_OPTIONAL_COLUMNS
 from attention_geometry.formats.files import atomic_write_text, check_writable
 
 __all__ = ["TABLE_KEYS", "SCORE_VALUE_COLUMNS", "key_value", "read_csv_text", "concat_tables", "table_kind"]
@@ -143,6 +146,8 @@ def concat_tables(paths: list[str | Path], out: str | Path, kind: str | None = N
     columns += [c for c in optional if c not in columns]
     key_at = [columns.index(c) for c in TABLE_KEYS[key_kind]] if key_kind else []
     score_at = [(columns.index(c), c) for c in SCORE_VALUE_COLUMNS if key_kind and c in TABLE_COLUMNS[key_kind]]
+    # the run keys of a table of training runs: what its rows are compared and grouped by
+    run_at = [columns.index(c) for c in RUN_KEYS if key_kind and c in TABLE_COLUMNS[key_kind]]
     all_rows: list[list[str]] = []
     keys: dict[tuple[str, ...], str] = {}  # a row's key -> where it was first seen
     for path, header, rows, lines in tables:
@@ -157,6 +162,11 @@ def concat_tables(paths: list[str | Path], out: str | Path, kind: str | None = N
             row = [row[i] if i is not None else "" for i in order]
             for i, column in score_at:
                 _check_score(row[i], column, f"{path}:{line}")
+            if empty := [columns[i] for i in run_at if not row[i].strip()]:
+                raise UserError(
+                    f"{path}:{line}: empty {', '.join(empty)}: every {key_kind} row names its run's keys (a Trainer "
+                    "output folder scored without them: score it again with score-checkpoints --label KEY=VALUE)"
+                )
             if key_at:
                 key = tuple(key_value(row[i]) for i in key_at)
                 if empty := [columns[i] for i, v in zip(key_at, key) if not v]:

@@ -42,6 +42,8 @@ register(
                 "decoder.model.decoder.layers.{i}.self_attn.q_proj.weight",
                 "decoder.model.decoder.layers.{i}.self_attn.k_proj.weight",
                 sub_config="decoder",
+                v="decoder.model.decoder.layers.{i}.self_attn.v_proj.weight",
+                o="decoder.model.decoder.layers.{i}.self_attn.out_proj.weight",
             ),
         ),
         note="text encoder: T5 relative position bias added to the logits",
@@ -53,7 +55,13 @@ def wav2vec2_stack() -> tuple[Stack, ...]:
     """Transformer layer i over the conv feature encoder's frames: `encoder.layers.{i}.attention.{q,k}_proj`
     (both the post-norm and the stable-layer-norm encoders)."""
     return (
-        Stack("encoder", "encoder.layers.{i}.attention.q_proj.weight", "encoder.layers.{i}.attention.k_proj.weight"),
+        Stack(
+            "encoder",
+            "encoder.layers.{i}.attention.q_proj.weight",
+            "encoder.layers.{i}.attention.k_proj.weight",
+            v="encoder.layers.{i}.attention.v_proj.weight",
+            o="encoder.layers.{i}.attention.out_proj.weight",
+        ),
     )
 
 

@@ -38,6 +38,8 @@ def t5_stacks(sub_config: str | None = None, prefix: str = "", decoder: bool = T
         prefix + "encoder.block.{i}.layer.0.SelfAttention.k.weight",
         sub_config=sub_config,
         n_layers="num_layers",
+        v=prefix + "encoder.block.{i}.layer.0.SelfAttention.v.weight",
+        o=prefix + "encoder.block.{i}.layer.0.SelfAttention.o.weight",
         n_heads="num_heads",
         d_model="d_model",
     )
@@ -49,6 +51,8 @@ def t5_stacks(sub_config: str | None = None, prefix: str = "", decoder: bool = T
         prefix + "decoder.block.{i}.layer.0.SelfAttention.k.weight",
         sub_config=sub_config,
         n_layers=first_of("num_decoder_layers", "num_layers"),
+        v=prefix + "decoder.block.{i}.layer.0.SelfAttention.v.weight",
+        o=prefix + "decoder.block.{i}.layer.0.SelfAttention.o.weight",
         n_heads="num_heads",
         d_model="d_model",
     )
@@ -62,7 +66,8 @@ def bart_stacks(
     encoder: str = "encoder.layers",
     decoder: str = "decoder.layers",
 ) -> tuple[Stack, ...]:
-    """BART-style stacks: `<encoder>.{i}.<attn>.{q,k}_proj` and `<decoder>.{i}.<attn>.{q,k}_proj`, sized by the
+    """BART-style stacks: `<encoder>.{i}.<attn>.{q,k,v}_proj` and `<decoder>.{i}.<attn>.{q,k,v}_proj` (output
+    projection `out_proj`), sized by the
     encoder_* / decoder_* config fields (BART, mBART, Whisper, Speech2Text, SpeechT5, DETR)."""
     ea = encoder_attn or attn
     return (
@@ -73,6 +78,8 @@ def bart_stacks(
             n_layers="encoder_layers",
             n_heads="encoder_attention_heads",
             d_model=d_model,
+            v=f"{encoder}.{{i}}.{ea}.v_proj.weight",
+            o=f"{encoder}.{{i}}.{ea}.out_proj.weight",
         ),
         Stack(
             "decoder",
@@ -81,6 +88,8 @@ def bart_stacks(
             n_layers="decoder_layers",
             n_heads="decoder_attention_heads",
             d_model=d_model,
+            v=f"{decoder}.{{i}}.{attn}.v_proj.weight",
+            o=f"{decoder}.{{i}}.{attn}.out_proj.weight",
         ),
     )
 

@@ -33,9 +33,10 @@ def _albert_positions(config: Any) -> list[dict[str, int]]:
 
 _BERT_Q = "encoder.layer.{i}.attention.self.query.weight"
 _BERT_K = "encoder.layer.{i}.attention.self.key.weight"
+_BERT_OV = dict(v="encoder.layer.{i}.attention.self.value.weight", o="encoder.layer.{i}.attention.output.dense.weight")
 
 for _type in ("bert", "roberta", "xlm-roberta", "electra"):
-    register(Family(_type, "encoder-only", "text", (Stack("encoder", _BERT_Q, _BERT_K),)))
+    register(Family(_type, "encoder-only", "text", (Stack("encoder", _BERT_Q, _BERT_K, **_BERT_OV),)))
 
 register(
     Family(
@@ -48,6 +49,8 @@ register(
                 "encoder.albert_layer_groups.{g}.albert_layers.{j}.attention.query.weight",
                 "encoder.albert_layer_groups.{g}.albert_layers.{j}.attention.key.weight",
                 positions=_albert_positions,
+                v="encoder.albert_layer_groups.{g}.albert_layers.{j}.attention.value.weight",
+                o="encoder.albert_layer_groups.{g}.albert_layers.{j}.attention.dense.weight",
             ),
         ),
         note="layers shared across positions: one row per applied position",
@@ -67,6 +70,8 @@ register(
                 n_layers="n_layers",
                 n_heads="n_heads",
                 d_model="dim",
+                v="transformer.layer.{i}.attention.v_lin.weight",
+                o="transformer.layer.{i}.attention.out_lin.weight",
             ),
         ),
     )
@@ -77,7 +82,14 @@ register(
         "deberta",
         "encoder-only",
         "text",
-        (Stack("encoder", "encoder.layer.{i}.attention.self.in_proj.weight", layout="fused_qkv_per_head"),),
+        (
+            Stack(
+                "encoder",
+                "encoder.layer.{i}.attention.self.in_proj.weight",
+                layout="fused_qkv_per_head",
+                o="encoder.layer.{i}.attention.output.dense.weight",
+            ),
+        ),
         note="relative_attention adds c2p/p2c position terms; talking_head mixes heads",
     )
 )
@@ -92,6 +104,8 @@ register(
                 "encoder",
                 "encoder.layer.{i}.attention.self.query_proj.weight",
                 "encoder.layer.{i}.attention.self.key_proj.weight",
+                v="encoder.layer.{i}.attention.self.value_proj.weight",
+                o="encoder.layer.{i}.attention.output.dense.weight",
             ),
         ),
         note="relative_attention adds c2p/p2c position terms",
@@ -103,14 +117,14 @@ register(
         "modernbert",
         "encoder-only",
         "text",
-        (Stack("encoder", "layers.{i}.attn.Wqkv.weight", layout="fused_qkv"),),
+        (Stack("encoder", "layers.{i}.attn.Wqkv.weight", layout="fused_qkv", o="layers.{i}.attn.Wo.weight"),),
         note="rotary position embedding; local (sliding-window) attention in some layers",
     )
 )
 
 # ------------------------------------------------------------------------------------------- decoders
 
-_GPT2 = dict(layout="conv1d_qkv", n_layers="n_layer", n_heads="n_head", d_model="n_embd")
+_GPT2 = dict(layout="conv1d_qkv", n_layers="n_layer", n_heads="n_head", d_model="n_embd", o="h.{i}.attn.c_proj.weight")
 register(Family("openai-gpt", "decoder-only", "text", (Stack("decoder", "h.{i}.attn.c_attn.weight", **_GPT2),)))
 register(Family("gpt2", "decoder-only", "text", (Stack("decoder", "h.{i}.attn.c_attn.weight", **_GPT2),)))
 register(Family("imagegpt", "decoder-only", "vision", (Stack("decoder", "h.{i}.attn.c_attn.weight", **_GPT2),)))
@@ -127,6 +141,8 @@ register(
                 "h.{i}.attn.attention.k_proj.weight",
                 n_layers="num_layers",
                 n_heads="num_heads",
+                v="h.{i}.attn.attention.v_proj.weight",
+                o="h.{i}.attn.attention.out_proj.weight",
             ),
         ),
         note="local (sliding-window) attention in alternate layers; no 1/sqrt(d_head) scaling",
@@ -146,6 +162,8 @@ register(
                 n_layers="n_layer",
                 n_heads="n_head",
                 d_model="n_embd",
+                v="h.{i}.attn.v_proj.weight",
+                o="h.{i}.attn.out_proj.weight",
             ),
         ),
         note="rotary position embedding on the first rotary_dim features of each head",
@@ -157,13 +175,21 @@ register(
         "gpt_neox",
         "decoder-only",
         "text",
-        (Stack("decoder", "layers.{i}.attention.query_key_value.weight", layout="fused_qkv_per_head"),),
+        (
+            Stack(
+                "decoder",
+                "layers.{i}.attention.query_key_value.weight",
+                layout="fused_qkv_per_head",
+                o="layers.{i}.attention.dense.weight",
+            ),
+        ),
         note="rotary position embedding on a fraction of each head",
     )
 )
 
 _LLAMA_Q = "layers.{i}.self_attn.q_proj.weight"
 _LLAMA_K = "layers.{i}.self_attn.k_proj.weight"
+_LLAMA_V = "layers.{i}.self_attn.v_proj.weight"
 _ROPE = "rotary position embedding"
 for _type, _note in (
     ("llama", _ROPE),
@@ -179,7 +205,17 @@ for _type, _note in (
             _type,
             "decoder-only",
             "text",
-            (Stack("decoder", _LLAMA_Q, _LLAMA_K, n_kv_heads=num_key_value_heads),),
+            (
+                Stack(
+                    "decoder",
+                    _LLAMA_Q,
+                    _LLAMA_K,
+                    n_kv_heads=num_key_value_heads,
+                    v=_LLAMA_V,
+                    # Phi calls its output projection `dense`, the others `o_proj`
+                    o="layers.{i}.self_attn." + ("dense" if _type == "phi" else "o_proj") + ".weight",
+                ),
+            ),
             note=_note,
         )
     )
@@ -189,7 +225,15 @@ register(
         "phi3",
         "decoder-only",
         "text",
-        (Stack("decoder", "layers.{i}.self_attn.qkv_proj.weight", layout="fused_qkv", n_kv_heads=num_key_value_heads),),
+        (
+            Stack(
+                "decoder",
+                "layers.{i}.self_attn.qkv_proj.weight",
+                layout="fused_qkv",
+                n_kv_heads=num_key_value_heads,
+                o="layers.{i}.self_attn.o_proj.weight",
+            ),
+        ),
         note=_ROPE + " (partial); optional sliding-window attention",
     )
 )

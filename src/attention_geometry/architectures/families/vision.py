@@ -20,6 +20,8 @@ def vit_stack() -> tuple[Stack, ...]:
             "encoder",
             "encoder.layer.{i}.attention.attention.query.weight",
             "encoder.layer.{i}.attention.attention.key.weight",
+            v="encoder.layer.{i}.attention.attention.value.weight",
+            o="encoder.layer.{i}.attention.output.dense.weight",
         ),
     )
 
@@ -55,6 +57,8 @@ register(
                 "encoder",
                 "encoder.layer.{i}.attention.self.query.weight",
                 "encoder.layer.{i}.attention.self.key.weight",
+                v="encoder.layer.{i}.attention.self.value.weight",
+                o="encoder.layer.{i}.attention.output.dense.weight",
             ),
         ),
         note="image tokens attend to image tokens only, text tokens to image tokens and causally to text",
