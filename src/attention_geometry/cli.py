@@ -64,6 +64,10 @@ COMMANDS: dict[str, Command] = {
         "train (or resume) one run from a RUN.yaml",
         commands.add_arguments_train,
     ),
+    "show-run": Command(
+        "print a planned run's settings from the workflow config alone (before its corpus is prepared)",
+        commands.add_arguments_show_run,
+    ),
     "train-shared": Command(
         "train several runs at once on one device (e.g. small runs sharing a GPU), one process each",
         commands.add_arguments_train_shared,
@@ -131,6 +135,8 @@ def runner(name: str) -> Callable[[argparse.Namespace], int]:
             from attention_geometry.data.images import run_prepare_images as run
         case "train":
             from attention_geometry.training.command import run_train as run
+        case "show-run":
+            from attention_geometry.workflow.show_run import run_show_run as run
         case "train-shared":
             from attention_geometry.training.share import run_train_shared as run
         case "score-updates":

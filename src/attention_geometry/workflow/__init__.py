@@ -10,6 +10,7 @@ keep.py         the last good committed outputs, kept aside at parse time and pu
 pretrained.py   `pretrained:` entries -> files to read, score arguments, provenance (CLI `join-parts`,
                 `locate-package`)
 concat.py       CLI `concat-tables`
+show_run.py     CLI `show-run`: a planned run's settings from the config alone, before its corpus exists
 notebook.py     CLI `run-notebook`: papermill for the notebook rules, a failing cell as one error line
 provenance.py   package versions and the machine, for the report
 """
