@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from attention_geometry.formats.columns import RUN_KEYS, TABLE_COLUMNS
+from attention_geometry.formats.columns import MATRICES, RUN_KEYS, TABLE_COLUMNS
 from attention_geometry.scoring.gqa_methods import GQA_METHODS
 from attention_geometry.scoring.random_init_null import NULL_INITS, NULL_SEED_OFFSET
 from attention_geometry.training.budget import EXIT_STOPPED
@@ -62,6 +62,13 @@ def _scoring_arguments(parser: argparse.ArgumentParser) -> None:
         help="directionality threshold: mean + K * std of the row/column norms (default 2)",
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument(
+        "--matrix",
+        choices=(*MATRICES, "both"),
+        default="qk",
+        help="which matrix each row scores: qk (W_qk, the default: the contract's table), ov (the OV circuit "
+        "sum_h W_o,h W_v,g(h)) or both; a table with OV rows has a `matrix` column after `head` (docs/cli.md)",
+    )
     parser.add_argument("--no-progress", "--quiet", dest="quiet", action="store_true", help="no progress bars")
 
 
@@ -112,7 +119,7 @@ def add_arguments_score_checkpoints(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help=f"for a Trainer output folder, a run key of the rows ({', '.join(RUN_KEYS)}); repeatable; a folder "
         "named as the authors' released checkpoints ({model}-{mode}-{dataset}[--symmetric-init]) gives the keys "
-        "a --label does not (docs/paper-code.md)",
+        "a --label does not; a key given by neither stays empty, and stderr says so (docs/paper-code.md)",
     )
 
 
