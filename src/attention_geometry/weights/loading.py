@@ -262,7 +262,19 @@ def _open_dir(path: Path, trust_remote_code: bool, name: str | None) -> TensorSo
 
 def _open_hub(repo_id: str, revision: str, trust_remote_code: bool, name: str | None) -> TensorSource:
     """A hub model: safetensors weights read by range requests (hub.py) when the hub allows, else downloaded."""
-    import httpx2
+    try:
+        import httpx2
+    except ImportError:  # the huggingface_hub of transformers 4.x talks to the hub through requests, not httpx2
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            hub = f"huggingface_hub {version('huggingface_hub')}"
+        except PackageNotFoundError:
+            hub = "no huggingface_hub"
+        raise LoadError(
+            f"{repo_id}: reading a model from the hub needs the huggingface_hub of transformers 5 (its httpx2 "
+            f"client), and this environment has {hub}: download the model and pass its folder"
+        ) from None
     from huggingface_hub import snapshot_download
 
     from attention_geometry.weights.hub import hub_safetensors
