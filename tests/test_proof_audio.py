@@ -9,6 +9,7 @@ from unittest import mock
 
 import pytest
 import torch
+from proof_models import enc_dec, enc_dec_stacks, self_attn_stacks, token_ids
 from test_proof_seq2seq import capture_each, capture_outputs, once, prove_stacks, zero_
 
 
@@ -16,34 +17,20 @@ def _whisper():
     from transformers import WhisperConfig, WhisperModel
 
     cfg = WhisperConfig(
-        vocab_size=60,
-        num_mel_bins=8,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=3,
-        encoder_attention_heads=4,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_source_positions=10,
-        max_target_positions=16,
+        **enc_dec(vocab_size=60, num_mel_bins=8, max_source_positions=10, max_target_positions=16),
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,
         decoder_start_token_id=1,
-        attn_implementation="eager",
     )
     m = WhisperModel(cfg).double().eval()
     return (
         cfg,
         m,
-        {
-            "encoder": ([l.self_attn for l in m.encoder.layers], lambda o: o.encoder_attentions),
-            "decoder": ([l.self_attn for l in m.decoder.layers], lambda o: o.decoder_attentions),
-        },
+        self_attn_stacks(m.encoder, m.decoder),
         lambda: m(
             input_features=torch.randn(2, 8, 20, dtype=torch.float64),
-            decoder_input_ids=torch.randint(3, 60, (2, 6)),
+            decoder_input_ids=token_ids(60, 6),
             output_attentions=True,
         ),
     )
@@ -53,32 +40,19 @@ def _speech_to_text():
     from transformers import Speech2TextConfig, Speech2TextModel
 
     cfg = Speech2TextConfig(
-        vocab_size=60,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=3,
-        encoder_attention_heads=4,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
+        **enc_dec(vocab_size=60, max_source_positions=32, max_target_positions=16),
         conv_channels=16,
         input_feat_per_channel=8,
         input_channels=1,
-        max_source_positions=32,
-        max_target_positions=16,
-        attn_implementation="eager",
     )
     m = Speech2TextModel(cfg).double().eval()
     return (
         cfg,
         m,
-        {
-            "encoder": ([l.self_attn for l in m.encoder.layers], lambda o: o.encoder_attentions),
-            "decoder": ([l.self_attn for l in m.decoder.layers], lambda o: o.decoder_attentions),
-        },
+        self_attn_stacks(m.encoder, m.decoder),
         lambda: m(
             input_features=torch.randn(2, 24, 8, dtype=torch.float64),
-            decoder_input_ids=torch.randint(3, 60, (2, 6)),
+            decoder_input_ids=token_ids(60, 6),
             output_attentions=True,
         ),
     )
@@ -87,18 +61,7 @@ def _speech_to_text():
 def _speecht5():
     from transformers import SpeechT5Config, SpeechT5Model
 
-    cfg = SpeechT5Config(
-        vocab_size=60,
-        hidden_size=32,
-        encoder_layers=2,
-        decoder_layers=3,
-        encoder_attention_heads=4,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        encoder_max_relative_position=16,
-        attn_implementation="eager",
-    )
+    cfg = SpeechT5Config(**enc_dec("hidden_size", vocab_size=60, encoder_max_relative_position=16))
     m = SpeechT5Model(cfg).double().eval()  # no pre-nets: encoder and decoder take hidden states directly
     enc, dec = m.encoder.wrapped_encoder, m.decoder.wrapped_decoder
     # the encoder adds q_i . r(j - i) to its logits (learned relative position embeddings pe_k): zeroed
@@ -106,10 +69,7 @@ def _speecht5():
     return (
         cfg,
         m,
-        {
-            "encoder": ([l.attention for l in enc.layers], lambda o: o.encoder_attentions),
-            "decoder": ([l.self_attn for l in dec.layers], lambda o: o.decoder_attentions),
-        },
+        enc_dec_stacks([l.attention for l in enc.layers], [l.self_attn for l in dec.layers]),
         lambda: m(
             input_values=torch.randn(2, 9, 32, dtype=torch.float64),
             decoder_input_values=torch.randn(2, 6, 32, dtype=torch.float64),
@@ -143,16 +103,15 @@ def _musicgen():
     cfg = MusicgenConfig(text_encoder=text, audio_encoder=audio, decoder=decoder, attn_implementation="eager")
     m = MusicgenForConditionalGeneration(cfg).double().eval()
     enc = [b.layer[0].SelfAttention for b in m.text_encoder.encoder.block]
-    dec = [l.self_attn for l in m.decoder.model.decoder.layers]
     # the frozen T5 text encoder's relative position bias (block 0's table) is not part of W_qk
     zero_(m.text_encoder.encoder.block[0].layer[0].SelfAttention.relative_attention_bias.weight)
     return (
         cfg,
         m,
-        {"encoder": (enc, lambda o: o.encoder_attentions), "decoder": (dec, lambda o: o.decoder_attentions)},
+        enc_dec_stacks(enc, [l.self_attn for l in m.decoder.model.decoder.layers]),
         lambda: m(
-            input_ids=torch.randint(0, 50, (2, 7)),
-            decoder_input_ids=torch.randint(0, 16, (2 * 2, 6)),
+            input_ids=token_ids(50, 7, low=0),
+            decoder_input_ids=token_ids(16, 6, low=0, batch=2 * 2),  # one row per codebook
             output_attentions=True,
         ),
     )

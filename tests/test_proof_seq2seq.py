@@ -17,6 +17,7 @@ from contextlib import ExitStack, contextmanager
 import pytest
 import torch
 from proof import assert_bilinear, assert_ov, bilinear_error, capture_inputs, ov_error
+from proof_models import enc_dec, token_ids
 from transformers.core_model_loading import revert_weight_conversion
 
 from attention_geometry.architectures.keys import get_family
@@ -158,29 +159,14 @@ def _t5():
         m,
         enc,
         dec,
-        lambda: m(
-            input_ids=torch.randint(0, 50, (2, 7)),
-            decoder_input_ids=torch.randint(0, 50, (2, 6)),
-            output_attentions=True,
-        ),
+        lambda: m(input_ids=token_ids(50, 7, low=0), decoder_input_ids=token_ids(50, 6, low=0), output_attentions=True),
     )
 
 
 def _bart_like(config_cls, model_cls):
     def build():
         # different widths of head count and depth per stack, so a stack sized by the other's fields fails
-        cfg = config_cls(
-            vocab_size=50,
-            d_model=32,
-            encoder_layers=2,
-            decoder_layers=3,
-            encoder_attention_heads=4,
-            decoder_attention_heads=2,
-            encoder_ffn_dim=64,
-            decoder_ffn_dim=64,
-            max_position_embeddings=32,
-            attn_implementation="eager",
-        )
+        cfg = config_cls(**enc_dec(vocab_size=50, max_position_embeddings=32))
         m = model_cls(cfg).double().eval()
         enc = [layer.self_attn for layer in m.encoder.layers]
         dec = [layer.self_attn for layer in m.decoder.layers]
@@ -189,11 +175,7 @@ def _bart_like(config_cls, model_cls):
             m,
             enc,
             dec,
-            lambda: m(
-                input_ids=torch.randint(3, 50, (2, 7)),
-                decoder_input_ids=torch.randint(3, 50, (2, 6)),
-                output_attentions=True,
-            ),
+            lambda: m(input_ids=token_ids(50, 7), decoder_input_ids=token_ids(50, 6), output_attentions=True),
         )
 
     return build

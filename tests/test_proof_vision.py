@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from proof_models import enc_dec, self_attn_stacks, token_ids
 from test_proof_seq2seq import capture_each, capture_outputs, once, prove_stacks, zero_
 
 VIT = dict(
@@ -126,7 +127,7 @@ def _git():
         cfg,
         m,
         {"encoder": (attn, lambda out: out.attentions)},
-        lambda: m(input_ids=torch.randint(3, 50, (2, 6)), pixel_values=pixels(), output_attentions=True),
+        lambda: m(input_ids=token_ids(50, 6), pixel_values=pixels(), output_attentions=True),
     )
 
 
@@ -137,26 +138,16 @@ def _detr():
         embedding_size=8, hidden_sizes=[8, 8, 8, 16], depths=[1, 1, 1, 1], layer_type="basic", out_features=["stage4"]
     )
     cfg = DetrConfig(
+        **enc_dec(num_queries=5),
         backbone_config=backbone,
         use_timm_backbone=False,
         use_pretrained_backbone=False,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=3,
-        encoder_attention_heads=4,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        num_queries=5,
-        attn_implementation="eager",
     )
     m = DetrModel(cfg).double().eval()
-    enc = [layer.self_attn for layer in m.encoder.layers]
-    dec = [layer.self_attn for layer in m.decoder.layers]
     return (
         cfg,
         m,
-        {"encoder": (enc, lambda out: out.encoder_attentions), "decoder": (dec, lambda out: out.decoder_attentions)},
+        self_attn_stacks(m.encoder, m.decoder),
         lambda: m(pixel_values=pixels(size=64), output_attentions=True),
     )
 
