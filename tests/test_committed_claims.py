@@ -1,9 +1,9 @@
 """Each study's committed claims, recomputed here from its committed tidy tables with pandas and scipy alone (no
-`attention_geometry` code): the text claims on seeds (a, b, c1, d1, e, f, study 2's a_paper, b_paper, e_paper
-and the objective's equivalence claims p_sym, p_dir, p_tie, and study 3's anti and per-layer rows) as the pre-registrations define them: per seed the
-median over layers and the last K snapshots up to the run's horizon, effects paired by seed, a two-sided 95 %
-t-interval, a two-sided one-sample t-test, Holm within the family, and the verdict rule. A study folder without
-a claims.csv yet (a run in progress) is skipped by name."""
+`attention_geometry` code): the text claims on seeds (a, b, c1, d1, e, f, study 2's a_paper, b_paper, e_paper and
+the objective's equivalence claims p_sym, p_dir, p_tie, and study 3's anti and per-layer rows) as the
+pre-registrations define them: per seed the median over layers and the last K snapshots up to the run's horizon,
+effects paired by seed, a two-sided 95 % t-interval, a two-sided one-sample t-test, Holm within the family, and
+the verdict rule. A study folder without a claims.csv yet (a run in progress) is skipped by name."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def _effects(cfg, scores, loss) -> dict[str, pd.Series]:
     if not (scores["init"] == "symmetric-fresh").any():  # study 3: the standard arms, per layer too
         out["anti"] = sym("decoder", "standard")
         for layer in sorted(scores["layer"].unique()):
-            one = lambda o, col: _per_seed(scores, o, "standard", col, k, layer=layer)  # noqa: E731
+            one = lambda o, col, layer=layer: _per_seed(scores, o, "standard", col, k, layer=layer)  # noqa: E731
             out[f"a_L{layer}"] = one("encoder", "symmetry") - one("decoder", "symmetry")
             out[f"b_L{layer}"] = one("decoder", "directionality") - one("encoder", "directionality")
             out[f"anti_L{layer}"] = one("decoder", "symmetry")

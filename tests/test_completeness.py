@@ -60,7 +60,7 @@ def _frames() -> dict[str, pd.DataFrame]:
         for step in STEPS:
             for layer in (0, 1):
                 for head in ("all", "0"):
-                    ts.append(dict(model=run, layer=layer, head=head, symmetry=0.01 * step, directionality=-0.01 * layer,
+                    ts.append(dict(model=run, layer=layer, head=head, symmetry=0.01 * step, directionality=-0.01 * layer,  # noqa: E501
                                    **keys, step=step))  # fmt: skip
             tl.append(
                 dict(**keys, step=step, train_loss=7.0 - step / 10, eval_loss=7.1 - step / 10, learning_rate=1e-3)

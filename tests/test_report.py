@@ -182,7 +182,8 @@ def _clone_into(dest: Path) -> Path:
 def test_a_clone_with_an_edited_config_stops_instead_of_drawing_old_tables(tmp_path):
     """Committed tables made with another config than the clone's (config/config.yaml edited after cloning):
     the workflow stops with one short line naming the results folder and a list file of exactly the results that
-    config feeds (and their records), whose removal remakes them; after that `rm`, a dry run schedules their training and scoring (no drawing from old data). A
+    config feeds (and their records), whose removal remakes them; after that `rm`, a dry run schedules their
+    training and scoring (no drawing from old data). A
     notebook constant edited names only drawn results, never a training table."""
     wf = _clone_into(tmp_path / "clone")
     path = wf / "config" / "config.yaml"

@@ -541,3 +541,41 @@ def test_train_out_must_be_new_empty_or_a_run(tmp_path, corpus, kind):
     (tmp_path / "empty").mkdir()
     train(load_run_config(cfg), tmp_path / "empty", progress=False)
     assert (tmp_path / "empty" / "run.yaml").is_file()
+
+
+def test_a_batch_that_cannot_fit_in_memory_is_refused_before_anything_is_written(tmp_path, corpus):
+    """batch_size 100000 against a small corpus used to be killed by the kernel with a half-made run folder: one
+    line now, naming the setting and the sizes, and no run folder."""
+    from attention_geometry.training.launch import cpu_batch_bytes, mem_available_bytes
+
+    avail = mem_available_bytes()
+    if avail is None:
+        pytest.skip("no /proc/meminfo here")
+    cfg = load_run_config(write_run(tmp_path / "big.yaml", corpus, overrides={"batch_size": 2_000_000}))
+    h = resolve_hyper_for(cfg, corpus)
+    assert cpu_batch_bytes(h, 2_000_000) > avail  # the premise, computed independently of the refusal below
+    with pytest.raises(UserError, match=r"^overrides.batch_size: one micro-batch of 2000000 sequences x 16 tokens"):
+        train(cfg, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+    # the logits term by hand: 3 fp32 arrays of micro x seq x vocab
+    assert cpu_batch_bytes(h, 1) >= 3 * 4 * 16 * h.vocab_size
+
+
+def resolve_hyper_for(cfg, corpus_dir):
+    from attention_geometry.training.run_config import read_run_data, resolve_run
+
+    return resolve_run(cfg, read_run_data(cfg.corpus, cfg.objective)).hyper
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00garbage\n", b"a,b\n1,2\n"])
+def test_a_damaged_provenance_record_on_resume_is_one_line(tmp_path, corpus, content):
+    """A non-UTF-8 (or foreign) provenance.csv stopped a resume with a UnicodeDecodeError traceback."""
+    kw = dict(snapshot_every=4, eval_every=4, state_every=4, overrides={"schedule": "constant"})
+    out = tmp_path / "out"
+    train(load_run_config(write_run(tmp_path / "a.yaml", corpus, max_steps=4, **kw)), out, progress=False)
+    (out / "provenance.csv").write_bytes(content)
+    longer = write_run(tmp_path / "b.yaml", corpus, max_steps=8, **kw)
+    r = _cli("train", "--config", str(longer), "--out", str(out), "--no-progress")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "provenance.csv: " in r.stderr and ("unreadable" in r.stderr or "not a provenance record" in r.stderr)
+    assert (out / "provenance.csv").read_bytes() == content  # nothing overwritten

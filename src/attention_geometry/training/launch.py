@@ -116,3 +116,27 @@ def train_mem_mb(
         per_process += 4 * micro * seq * h.num_layers * per_token_layer
     total = BASE_MEM_MB + max(1, processes) * per_process / 2**20
     return int(math.ceil(MEM_MARGIN * total / 100) * 100)
+
+
+def cpu_batch_bytes(h, micro: int) -> int:
+    """What one micro-batch of `micro` sequences costs in memory on a CPU, from the resolved Hyper `h` (vocab_size
+    and seq_len filled in): the activations kept for backward (as train_mem_mb counts them) plus the output layer's
+    logits, their softmax and gradient in fp32 at every position (an upper bound: an encoder scores only its masked
+    positions)."""
+    seq = h.seq_len or h.max_position_embeddings
+    per_token_layer = 18 * h.hidden_size + 2 * h.intermediate_size + 3 * h.num_heads * seq
+    activations = 4 * micro * seq * h.num_layers * per_token_layer
+    logits = 3 * 4 * micro * seq * int(h.vocab_size or VOCAB_BOUND)
+    return int(activations + logits)
+
+
+def mem_available_bytes() -> int | None:
+    """The memory the kernel reports available (/proc/meminfo MemAvailable), None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -63,6 +63,7 @@ from attention_geometry.training.batches import (
 )
 from attention_geometry.training.budget import Budget, TermSignal
 from attention_geometry.training.hyper import Hyper, uses_dropout
+from attention_geometry.training.launch import cpu_batch_bytes, mem_available_bytes
 from attention_geometry.training.models import build_model, hidden_states, lm_loss, symmetry_penalty
 from attention_geometry.training.run_config import (
     ResolvedRun,
@@ -567,6 +568,8 @@ def train(
         from attention_geometry.training.device_path import check_device_run
 
         check_device_run(h, dev, world)
+    if dev.type == "cpu" and not is_image_run(cfg.objective):
+        _check_cpu_memory(h, h.batch_size // (world * h.grad_accum))
     keep_large_allocations_on_heap()
     if threads:
         torch.set_num_threads(threads)
@@ -591,6 +594,17 @@ def train(
     finally:
         if dist is not None and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _check_cpu_memory(h: Hyper, micro: int) -> None:
+    """One UserError, before anything is written, when one micro-batch cannot fit in the memory available (a batch
+    of 100,000 sequences used to be killed by the kernel halfway into writing its run folder)."""
+    need, avail = cpu_batch_bytes(h, micro), mem_available_bytes()
+    if avail is not None and need > avail:
+        raise UserError(
+            f"overrides.batch_size: one micro-batch of {micro} sequences x {h.seq_len} tokens needs about "
+            f"{need / 2**30:.1f} GiB here, {avail / 2**30:.1f} GiB are available: lower batch_size or raise grad_accum"
+        )
 
 
 def _warn(message: str) -> None:

@@ -222,7 +222,18 @@ def record_provenance(out: Path, run: str, from_step: int, to_step: int, when: s
     version = code_version(str(checkout)) if (checkout / ".git").exists() else "unknown (not a git checkout)"
     when = when or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     path = out / PROVENANCE_CSV
-    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    try:
+        old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(
+            f"{path}: unreadable provenance record ({type(exc).__name__}: {str(exc).splitlines()[0]}); restore it "
+            f"(git checkout, or the copy in the workflow's run_provenance.csv), or move it aside to start a new record"
+        ) from None
+    if old and not old.startswith(",".join(PROVENANCE_COLUMNS)):
+        raise UserError(
+            f"{path}: not a provenance record (its header is not {','.join(PROVENANCE_COLUMNS)}); restore it, or "
+            "move it aside to start a new record"
+        )
     row = dict(zip(PROVENANCE_COLUMNS, (run, when, int(from_step), int(to_step), version, _cpu_model())))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=PROVENANCE_COLUMNS, lineterminator="\n")
