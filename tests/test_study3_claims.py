@@ -35,8 +35,15 @@ def random_scores(rng):
                     s0, d0 = base[obj]
                     rows.append(
                         dict(
-                            run=run_name(obj, seed), size="bert-mini", dataset="w", objective=obj, init="standard",
-                            seed=seed, step=step, layer=layer, head="all",
+                            run=run_name(obj, seed),
+                            size="bert-mini",
+                            dataset="w",
+                            objective=obj,
+                            init="standard",
+                            seed=seed,
+                            step=step,
+                            layer=layer,
+                            head="all",
                             symmetry=s0 + 0.1 * layer + rng.normal(0, 0.05),
                             directionality=d0 + rng.normal(0, 0.1),
                         )
