@@ -218,23 +218,26 @@ def _movement(ctx: Context, score: str = "directionality") -> str:
 
 
 # ---------------------------------------------------------------------------------- effect functions
-def gap(ctx: Context, score: str, sign: int) -> Effect:
-    """Encoder vs decoder `score` at the horizon, standard init, paired by seed (sign +1: encoder - decoder)."""
-    he, hd = ctx.emergence()
+def gap(ctx: Context, score: str, sign: int, layer: int | None = None) -> Effect:
+    """Encoder vs decoder `score` at the horizon, standard init, paired by seed (sign +1: encoder - decoder).
+    `layer`: of that layer alone (its median over the horizon snapshots; the per-layer rows a_L*, b_L*)."""
+    he = ctx.horizon(ctx.enc_runs, "encoder emergence", layer=layer)
+    hd = ctx.horizon(ctx.dec_runs, "decoder emergence", layer=layer)
     m, notes = paired_by_seed(he, hd, score)
     eff = (m[f"{score}_a"] - m[f"{score}_b"]) if sign > 0 else (m[f"{score}_b"] - m[f"{score}_a"])
     what = "encoder - decoder" if sign > 0 else "decoder - encoder"
     notes = [
         f"Means over seeds: encoder {m[f'{score}_a'].mean():+.3f}, decoder {m[f'{score}_b'].mean():+.3f}.",
-        _horizon_note(pd.concat([he, hd])),
+        _horizon_note(pd.concat([he, hd]), layer),
         *notes,
     ]
-    if score == "directionality":
+    if score == "directionality" and layer is None:
         try:
             notes.insert(1, _movement(ctx, score))
         except UserError as exc:
             notes.insert(1, f"What moves: not computed ({exc}).")
-    return Effect(_series(m, eff), f"effect = {what} {score} at the horizon, paired by seed", notes)
+    where = "" if layer is None else f" of layer {layer}"
+    return Effect(_series(m, eff), f"effect = {what} {score}{where} at the horizon, paired by seed", notes)
 
 
 def objective_gap(ctx: Context, score: str, first: str, second: str) -> Effect:
@@ -266,22 +269,6 @@ def level(ctx: Context, objective: str, score: str, layer: int | None = None) ->
         f"effect = {objective} {score}{where} at the horizon, per seed (against 0)",
         [f"Mean over seeds {h[score].mean():+.3f}.", _horizon_note(h, layer)],
     )
-
-
-def layer_gap(ctx: Context, score: str, sign: int, layer: int) -> Effect:
-    """As `gap` for one layer: encoder vs decoder `score` of layer `layer` (its median over the horizon
-    snapshots), standard init, paired by seed (sign +1: encoder - decoder)."""
-    he = ctx.horizon(ctx.enc_runs, "encoder emergence", layer=layer)
-    hd = ctx.horizon(ctx.dec_runs, "decoder emergence", layer=layer)
-    m, notes = paired_by_seed(he, hd, score)
-    eff = (m[f"{score}_a"] - m[f"{score}_b"]) if sign > 0 else (m[f"{score}_b"] - m[f"{score}_a"])
-    what = "encoder - decoder" if sign > 0 else "decoder - encoder"
-    notes = [
-        f"Means over seeds: encoder {m[f'{score}_a'].mean():+.3f}, decoder {m[f'{score}_b'].mean():+.3f}.",
-        _horizon_note(pd.concat([he, hd]), layer),
-        *notes,
-    ]
-    return Effect(_series(m, eff), f"effect = {what} {score} of layer {layer} at the horizon, paired by seed", notes)
 
 
 def change(ctx: Context, objective: str, score: str) -> Effect:

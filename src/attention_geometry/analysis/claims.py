@@ -35,7 +35,6 @@ from attention_geometry.analysis.claim_effects import (
     change,
     gap,
     gqa_shift,
-    layer_gap,
     level,
     loss_gain,
     objective_gap,
@@ -384,8 +383,8 @@ CLAIMS: tuple[Claim, ...] = (
         )
         for layer in PER_LAYER
         for cid, text, effect, margin in (
-            ("a", "encoder - decoder symmetry", partial(layer_gap, score="symmetry", sign=+1), "symmetry"),
-            ("b", "decoder - encoder directionality", partial(layer_gap, score="directionality", sign=-1),
+            ("a", "encoder - decoder symmetry", partial(gap, score="symmetry", sign=+1), "symmetry"),
+            ("b", "decoder - encoder directionality", partial(gap, score="directionality", sign=-1),
              "directionality"),
             ("anti", "decoder symmetry", partial(level, objective="decoder", score="symmetry"), "symmetry"),
         )
