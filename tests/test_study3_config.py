@@ -49,3 +49,19 @@ def test_the_preregistration_states_the_configs_numbers():
         assert phrase in text, phrase
     assert re.search(r"primary \{a, b\}; secondary \{anti\}", text)
     assert re.search(r"\*\*Status: frozen at commit [0-9a-f]{7}", text) or "frozen at commit FREEZE" in text
+
+
+def test_the_parts_differ_from_the_study_only_in_their_seeds_and_cover_it_once():
+    """Protocol step 2: each config/study3-partN.yaml is config/study3.yaml but for the seed list, and the parts'
+    seeds are the study's ten, each in exactly one part (so concatenating their tables repeats no run)."""
+    study = yaml.safe_load((REPO / "config" / "study3.yaml").read_text())
+    seen: list[int] = []
+    parts = sorted((REPO / "config").glob("study3-part*.yaml"))
+    assert [p.name for p in parts] == ["study3-part1.yaml", "study3-part2.yaml", "study3-part3.yaml"]
+    for path in parts:
+        part = yaml.safe_load(path.read_text())
+        seeds = part["training"]["groups"]["main"]["runs"][0]["seed"]
+        seen += seeds
+        part["training"]["groups"]["main"]["runs"][0]["seed"] = study["training"]["groups"]["main"]["runs"][0]["seed"]
+        assert part == study, path.name
+    assert sorted(seen) == list(range(5000, 5010)) and len(seen) == len(set(seen))
