@@ -54,6 +54,11 @@ def _vision_run(init, seed):
     return f"vit-tiny-digits-classifier-{init}-s{seed}"
 
 
+def _unit(value: float) -> float:
+    """A synthetic score with noise, kept in [-1, 1] as every real one is (the claims refuse others)."""
+    return float(np.clip(value, -1.0, 1.0))
+
+
 def _tables(folder: Path) -> dict[str, str]:
     """Synthetic tables with the contract columns (docs/contracts.md)."""
     rng = np.random.default_rng(0)
@@ -79,8 +84,8 @@ def _tables(folder: Path) -> dict[str, str]:
                             component=comp,
                             layer=layer,
                             head=head,
-                            symmetry=base + 0.05 * rng.normal(),
-                            directionality=-0.3 + 0.1 * rng.normal(),
+                            symmetry=_unit(base + 0.05 * rng.normal()),
+                            directionality=_unit(-0.3 + 0.1 * rng.normal()),
                             n_params=n_params,
                             **SCORE_META,
                         )
@@ -110,8 +115,8 @@ def _tables(folder: Path) -> dict[str, str]:
                             component=objective,
                             layer=layer,
                             head=head,
-                            symmetry=s + 0.02 * rng.normal(),
-                            directionality=-0.5 * t + 0.02 * rng.normal(),
+                            symmetry=_unit(s + 0.02 * rng.normal()),
+                            directionality=_unit(-0.5 * t + 0.02 * rng.normal()),
                             n_params=1_000_000,
                             run=run,
                             size="tiny",
@@ -158,8 +163,8 @@ def _tables(folder: Path) -> dict[str, str]:
                                 step=step,
                                 layer=layer,
                                 kind=kind,
-                                symmetry=(0.6 if enc else 0.05) + 0.02 * rng.normal(),
-                                directionality=(0.0 if enc else -0.5) + 0.02 * rng.normal(),
+                                symmetry=_unit((0.6 if enc else 0.05) + 0.02 * rng.normal()),
+                                directionality=_unit((0.0 if enc else -0.5) + 0.02 * rng.normal()),
                             )
                         )
     for init, seed in VISION_RUNS:
@@ -176,8 +181,8 @@ def _tables(folder: Path) -> dict[str, str]:
                         component="encoder",
                         layer=layer,
                         head="all",
-                        symmetry=(1.0 - 0.1 * t if tied else 0.2 * t) + 0.02 * rng.normal(),
-                        directionality=0.02 * rng.normal(),
+                        symmetry=_unit((1.0 - 0.1 * t if tied else 0.2 * t) + 0.02 * rng.normal()),
+                        directionality=_unit(0.02 * rng.normal()),
                         n_params=100_000,
                         step=step,
                         **keys,
@@ -295,8 +300,8 @@ def _gqa_table(folder: Path) -> dict[str, str]:
                     layer=layer,
                     n_heads=32,
                     n_kv_heads=8,
-                    symmetry=sp + 0.08 + 0.02 * rng.normal(),
-                    directionality=dp - 0.1 + 0.05 * rng.normal(),
+                    symmetry=_unit(sp + 0.08 + 0.02 * rng.normal()),
+                    directionality=_unit(dp - 0.1 + 0.05 * rng.normal()),
                     symmetry_paper=sp,
                     directionality_paper=dp,
                     relative_distance=1.0 + 0.05 * rng.normal(),
