@@ -579,3 +579,35 @@ def test_a_damaged_provenance_record_on_resume_is_one_line(tmp_path, corpus, con
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "provenance.csv: " in r.stderr and ("unreadable" in r.stderr or "not a provenance record" in r.stderr)
     assert (out / "provenance.csv").read_bytes() == content  # nothing overwritten
+
+
+def test_a_finished_run_without_its_provenance_record_says_how_to_restore_it(tmp_path, corpus):
+    """A deleted provenance.csv of a finished run was a dead end: `train` said "nothing to do" and concat-tables
+    "no such file". The record (commit and CPU of each start) cannot be remade from the run, so both say so and
+    name the table that holds a copy of its rows, the run's own rows of which the hint's command selects."""
+    from attention_geometry.workflow.concat import concat_tables
+
+    kw = dict(snapshot_every=4, eval_every=4, overrides={"schedule": "constant"})
+    config = write_run(tmp_path / "a.yaml", corpus, max_steps=4, run="run-a", **kw)
+    out = tmp_path / "runs" / "run-a"  # the workflow's layout {results}/runs/{run}
+    train(load_run_config(config), out, progress=False)
+    kept = (out / "provenance.csv").read_text()
+    # the workflow's gathered table, as concat-tables made it before the file was lost
+    table = tmp_path / "tables" / "run_provenance.csv"
+    table.parent.mkdir()
+    concat_tables([out / "provenance.csv"], table, kind="run_provenance")
+    (out / "provenance.csv").unlink()
+    r = _cli("train", "--config", str(config), "--out", str(out), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if "provenance.csv" in ln]
+    assert len(lines) == 1 and "missing" in lines[0] and "run_provenance.csv" in lines[0], r.stderr
+    assert not (out / "provenance.csv").exists()  # nothing made up
+    with pytest.raises(UserError) as e:
+        concat_tables([out / "provenance.csv"], tmp_path / "x.csv", kind="run_provenance")
+    message = str(e.value)
+    assert "\n" not in message and "cannot be remade" in message and "run_provenance.csv" in message
+    # the hint's command, run as given against the gathered table, restores the run's rows exactly
+    command = message.split("`")[1]
+    assert str(table) in command
+    subprocess.run(command, shell=True, check=True, cwd=tmp_path)
+    assert (out / "provenance.csv").read_text() == kept

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -31,6 +32,8 @@ from attention_geometry.formats.files import CHECKSUMS, ChecksumError, read_yaml
 __all__ = [
     "RUN_YAML",
     "LOSS_CSV",
+    "PROVENANCE_CSV",
+    "missing_provenance",
     "TRAIN_LOG",
     "CHECKPOINTS",
     "STATE",
@@ -364,3 +367,27 @@ def state_step(state_dir: str | os.PathLike) -> int:
             f"{path}: damaged training state ({type(exc).__name__}: {exc}); resume is impossible "
             f"from it: move {Path(state_dir).name}/ aside to restart the run from step 0"
         ) from None
+
+
+# the trainer's record of each start (training.snapshots.record_provenance; formats.columns.PROVENANCE_COLUMNS)
+PROVENANCE_CSV = "provenance.csv"
+
+
+def missing_provenance(out: Path, run: str) -> str:
+    """What to say where OUT/provenance.csv of `run` is missing: the record (the commit and CPU of each start)
+    cannot be remade from the run, but the workflow's gathered table holds a copy of its rows; the command that
+    restores them from it."""
+    out = Path(out)
+    # the workflow's layout {results}/runs/{run}/: the table is {results}/tables/run_provenance.csv
+    table = (
+        str(out.parent.parent / "tables" / "run_provenance.csv")
+        if out.parent.name == "runs"
+        else "{results}/tables/run_provenance.csv"
+    )
+    program = shlex.quote(f'NR == 1 || $1 == "{run}"')  # the header and the run's own rows
+    source = table if table.startswith("{") else shlex.quote(table)
+    return (
+        f"{out / PROVENANCE_CSV}: missing; it records the commit and CPU each start of run {run} trained at and "
+        f"cannot be remade from the run: restore it (git checkout, a backup), or its rows from the workflow's "
+        f"gathered table: `awk -F, {program} {source} > {shlex.quote(str(out / PROVENANCE_CSV))}`"
+    )

@@ -40,6 +40,10 @@ def run_train(args) -> int:
         )
     elif summary["status"] == "finished":
         print(f"{summary['run']}: already finished at step {summary['step']}, nothing to do", file=sys.stderr)
+        from attention_geometry.formats.rundir import PROVENANCE_CSV, missing_provenance
+
+        if not os.path.exists(os.path.join(args.out, PROVENANCE_CSV)):
+            print(f"warning: {missing_provenance(args.out, summary['run'])}", file=sys.stderr)
     else:
         print(
             f"{summary['run']}: {summary['status']} to step {summary['step']} in {summary['seconds']:.1f} s "

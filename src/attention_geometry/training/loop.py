@@ -42,11 +42,13 @@ from attention_geometry.formats.corpus import Corpus, ImageSet
 from attention_geometry.formats.files import pid_lock
 from attention_geometry.formats.rundir import (
     CHECKPOINTS,
+    PROVENANCE_CSV,
     TRAIN_LOG,
     check_run_out,
     find_state,
     is_complete_snapshot,
     lock_path,
+    missing_provenance,
     snapshot_dir,
     state_step,
     warn_stderr,
@@ -710,6 +712,8 @@ def _train(run: _Run, progress: bool, term: TermSignal) -> dict:
                 )
             elif run.rank == 0:
                 log.info("run %s already finished at step %d: nothing to do", name, start)
+            if run.rank == 0 and not (out / PROVENANCE_CSV).exists():  # into train.log (the CLI says it too)
+                log.warning("%s", missing_provenance(out, name))
             return {"run": name, "step": start, "status": "finished", "seconds": 0.0, "s_per_step": None}
 
         snaps, evals = set(resolved.snapshot_steps), set(resolved.eval_steps)

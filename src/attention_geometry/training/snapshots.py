@@ -29,6 +29,7 @@ from attention_geometry.formats.files import (
 from attention_geometry.formats.rundir import (
     CHECKPOINTS,
     LOSS_CSV,
+    PROVENANCE_CSV,
     RUN_YAML,
     STATE,
     STATE_DAMAGED,
@@ -192,7 +193,6 @@ def write_run_yaml(out: Path, resolved: ResolvedRun) -> tuple[str, list[str]]:
 
 
 # ----------------------------------------------------------------------------------------- provenance.csv
-PROVENANCE_CSV = "provenance.csv"
 
 
 def _cpu_model() -> str:

@@ -27,6 +27,7 @@ from pathlib import Path
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import RUN_KEYS, TABLE_COLUMNS, TABLE_OPTIONAL_COLUMNS
 from attention_geometry.formats.files import atomic_write_text, check_writable
+from attention_geometry.formats.rundir import PROVENANCE_CSV, missing_provenance
 
 __all__ = ["TABLE_KEYS", "SCORE_VALUE_COLUMNS", "key_value", "read_csv_text", "concat_tables", "table_kind"]
 
@@ -86,6 +87,8 @@ def _read_csv_lines(path: str | Path) -> tuple[list[str], list[list[str]], list[
     """read_csv_text, plus the line number where each row ends."""
     path = Path(path)
     if not path.is_file():
+        if path.name == PROVENANCE_CSV:  # a trainer's record: it cannot be remade, a copy can be restored
+            raise UserError(missing_provenance(path.parent, path.parent.name))
         raise UserError(f"{path}: no such file")
     try:
         with open(path, newline="", encoding="utf-8") as f:
