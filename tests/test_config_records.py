@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import os
 
-from helpers import config_plan, validated_config
+from helpers import REPO, config_plan, validated_config
 
 from attention_geometry.formats.files import atomic_write_text
 from attention_geometry.workflow.records import (
@@ -20,6 +20,7 @@ from attention_geometry.workflow.records import (
     records,
     run_mode,
     stale_error,
+    stale_files,
     write_input_sums,
 )
 from attention_geometry.workflow.runs import expand_runs
@@ -309,3 +310,36 @@ def test_record_corpus_subcommand_writes_the_manifest_record(tmp_path, capsys):
     assert main(["record-corpus", str(tmp_path / "tables"), "--corpus", "c1", "--out", str(tmp_path / "r.csv")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not a prepared corpus" in err and not (tmp_path / "r.csv").exists()
+
+
+def test_a_byte_identical_copy_of_the_config_is_the_same_config(tmp_path, monkeypatch):
+    """Configs are compared by content (issue 41.10): `--configfile` naming a byte-identical copy of the config that
+    made the results finds nothing stale, neither against records written here nor against study 2's committed
+    ones (its config is the default, config/config.yaml); a copy with a run setting changed still is stale."""
+    monkeypatch.chdir(REPO)  # the config's results folder is relative to the workflow's directory
+    copy_path = tmp_path / "c.yaml"
+    copy_path.write_bytes((REPO / "config" / "config.yaml").read_bytes())
+    base = _default()
+    made = config_plan(base, configfiles=[str(REPO / "config" / "config.yaml")])
+    assert made.results == "results/study2"  # the committed record below is study 2's
+    copied = config_plan(copy.deepcopy(base), configfiles=[str(copy_path)])
+    assert copied.notebook_param("config_name", "reproduction_report") != "config/config.yaml"  # another name
+
+    # the notebooks' committed records, read in place (stale_files writes nothing; the tables' records hold the
+    # pretrained entries with defaults this test's schema filling leaves out)
+    def notebooks(p):
+        return {k: v for k, v in records(p).items() if k.startswith("make_")}
+
+    assert "make_reproduction_report" in notebooks(copied)
+    assert stale_files(made, notebooks(made)) == ([], [])
+    assert stale_files(copied, notebooks(copied)) == ([], [])
+
+    base["results"] = str(tmp_path / "r")
+    made = config_plan(base, configfiles=[str(REPO / "config" / "config.yaml")])
+    for key, (files, parts) in records(made).items():
+        for f in files:
+            atomic_write_text(f, "made\n")
+        atomic_write_text(record_path(made, key), record_text(parts))
+    assert stale_error(config_plan(copy.deepcopy(base), configfiles=[str(copy_path)])) is None
+    edited = config_plan(_longer_emergence_runs(base), configfiles=[str(copy_path)])
+    assert stale_error(edited) is not None

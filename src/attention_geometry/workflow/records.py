@@ -14,7 +14,8 @@ those (`records`), so that editing a notebook's constant does not touch the trai
     wqk_run_RUN, wqk_pretrained_MODEL      Figure 1's run settings and corpus / pretrained entry
     gqa_paper_method                       the pretrained entries of figures.gqa_models
     make_NOTEBOOK                          the notebook's papermill parameters (not the code version nor the
-                                           whole-config hash, which are provenance)
+                                           whole-config hash, which are provenance; the config file's name is
+                                           kept but not compared: configs are compared by content)
 
 Rule record_config writes a record from the config alone. At parse time, `stale_error`
 compares every record with the current config: where results exist and their record differs, the workflow
@@ -47,6 +48,7 @@ __all__ = [
     "records",
     "record_path",
     "record_text",
+    "same_record",
     "stale_error",
     "input_sums_path",
     "write_input_sums",
@@ -127,6 +129,38 @@ def record_text(parts: dict) -> str:
     return yaml_text(json.loads(json.dumps(parts)))
 
 
+# notebook parameters a record keeps but does not compare: the name of the config file, which the report cites. A
+# byte-identical copy of the config under another name (`--configfile /tmp/c.yaml`) is the same config: configs
+# are compared by content (issue 41.10)
+_NAME_PARAMS = ("config_name",)
+
+
+def _content(text: str):
+    """A record's YAML as data, without _NAME_PARAMS."""
+    import yaml
+
+    data = yaml.safe_load(text)
+    params = data.get("notebook", {}).get("params") if isinstance(data, dict) else None
+    if isinstance(params, dict):
+        for name in _NAME_PARAMS:
+            params.pop(name, None)
+    return data
+
+
+def same_record(text: str, parts: dict) -> bool:
+    """Whether a record's text (a file written by rule record_config) says the same config as `parts`: the same
+    text, or the same data but for the config file's name (_NAME_PARAMS)."""
+    import yaml
+
+    expected = record_text(parts)
+    if text == expected:
+        return True
+    try:
+        return _content(text) == _content(expected)
+    except yaml.YAMLError:  # a record that is not YAML is another config's, not a traceback
+        return False
+
+
 STALE_LIST = "stale-results.txt"  # {results}/logs/: the files stale_error asks to remove, one per line
 
 
@@ -141,7 +175,7 @@ def stale_files(plan: Plan, table: dict[str, tuple[list[str], dict]] | None = No
         if not present or not os.path.isfile(path):
             continue
         with open(path, encoding="utf-8") as fh:
-            if fh.read() == record_text(parts):
+            if same_record(fh.read(), parts):
                 continue
         stale += present
         remove += [*present, path]
