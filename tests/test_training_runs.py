@@ -611,3 +611,28 @@ def test_a_finished_run_without_its_provenance_record_says_how_to_restore_it(tmp
     assert str(table) in command
     subprocess.run(command, shell=True, check=True, cwd=tmp_path)
     assert (out / "provenance.csv").read_text() == kept
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+def test_an_emulated_precision_on_a_cpu_is_said(tmp_path, corpus, precision):
+    """fp16 on a CPU trained silently at many times fp32's step time: one warning line now, none for fp32."""
+    config = write_run(tmp_path / "a.yaml", corpus, max_steps=1, overrides={"precision": precision})
+    r = _cli("train", "--config", str(config), "--out", str(tmp_path / "out"), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: precision")]
+    assert len(lines) == (precision == "fp16"), r.stderr
+    if lines:
+        assert "fp16 on a CPU" in lines[0] and "fp32" in lines[0]
+
+
+def test_bf16_warns_only_on_a_cpu_without_bf16_units(monkeypatch):
+    from attention_geometry.training import runtime
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(runtime, "_cpu_flags", lambda: {"avx2", "fma"})
+    assert "without AVX-512 BF16" in runtime.precision_warning("bf16", cpu)
+    assert runtime.precision_warning("bf16", cuda) is None and runtime.precision_warning("fp32", cpu) is None
+    for flags in ({"avx2", "avx512_bf16"}, {"amx_bf16"}, set()):  # a host that has them, or unknown flags
+        monkeypatch.setattr(runtime, "_cpu_flags", lambda flags=flags: flags)
+        assert runtime.precision_warning("bf16", cpu) is None
+    assert runtime.precision_warning("fp16", cpu) is not None and runtime.precision_warning("fp16", cuda) is None

@@ -81,6 +81,7 @@ from attention_geometry.training.runtime import (
     _pick_device,
     _precision,
     keep_large_allocations_on_heap,
+    precision_warning,
 )
 from attention_geometry.training.snapshots import (
     adopt_state,
@@ -282,6 +283,9 @@ def _build(run: _Run, state_dir: Path | None) -> str:
     run.model.train()
     run.opt = _optimizer(run.model, h, dev)
     prec = _precision(h, dev)
+    if run.rank == 0 and (slow := precision_warning(prec, dev)):
+        warn_stderr(slow)
+        log.warning("%s", slow)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec)
     run.scaler = torch.amp.GradScaler(dev.type) if prec == "fp16" else None
     run.autocast = functools.partial(_autocast, dev, amp_dtype)

@@ -12,7 +12,7 @@ import torch
 from attention_geometry.errors import UserError
 from attention_geometry.training.hyper import Hyper
 
-__all__ = ["keep_large_allocations_on_heap", "HEAP_ALLOC_LIMIT"]
+__all__ = ["keep_large_allocations_on_heap", "HEAP_ALLOC_LIMIT", "precision_warning"]
 
 
 # glibc serves allocations above a (dynamic) threshold with fresh mmap()s and hands them back with munmap() at
@@ -62,6 +62,37 @@ def _precision(h: Hyper, device: torch.device) -> str:
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
     return "fp32"
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def precision_warning(prec: str, device: torch.device) -> str | None:
+    """A warning where a run's precision is emulated on its device (it trains, many times slower than fp32):
+    fp16 on any CPU, bf16 on a CPU without AVX-512 BF16 or AMX (measured here: bf16 matmuls about ten times
+    slower than fp32 on an AVX2-only host)."""
+    if device.type != "cpu" or prec == "fp32":
+        return None
+    if prec == "fp16":
+        return (
+            "precision fp16 on a CPU: float16 is emulated there, and a step takes many times as long as in fp32; "
+            "use precision fp32 on a CPU (fp16 is for GPUs)"
+        )
+    flags = _cpu_flags()
+    if prec == "bf16" and flags and not flags & {"avx512_bf16", "amx_bf16"}:
+        return (
+            "precision bf16 on a CPU without AVX-512 BF16 or AMX: bfloat16 is emulated there (matmuls about ten "
+            "times slower than fp32); use precision fp32 on this host"
+        )
+    return None
 
 
 def _autocast(device: torch.device, amp_dtype: torch.dtype | None):
