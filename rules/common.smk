@@ -4,7 +4,7 @@
 # does at parse time: it sets the jobs' environment (the offline hub, the shell prefix) and, in the submitting
 # process, checks the committed results. Results made with another config (workflow.records.stale_error) and
 # damaged tidy tables (analysis.completeness.table_error) stop the parse with one line (a dry run prints it and
-# goes on, --forceall skips both: workflow.records.run_mode reads the command line), and committed results that
+# goes on; --forceall skips only the second: workflow.records.run_mode reads the command line), and committed results that
 # are current by content get their mtime touched, so that Snakemake does not redraw them
 # (workflow.records.content_current).
 import json
@@ -111,13 +111,14 @@ if PLAN.provenance_table:
 
 
 # Committed results whose config record differs from this config stop the parse with one line (never drawn
-# as if current; workflow.records.stale_error says how to remake them). Under --forceall every result is
-# remade from this config, so nothing old can be drawn and the parse goes on; a dry run (-n) prints the same
+# as if current; workflow.records.stale_error says how to go on). --forceall does not pass it: with a mistyped
+# results folder (`--config results=results/study1`) it would rewrite another study's whole record (issue 41.4);
+# the deliberate ways are a fresh results folder or the `rm` the line names. A dry run (-n) prints the same
 # line and goes on, so that a user can look at the plan after editing the config (Snakemake has not read its
 # DAG settings yet when it parses this file, hence the command line: workflow.records.run_mode). Only the
 # submitting process decides: a cluster job re-parses this file while the results it remakes are still the old ones.
 _MODE = run_mode(sys.argv[1:])
-if workflow.is_main_process and not _MODE.forceall and (_stale := stale_error(PLAN, RECORDS)) is not None:
+if workflow.is_main_process and (_stale := stale_error(PLAN, RECORDS, forceall=_MODE.forceall)) is not None:
     if not _MODE.dry_run:
         raise WorkflowError(_stale)
     print(f"{_stale} (a dry run goes on; the workflow itself stops here until then)", file=sys.stderr)

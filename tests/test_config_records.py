@@ -118,8 +118,9 @@ def test_each_record_holds_only_the_config_that_feeds_its_results():
 
 
 def test_run_mode_reads_forceall_and_dry_run_from_snakemakes_arguments():
-    """The parse-time checks stop unless Snakemake is asked for --forceall (skip them) or a dry run (print and go
-    on): the long options and their short letters, alone or bundled, and nothing else."""
+    """The parse-time checks stop unless Snakemake is asked for --forceall (the table checks are skipped; the
+    stale-config check is not) or a dry run (print and go on): the long options and their short letters, alone or
+    bundled, and nothing else."""
     cases = {
         (): (False, False),
         ("--cores", "1"): (False, False),

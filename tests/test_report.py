@@ -207,8 +207,8 @@ def test_a_clone_with_an_edited_config_stops_instead_of_drawing_old_tables(tmp_p
     stops = [ln for ln in (real.stdout + real.stderr).splitlines() if ln.startswith("config: ")]
     assert len(stops) == 1 and stops[0] in lines[0]
     assert f"{RESULTS}/tables/pretrained_scores.csv" not in rm
-    # --forceall (not named by the line: with a mistyped results folder it would rewrite another study's record)
-    # remakes everything from the edited config, so it parses
+    # a dry run with --forceall lists everything remade from the edited config (the real run stops as without it:
+    # test_another_studys_committed_record_is_refused_even_under_forceall)
     forced = job_counts(snakemake("-n", "--forceall", cwd=wf).stdout)
     assert forced["train_model"] == len(config_plan(validated_config("config.yaml")).runs)
     subprocess.run(["rm", *rm], cwd=wf, check=True)
@@ -227,6 +227,29 @@ def test_a_clone_with_an_edited_config_stops_instead_of_drawing_old_tables(tmp_p
     listed = listing.read_text()
     assert len(line) == 1 and f"{RESULTS}/figures/fig3_emergence.pdf" in listed
     assert "training_scores.csv" not in listed and "null_scores.csv" not in listed
+
+
+@pytest.mark.workflow
+def test_another_studys_committed_record_is_refused_even_under_forceall(tmp_path):
+    """A results folder that holds another config's committed record (a mistyped `--config results=...`) stops the
+    parse with one line under --forceall / -F as well (issue 41.4): --forceall would rewrite that study's whole
+    record. The line says how to go on deliberately. --list-target-rules parses the workflow and stops there, so no
+    job runs here even where the guard is missing; a dry run prints the line and goes on, as for any stale result."""
+    from helpers import copy_workflow
+
+    wf = copy_workflow(tmp_path / "wf")
+    for rel in _git_files("results/study1"):  # study 1's committed record, as a clone has it
+        (wf / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / rel, wf / rel)
+    study1 = ("--config", "results=results/study1")  # config/config.yaml's runs, study 1's folder
+    for force in ("--forceall", "-F"):
+        proc = snakemake(force, "--cores", "1", *study1, "--list-target-rules", cwd=wf, check=False)
+        lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("config: ")]
+        assert proc.returncode != 0 and len(lines) == 1, (force, proc.stdout[-2000:], proc.stderr[-3000:])
+        assert "in results/study1 were made with another config" in lines[0], lines[0]
+        assert "--forceall" in lines[0] and "results=" in lines[0], lines[0]  # why, and a fresh folder instead
+    dry = snakemake("-n", "--forceall", "--cores", "1", *study1, cwd=wf, check=False)
+    assert dry.returncode == 0 and "a dry run goes on" in dry.stderr, dry.stderr[-3000:]
 
 
 def _edit(path: Path):

@@ -182,10 +182,15 @@ def stale_files(plan: Plan, table: dict[str, tuple[list[str], dict]] | None = No
     return stale, remove
 
 
-def stale_error(plan: Plan, table: dict[str, tuple[list[str], dict]] | None = None) -> str | None:
+def stale_error(
+    plan: Plan, table: dict[str, tuple[list[str], dict]] | None = None, forceall: bool = False
+) -> str | None:
     """One short line when committed results were made with another config than the current one: their count, their
-    folder, this config, and one command that removes them (and their records) from a list written to
-    {results}/logs/stale-results.txt; None when every existing result's record matches (or is missing)."""
+    folder, this config, and how to go on deliberately: the config that made them, a fresh results folder for this
+    one, or one command that removes them (and their records) from a list written to
+    {results}/logs/stale-results.txt; None when every existing result's record matches (or is missing).
+    `forceall`: the command line asks for --forceall, which does not pass this check (issue 41.4: with a mistyped
+    results folder it would rewrite another study's whole record), and the line says so."""
     from attention_geometry.formats.files import atomic_write_text
 
     stale, remove = stale_files(plan, table)
@@ -195,10 +200,11 @@ def stale_error(plan: Plan, table: dict[str, tuple[list[str], dict]] | None = No
     os.makedirs(os.path.dirname(listing), exist_ok=True)
     atomic_write_text(listing, "".join(f"{p}\n" for p in remove))
     here = plan.notebook_param("config_name", "reproduction_report")
+    forced = " (--forceall would rewrite them: it does not pass this)" if forceall else ""
     return (
-        f"config: {len(stale)} result(s) in {plan.res()} were made with another config than {here}: run with the "
-        f"config that made them (--configfile), or remake them from this one with `xargs rm -f -- < {listing}` "
-        f"(the {len(remove)} files listed there: the results and their records) and the workflow again"
+        f"config: {len(stale)} result(s) in {plan.res()} were made with another config than {here}{forced}: run "
+        "with that config (--configfile), give this one a fresh folder (--config results=NEW), or remake them: "
+        f"`xargs rm -f -- < {listing}` (the {len(remove)} files listed there: results and records), then the workflow"
     )
 
 
@@ -323,7 +329,7 @@ def drop_unfinished_markers(plan: Plan) -> list[str]:
 class RunMode(NamedTuple):
     """What a Snakemake command line asks that the parse-time checks depend on."""
 
-    forceall: bool  # --forceall / -F: every result is remade from the config, so none is drawn as it is
+    forceall: bool  # --forceall / -F: every table is remade (not read as it is); stale results still stop the parse
     dry_run: bool  # -n / --dry-run / --dryrun: the checks print their line and the parse goes on
 
 
