@@ -165,12 +165,20 @@ for _nb in NOTEBOOKS:
 # job that fails, so the existing outputs of the rules that draw from committed files (every notebook rule and
 # tabulate_symmetry_speedup) are kept aside now, under .snakemake/committed-outputs/, and `onerror` puts back each
 # one that is missing (attention_geometry.workflow.keep), older than any input so that the next run retries it.
-from attention_geometry.workflow.keep import keep_outputs, restore_missing
+# A job killed outright runs no `onerror`: the next parse (any command, --unlock too) puts back the kept set of each
+# job whose input-sums record is missing, before keeping again (keep.keep_committed).
+from attention_geometry.workflow.keep import KEEP_DIR, keep_committed, restore_missing
 from attention_geometry.workflow.records import content_entries
 
-KEPT_OUTPUTS = (
-    keep_outputs([f for outputs, _inputs in content_entries(PLAN) for f in outputs]) if workflow.is_main_process else []
+KEPT_OUTPUTS, _unfinished = (
+    keep_committed(outputs for outputs, _inputs in content_entries(PLAN)) if workflow.is_main_process else ([], [])
 )
+if _unfinished:
+    print(
+        f"restored {len(_unfinished)} committed result(s) that a job which did not finish (killed) had removed, from "
+        f"{KEEP_DIR}, marked out of date so that the next run remakes them: {', '.join(_unfinished)}",
+        file=sys.stderr,
+    )
 
 
 onerror:

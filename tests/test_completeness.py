@@ -5,7 +5,8 @@ A small complete table set stands for what a plan expects: every damage (dropped
 run, key columns swapped) is one error line naming the table, and a table whose keyed rows are intact (columns in
 another order, a non-keyed row dropped) passes with the same rows. Hypothesis draws random truncations, dropped
 and repeated rows and column orders. The workflow test truncates a table of the smoke run: the parse stops with one
-line and no committed file changes; a notebook that fails leaves its committed figure as it was."""
+line and no committed file changes; a notebook that fails leaves its committed figure as it was, and one killed
+outright gets its committed outputs back at the next parse."""
 
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ import io
 import json
 import os
 import shutil
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from helpers import config_plan, job_counts, snakemake, validated_config
+from helpers import SNAKEMAKE, config_plan, copy_workflow, env, job_counts, snakemake, validated_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,7 +37,7 @@ from attention_geometry.analysis.completeness import (
 )
 from attention_geometry.analysis.summaries import read_table
 from attention_geometry.errors import UserError
-from attention_geometry.workflow.keep import RESTORED_MTIME, keep_outputs, restore_missing
+from attention_geometry.workflow.keep import RESTORED_MTIME, keep_committed, keep_outputs, restore_missing
 from attention_geometry.workflow.plan import NULL_INITS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -290,6 +294,35 @@ def test_kept_outputs_are_restored_where_missing_and_out_of_date(tmp_path, monke
     assert Path("results/figures/b.pdf").read_text() == "new" and not Path("results/figures/gone.png").exists()
 
 
+def test_a_killed_job_leaves_its_kept_outputs_to_be_restored_by_the_next_parse(tmp_path, monkeypatch):
+    """A SIGKILL while a notebook job runs (issue 41.6): Snakemake had removed the job's outputs, its input-sums
+    record among them, and `onerror` never ran. The next parse (any command, --unlock too) puts the whole kept set
+    back, older than any input, instead of discarding it; an output removed on purpose (its entry's input-sums record
+    still there) is never put back."""
+    monkeypatch.chdir(tmp_path)
+    report = ["results/tables/claims.csv", "results/reproduction_report.md", "results/config/make_report.inputs.sha256"]
+    figure = ["results/figures/f.png", "results/config/make_f.inputs.sha256"]
+    for path in report + figure:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(f"good {path}")
+    kept, restored = keep_committed([report, figure])  # the parse of the run that is killed
+    assert kept == report + figure and restored == []
+    for path in report:  # Snakemake removes a job's outputs before it runs ...
+        os.remove(path)
+    Path(report[0]).write_text("half a table")  # ... and the notebook had begun to write one when it was killed
+    os.remove(figure[0])  # a figure removed on purpose (its input-sums record stays)
+
+    kept, restored = keep_committed([report, figure])  # the next parse
+    assert sorted(restored) == sorted(report)
+    for path in report:
+        assert Path(path).read_text() == f"good {path}" and os.stat(path).st_mtime == RESTORED_MTIME, path
+    assert not Path(figure[0]).exists() and kept == report + figure[1:]
+    assert not Path(".snakemake/committed-outputs", figure[0]).exists()
+    # the kept copies stay until the outputs are remade: a third parse restores nothing and keeps the set
+    assert keep_committed([report, figure]) == (kept, [])
+    assert all(Path(".snakemake/committed-outputs", p).is_file() for p in report)
+
+
 # --------------------------------------------------------------------------------------- property tests
 FUZZ = dict(
     deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
@@ -382,6 +415,47 @@ def test_a_truncated_table_stops_the_workflow_and_no_committed_file_changes(smok
         "make_fig3_emergence": 1,
         "all": 1,
     }
+
+
+@pytest.mark.workflow
+def test_a_notebook_job_killed_outright_gets_its_committed_outputs_back_at_the_next_parse(tmp_path):
+    """SIGKILL of the workflow while a notebook job runs (issue 41.6): the job's committed outputs (claims.csv, the
+    report, their input sums) were removed by Snakemake and no `onerror` ran; `snakemake --unlock`, the next command
+    after a hard kill, parses the workflow and puts them back byte for byte, with one line, out of date against
+    their inputs. In a copy of the workflow with study 2's committed record (the default's results)."""
+    wf = copy_workflow(tmp_path / "wf")
+    results = validated_config("config.yaml")["results"]
+    tracked = subprocess.run(["git", "ls-files", "-z", results], cwd=REPO, capture_output=True, text=True, check=True)
+    for rel in filter(None, tracked.stdout.split("\0")):
+        (wf / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / rel, wf / rel)
+    report = [f"{results}/tables/claims.csv", f"{results}/reproduction_report.md"]
+    outputs = [*report, f"{results}/config/make_reproduction_report.inputs.sha256"]
+    before = {p: (wf / p).read_bytes() for p in outputs}
+    nb = wf / "notebooks" / "reproduction_report.ipynb"  # an edit: the report's job runs
+    notebook = json.loads(nb.read_text())
+    notebook["metadata"]["edited_by_test"] = 1
+    nb.write_text(json.dumps(notebook, indent=1))
+
+    proc = subprocess.Popen(
+        [SNAKEMAKE, "--cores", "1", "--until", "make_reproduction_report"],
+        cwd=wf, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 120
+        while (wf / outputs[-1]).exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)  # Snakemake removes the job's outputs before it starts it
+        assert not (wf / outputs[-1]).exists() and proc.poll() is None, "the report's job did not start"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not any((wf / p).exists() for p in report)
+
+    unlock = snakemake("--unlock", "--cores", "1", cwd=wf)
+    lines = [ln for ln in unlock.stderr.splitlines() if ln.startswith("restored ")]
+    assert len(lines) == 1 and all(p in lines[0] for p in outputs), unlock.stderr[-3000:]
+    assert {p: (wf / p).read_bytes() for p in outputs} == before
+    assert all(os.stat(wf / p).st_mtime == RESTORED_MTIME for p in outputs)
 
 
 # ------------------------------------------------------------------------------ values a claim cannot use

@@ -10,6 +10,13 @@ restored file gets an old modification time (RESTORED_MTIME), so it counts as ou
 next run retries its job, unless its notebook and inputs are exactly those its input-sums record names
 (records.content_current), in which case it is what they make.
 
+A job killed outright (SIGKILL, a lost node) runs no `onerror`: its outputs stay removed (or half written). So the
+parse calls `keep_committed`, which first puts back the kept set of every entry whose input-sums record (the
+entry's last output, which its job writes last) is missing while a kept copy of each of its outputs is there
+(`restore_unfinished`: what a job that did not finish leaves), and only then keeps what exists. An output removed on
+purpose, with its entry's input-sums record still in place (`xargs rm` of a stale config's results), is never put
+back: its kept copy is dropped as before.
+
 Torch- and pandas-free: rules/figures.smk calls it at parse time and from `onerror`.
 """
 
@@ -17,9 +24,17 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-__all__ = ["KEEP_DIR", "RESTORED_MTIME", "kept_path", "keep_outputs", "restore_missing"]
+__all__ = [
+    "KEEP_DIR",
+    "RESTORED_MTIME",
+    "kept_path",
+    "keep_outputs",
+    "restore_missing",
+    "restore_unfinished",
+    "keep_committed",
+]
 
 KEEP_DIR = os.path.join(".snakemake", "committed-outputs")
 RESTORED_MTIME = 315532800  # 1980-01-01 UTC: older than any input a run can have
@@ -77,10 +92,42 @@ def restore_missing(kept: Iterable[str], folder: str = KEEP_DIR, mtime: int = RE
         src = kept_path(path, folder)
         if os.path.lexists(path) or not os.path.isfile(src):
             continue
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        tmp = f"{path}.tmp-restore-{os.getpid()}"
-        shutil.copyfile(src, tmp)
-        os.utime(tmp, (mtime, mtime))
-        os.replace(tmp, path)
+        _put_back(src, path, mtime)
         restored.append(path)
     return restored
+
+
+def _put_back(src: str, path: str, mtime: int) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-restore-{os.getpid()}"
+    shutil.copyfile(src, tmp)
+    os.utime(tmp, (mtime, mtime))
+    os.replace(tmp, path)
+
+
+def restore_unfinished(
+    entries: Iterable[Sequence[str]], folder: str = KEEP_DIR, mtime: int = RESTORED_MTIME
+) -> list[str]:
+    """Put back the kept outputs of each entry (a job's outputs, its input-sums record last) whose job did not
+    finish: the record is missing and every output has a kept copy. Each output is replaced by its kept copy (a
+    half-written one too), with modification time `mtime`. Returns the paths restored."""
+    restored = []
+    for outputs in entries:
+        outputs = list(outputs)
+        if not outputs or os.path.lexists(outputs[-1]):
+            continue
+        copies = [kept_path(path, folder) for path in outputs]
+        if not all(os.path.isfile(c) for c in copies):
+            continue
+        for path, src in zip(outputs, copies):
+            _put_back(src, path, mtime)
+            restored.append(path)
+    return restored
+
+
+def keep_committed(entries: Iterable[Sequence[str]], folder: str = KEEP_DIR) -> tuple[list[str], list[str]]:
+    """The parse's step (rules/figures.smk): restore_unfinished, then keep_outputs of every entry's outputs.
+    Returns (the paths kept, the paths restored)."""
+    entries = [list(outputs) for outputs in entries]
+    restored = restore_unfinished(entries, folder)
+    return keep_outputs([path for outputs in entries for path in outputs], folder), restored
