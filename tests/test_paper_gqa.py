@@ -159,3 +159,32 @@ def test_smollm2_paper_method_shrinks_its_symmetry():
         np.testing.assert_allclose(table[column].to_numpy(), values, rtol=1e-4, atol=1e-6, err_msg=column)
     assert np.median(want["symmetry_paper"]) < np.median(want["symmetry"]) / 2
     assert 0.8 < np.median(want["relative_distance"]) < 1.2
+
+
+def test_python_errors_name_the_parameters_and_the_cli_names_its_flags(tiny_llama, tmp_path):
+    """score_model() and UpdateConfig() said `--gqa-method`, `--per-head`, `--batches`: flags a Python caller never
+    typed. In Python the messages name the keyword arguments; `score` on the command line names its flags."""
+    from helpers import run_cli
+
+    from attention_geometry.scoring.updates import UpdateConfig, _as_flags
+
+    for kwargs, said in (
+        (dict(gqa_method="other"), "gqa_method='other'"),
+        (dict(gqa_method="paper", per_head=True), "per_head=True"),
+    ):
+        with pytest.raises(UserError) as e:
+            score_model(tiny_llama, progress=False, **kwargs)
+        assert said in str(e.value) and "--" not in str(e.value), str(e.value)
+    cases = (
+        (dict(batches=0), "batches=0", "--batches 0"),
+        (dict(batch_size=0), "batch_size=0", "--batch-size 0"),
+        (dict(num_std=-1), "num_std", "--num-std"),
+    )
+    for kwargs, said, flag in cases:
+        with pytest.raises(UserError) as e:
+            UpdateConfig(**kwargs)
+        assert said in str(e.value) and "--" not in str(e.value), str(e.value)
+        # score-updates says the same with its flags (and nothing else changed)
+        assert _as_flags(str(e.value)) == str(e.value).replace(said, flag)
+    r = run_cli("score", str(tiny_llama), "--gqa-method", "paper", "--per-head", "--out", str(tmp_path / "t.csv"))
+    assert r.returncode == 2 and "--per-head" in r.stderr and "--gqa-method" in r.stderr and "per_head=" not in r.stderr

@@ -68,7 +68,7 @@ def layer_wqk(
     layer with as many key as query heads has one matrix either way). permuted_rows: the layer's q/k rows are in
     llama.cpp's order (a llama-family GGUF file), put back in transformers' order for the paper's path."""
     if method not in GQA_METHODS:
-        raise UserError(f"--gqa-method: {method!r} is not one of {', '.join(GQA_METHODS)}")
+        raise UserError(f"gqa method {method!r}: not one of {', '.join(GQA_METHODS)}")
     if method == "paper" and layer.n_kv_heads < layer.n_heads:
         if permuted_rows:
             layer = LayerQK(layer.component, layer.layer, hf_rows(layer.wq), hf_rows(layer.wk), layer.keys)

@@ -217,9 +217,11 @@ def score_model(
     `matrix` column ("qk" | "ov") after `head` (columns.with_matrix_column).
     """
     if gqa_method not in GQA_METHODS:
-        raise UserError(f"--gqa-method: {gqa_method!r} is not one of {', '.join(GQA_METHODS)}")
+        raise UserError(f"gqa_method={gqa_method!r}: not one of {', '.join(GQA_METHODS)}")
     if per_head and gqa_method != "correct":
-        raise UserError("--per-head: per-head rows exist for the attention's own matrices only (--gqa-method correct)")
+        raise UserError(
+            "per_head=True: per-head rows exist for the attention's own matrices only (gqa_method='correct')"
+        )
     asked = matrices(matrix)
     if "ov" in asked and gqa_method != "correct":
         raise UserError(
@@ -505,6 +507,8 @@ def summary_lines(df) -> list[str]:
 
 def run_score(args: argparse.Namespace) -> int:
     _check_out(args.out)
+    if args.per_head and args.gqa_method != "correct":  # said with the flags typed (score_model names its keywords)
+        raise UserError("--per-head: per-head rows exist for the attention's own matrices only (--gqa-method correct)")
     df = score_model(args.source, gqa_method=args.gqa_method, **_scoring_options(args), **_open_options(args))
     _write_scores(df, args.out)
     for line in summary_lines(df):  # stderr: stdout may be the table itself

@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -107,11 +108,12 @@ class UpdateConfig:
     masking: Hyper = field(default_factory=Hyper)
 
     def __post_init__(self) -> None:
+        # named as the keyword arguments; score-updates names its flags instead (run_score_updates)
         if self.batches < 1:
-            raise UserError(f"--batches must be at least 1, got {self.batches}")
+            raise UserError(f"batches={self.batches}: must be at least 1")
         if self.batch_size < 1:
-            raise UserError(f"--batch-size must be at least 1, got {self.batch_size}")
-        check_num_std(self.num_std, "--num-std")
+            raise UserError(f"batch_size={self.batch_size}: must be at least 1")
+        check_num_std(self.num_std, "num_std")
 
 
 def read_run(run_dir: str | os.PathLike) -> dict[str, Any]:
@@ -456,6 +458,14 @@ def score_updates(
 # ------------------------------------------------------------------------------------------------- CLI
 
 
+def _as_flags(message: str) -> str:
+    """An UpdateConfig message (naming its keyword arguments) as score-updates says it (naming its flags)."""
+    for key in ("batch_size", "batches", "num_std"):
+        flag = "--" + key.replace("_", "-")
+        message = re.sub(rf"(?<![\w-]){key}(?!\w)(=?)", lambda m, f=flag: f + (" " if m[1] else ""), message)
+    return message
+
+
 def run_score_updates(args: argparse.Namespace) -> int:
     if args.threads is not None:
         if args.threads < 1:
@@ -467,7 +477,10 @@ def run_score_updates(args: argparse.Namespace) -> int:
     check_table_path(out)
     run = read_run(args.run_dir)
     given = {k: getattr(args, k) for k in ("batches", "batch_size", "seed", "num_std") if getattr(args, k) is not None}
-    config = UpdateConfig(**given, masking=run_masking(run, args.mlm_probability))  # UpdateConfig has the defaults
+    try:
+        config = UpdateConfig(**given, masking=run_masking(run, args.mlm_probability))  # it has the defaults
+    except UserError as exc:  # its messages name its keyword arguments: say the flags typed
+        raise UserError(_as_flags(str(exc))) from None
     try:
         device = torch.device(args.device)
     except RuntimeError as exc:
