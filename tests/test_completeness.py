@@ -494,6 +494,27 @@ def test_a_value_a_claim_cannot_use_stops_with_one_line_naming_row_and_column(tm
     assert notebook is not None and f"e.g. {column} " in notebook
 
 
+@pytest.mark.parametrize(
+    "kind, row, column, value",
+    [
+        ("training_scores", 2, "seed", "9"),  # seed 9 in a run named ...-s0 (issue 41.5: it flipped b_paper)
+        ("training_scores", 1, "size", "base"),  # a per-head row
+        ("training_loss", 2, "objective", "decoder"),  # an encoder's run
+        ("training_loss", 1, "dataset", "x"),  # a train-only row
+        ("update_scores", 0, "init", "fresh"),
+    ],
+)
+def test_a_run_key_that_disagrees_with_its_run_name_stops_with_one_line(tmp_path, kind, row, column, value):
+    """A run-key cell (size, dataset, objective, init, seed) that disagrees with the run's name
+    ({size}-{dataset}-{objective}-{init}-s{seed}) is one line naming the cell, its run and its data row, at parse
+    time and in the notebook's check; the rows' keys (run, step, layer) are all there, so nothing else is wrong."""
+    keys = FRAMES[kind].iloc[row]
+    assert str(keys[column]) != value and keys["run"].startswith("tiny-w-")
+    line = _damaged(tmp_path, kind, _set_cell(kind, row, column, value))
+    assert f"{column} {value} in run {keys['run']}" in line and f"(data row {row + 1})" in line, line
+    assert "1 row(s) whose run keys disagree with their run name" in line, line
+
+
 def test_train_loss_may_be_empty_at_step_0_and_eval_loss_between_evaluations():
     # the complete set has both (step 0's train_loss is a number here; make it empty) and passes
     text = _set_cell("training_loss", 0, "train_loss", "")

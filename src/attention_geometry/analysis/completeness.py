@@ -16,7 +16,9 @@ head "all" is keyed) and training_loss's rows without eval_loss (only the held-o
 A value a claim reads must be a number too: `value_problems` names a score (symmetry, directionality) that is empty,
 not finite or outside [-1, 1], and a loss that is not finite or empty where it must be there (train_loss after step
 0; eval_loss and eval_accuracy are empty where not evaluated, and then never "nan"), with the row and the column. A
-non-finite value would otherwise drop its seed from a claim without a word.
+non-finite value would otherwise drop its seed from a claim without a word. And a row of a training run must be
+its run's: `run_key_problems` names a run-key cell (size, dataset, objective, init, seed) that disagrees with the
+run's name, which the claims would otherwise pair and group by.
 
 No pandas at module level, no torch: rules/common.smk calls `table_error` at parse time (a Snakemake-only
 environment), and the notebook passes its DataFrames to `check_tables`.
@@ -32,12 +34,15 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from attention_geometry.errors import UserError
+from attention_geometry.formats.columns import RUN_KEYS
+from attention_geometry.formats.rundir import run_name
 
 __all__ = [
     "KEY_COLUMNS",
     "TABLE_FILES",
     "key_text",
     "table_problems",
+    "run_key_problems",
     "value_problems",
     "file_problems",
     "table_error",
@@ -137,16 +142,53 @@ def _expected(kind: str, blocks: Sequence[Mapping], present: Counter) -> tuple[s
     return out, problems
 
 
+def _disagreeing(run: str, keys: Mapping) -> list[str]:
+    """The run-key columns whose cell is not where the run's name has it (rundir.run_name's order); every one when
+    the name says nothing clearer."""
+    size, seed = keys["size"], keys["seed"]
+    bad = [c for c in ("dataset", "objective", "init") if f"-{keys[c]}-" not in run]
+    bad = [*(["size"] if not run.startswith(f"{size}-") else []), *bad]
+    bad += ["seed"] if not run.endswith(f"-s{seed}") else []
+    return bad or list(RUN_KEYS)
+
+
+def run_key_problems(rows: Iterable[Mapping], columns: Sequence[str]) -> list[str]:
+    """Rows (every row, keyed or not) of a table of training runs whose run-key cells (size, dataset, objective,
+    init, seed) do not make their run's name (`{size}-{dataset}-{objective}-{init}-s{seed}`), as one phrase naming
+    the count and the first one's cell, run and data row (1-based); none: each row is its run's. The claims pair and
+    group runs by these cells, so a seed 3099 in a run named ...-s3004 would move a verdict without a word."""
+    if "run" not in columns or not set(RUN_KEYS) <= set(columns):
+        return []
+    bad = []
+    for i, row in enumerate(rows, start=1):
+        keys = {c: _value(c, row.get(c)) for c in RUN_KEYS}
+        run = str(_value("run", row.get("run")))
+        if run != run_name(*(keys[c] for c in RUN_KEYS)):
+            bad.append((i, run, keys, row))
+    if not bad:
+        return []
+    i, run, keys, row = bad[0]
+    cells = ", ".join(f"{c} {'(empty)' if keys[c] is None else keys[c]}" for c in _disagreeing(run, keys))
+    where = f" step {_value('step', row.get('step'))}" if "step" in columns else ""
+    return [
+        f"{len(bad)} row(s) whose run keys disagree with their run name, e.g. {cells} in run {run}{where} "
+        f"(data row {i})"
+    ]
+
+
 def table_problems(kind: str, rows: Iterable[Mapping], blocks: Sequence[Mapping], columns: Sequence[str]) -> list[str]:
     """What is wrong with a table's rows against the plan's blocks, as short phrases (none: it is whole).
-    `columns`: the table's columns (a key column it lacks is the only problem named)."""
+    `columns`: the table's columns (a key column it lacks is the only problem named). A row whose run keys disagree
+    with its run name is named too (run_key_problems)."""
     keys = KEY_COLUMNS[kind]
     need = [*keys, *_SELECT.get(kind, ())]
     lacking = [c for c in need if c not in columns]
     if lacking:
         return [f"no column(s) {', '.join(lacking)}"]
+    rows = list(rows)
     present = Counter(tuple(_value(c, row.get(c)) for c in keys) for row in rows if _keyed(kind, row))
     expected, problems = _expected(kind, blocks, present)
+    problems += run_key_problems(rows, columns)
     repeated = [k for k, n in present.items() if n > 1]
     missing = expected - set(present)
     extra = set(present) - expected
@@ -259,7 +301,11 @@ def table_error(paths: Mapping[str, str], expected: Mapping[str, Sequence[Mappin
 def _frame_rows(kind: str, frame) -> tuple[list[str], list[dict]]:
     """A DataFrame's columns and its rows as dicts of the columns the check reads (duck-typed: no pandas import)."""
     columns = [str(c) for c in frame.columns]
-    wanted = [c for c in (*KEY_COLUMNS[kind], *_SELECT.get(kind, ()), *VALUE_COLUMNS.get(kind, {})) if c in columns]
+    wanted = [
+        c
+        for c in (*KEY_COLUMNS[kind], *_SELECT.get(kind, ()), *RUN_KEYS, "step", *VALUE_COLUMNS.get(kind, {}))
+        if c in columns
+    ]
     wanted = list(dict.fromkeys(wanted))
     return columns, frame[wanted].to_dict("records")
 
