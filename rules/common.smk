@@ -15,7 +15,18 @@ import sys
 from snakemake.exceptions import WorkflowError
 
 from attention_geometry.errors import ConfigError
-from attention_geometry.workflow.records import content_current, input_sums_path, record_path, record_text, records, run_mode, stale_error
+from attention_geometry.workflow.records import (
+    content_current,
+    input_sums_path,
+    record_path,
+    record_text,
+    records,
+    run_mode,
+    stale_error,
+    table_sums_error,
+    table_sums_path,
+    tidy_tables,
+)
 from attention_geometry.workflow.jobs import ONLINE_ENV, shell_prefix
 from attention_geometry.workflow.plan import alternation, notebook_file, plan, yaml_text
 from attention_geometry.workflow.pretrained import scoring_mem_mb
@@ -97,17 +108,9 @@ def caption_file(notebook):
     return os.path.abspath(os.path.join(workflow.basedir, "report", "captions", f"{notebook}.rst"))
 
 
-TABLES = {
-    "pretrained_scores": res("tables", "pretrained_scores.csv"),
-    "training_scores": res("tables", "training_scores.csv"),
-    "training_loss": res("tables", "training_loss.csv"),
-    "update_scores": res("tables", "update_scores.csv"),
-    "null_scores": res("tables", "null_scores.csv"),
-}
-if PLAN.gqa_models():
-    TABLES["gqa_paper_method"] = PLAN.gqa_table()
-if PLAN.provenance_table:
-    TABLES["run_provenance"] = res("tables", "run_provenance.csv")
+# the tidy tables (kind -> file): scores, losses, updates, the null, and the grouped-query and provenance tables where
+# the config makes them (workflow.records.tidy_tables); their sha256 are recorded in {results}/config/tables.sha256
+TABLES = checked(tidy_tables, PLAN)
 
 
 # Committed results whose config record differs from this config stop the parse with one line (never drawn
@@ -122,6 +125,16 @@ if workflow.is_main_process and (_stale := stale_error(PLAN, RECORDS, forceall=_
     if not _MODE.dry_run:
         raise WorkflowError(_stale)
     print(f"{_stale} (a dry run goes on; the workflow itself stops here until then)", file=sys.stderr)
+
+# A committed tidy table whose sha256 is not the one {results}/config/tables.sha256 records, where what it is made
+# from (run folders, per-model scores) is not here to remake it, stops the parse with one line that says how to
+# restore it or accept the change (workflow.records.table_sums_error): a clone's tables are the record, and a hand
+# edit would otherwise redraw the claims without a word. A dry run prints it and goes on; under --forceall every
+# table is remade, so none is read as it is.
+if workflow.is_main_process and not _MODE.forceall and (_edited := checked(table_sums_error, PLAN)) is not None:
+    if not _MODE.dry_run:
+        raise WorkflowError(_edited)
+    print(f"{_edited} (a dry run goes on; the workflow itself stops here until then)", file=sys.stderr)
 
 # The tidy tables the claims read hold exactly the rows this config plans (runs, snapshot and evaluation steps,
 # layers, update steps and kinds, the null's samples: attention_geometry.analysis.completeness): a truncated,
@@ -154,7 +167,8 @@ if workflow.is_main_process and (_current := checked(content_current, PLAN)):
 
 
 def all_targets():
-    targets = list(TABLES.values()) + [res("tables", "pretrained_models.csv")] + checked(PLAN.notebook_targets)
+    targets = list(TABLES.values()) + [res("tables", "pretrained_models.csv"), table_sums_path(PLAN)]
+    targets += checked(PLAN.notebook_targets)
     targets += [record_path(PLAN, key) for key in RECORDS]
     return list(dict.fromkeys(targets))
 
@@ -169,6 +183,7 @@ localrules:
     list_pretrained_models,
     prefetch_qk,
     record_config,
+    record_table_sums,
 
 
 wildcard_constraints:

@@ -168,10 +168,10 @@ for _nb in NOTEBOOKS:
 # A job killed outright runs no `onerror`: the next parse (any command, --unlock too) puts back the kept set of each
 # job whose input-sums record is missing, before keeping again (keep.keep_committed).
 from attention_geometry.workflow.keep import KEEP_DIR, keep_committed, restore_missing
-from attention_geometry.workflow.records import content_entries
+from attention_geometry.workflow.records import drawn_entries
 
 KEPT_OUTPUTS, _unfinished = (
-    keep_committed(outputs for outputs, _inputs in content_entries(PLAN)) if workflow.is_main_process else ([], [])
+    keep_committed(outputs for outputs, _inputs in drawn_entries(PLAN)) if workflow.is_main_process else ([], [])
 )
 if _unfinished:
     print(

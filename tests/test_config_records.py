@@ -1,12 +1,14 @@
 """Config records (attention_geometry.workflow.records): each committed result's record holds only the config
 parts that feed it, and committed results whose record differs from the current config stop the workflow
-with one line. The workflow-level check, in a copy of the repository as a clone has it,
-is in tests/test_report.py."""
+with one line; so do committed tidy tables that no longer have their recorded sha256 where they cannot be remade.
+The workflow-level checks, in a copy of the repository as a clone has it, are in tests/test_report.py."""
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
+from pathlib import Path
 
 from helpers import REPO, config_plan, validated_config
 
@@ -21,6 +23,9 @@ from attention_geometry.workflow.records import (
     run_mode,
     stale_error,
     stale_files,
+    table_sums_error,
+    table_sums_path,
+    tidy_tables,
     write_input_sums,
 )
 from attention_geometry.workflow.runs import expand_runs
@@ -344,3 +349,72 @@ def test_a_byte_identical_copy_of_the_config_is_the_same_config(tmp_path, monkey
     assert stale_error(config_plan(copy.deepcopy(base), configfiles=[str(copy_path)])) is None
     edited = config_plan(_longer_emergence_runs(base), configfiles=[str(copy_path)])
     assert stale_error(edited) is not None
+
+
+def _sha256sum_lines(paths) -> str:
+    """`sha256sum` output for `paths` (hashlib, sorted by path): the record format, written here independently."""
+    return "".join(f"{hashlib.sha256(open(p, 'rb').read()).hexdigest()}  {p}\n" for p in sorted(paths))
+
+
+def test_a_committed_table_that_differs_from_its_recorded_sha256_stops_with_one_line(tmp_path):
+    """Committed tidy tables are the record (issue 41.5): where one no longer has the sha256 recorded in
+    {results}/config/tables.sha256 and what it is made from (its run folders, the per-model scores) is not there to
+    remake it, the parse stops with one line naming it, how to restore it and how to accept an intended change."""
+    base = _default()
+    base["results"] = str(tmp_path / "r")
+    p = config_plan(base)
+    tables = tidy_tables(p)
+    assert {"training_scores", "training_loss", "update_scores", "null_scores", "pretrained_scores"} <= set(tables)
+    for kind, path in tables.items():
+        atomic_write_text(path, f"kind,value\n{kind},1\n")
+    record = table_sums_path(p)
+    assert record == p.res("config", "tables.sha256")
+    atomic_write_text(record, _sha256sum_lines(tables.values()))
+    assert table_sums_error(p) is None
+
+    edited = tables["training_scores"]
+    atomic_write_text(edited, "kind,value\ntraining_scores,0.15\n")  # a hand edit, same size and shape
+    msg = table_sums_error(p)
+    assert msg is not None and "\n" not in msg and msg.startswith(f"{edited}: "), msg
+    assert f"git checkout -- {edited}" in msg and f"rm {record}" in msg, msg
+    atomic_write_text(tables["pretrained_scores"], "kind,value\npretrained_scores,2\n")
+    assert "1 other table(s)" in table_sums_error(p)
+
+    # with every run folder there, the training tables are the workflow's to remake: not stopped for; the
+    # pretrained table (no per-model scores here) still is
+    for run in p.runs:
+        os.makedirs(p.run_dir(run))
+    assert table_sums_error(p).startswith(f"{tables['pretrained_scores']}: ")
+    atomic_write_text(tables["pretrained_scores"], "kind,value\npretrained_scores,1\n")  # restored
+    assert table_sums_error(p) is None
+    os.rmdir(p.run_dir(next(iter(p.runs))))  # one run folder gone: the edited table cannot be remade
+    assert table_sums_error(p).startswith(f"{edited}: ")
+
+    # a record that is not sha256sum lines is one line too, never a check switched off
+    atomic_write_text(record, "not a record\n")
+    assert record in table_sums_error(p)
+    # accepting the change: the record removed, nothing to compare (the next run records the tables as they are)
+    os.remove(record)
+    assert table_sums_error(p) is None
+
+
+def test_every_committed_table_folder_has_its_recorded_sha256():
+    """The studies' committed tables (each study's tables/, and each part of a study run in parts) have a
+    tables.sha256 record that lists every table in the folder and matches it byte for byte (hashlib here)."""
+    folders = sorted(REPO.glob("results/study*/tables")) + sorted(REPO.glob("results/study*/parts/*/"))
+    folders = [f for f in folders if f.is_dir() and any(f.glob("*.csv"))]
+    assert len(folders) >= 4, folders  # study 1, study 2, study 2's part 1, study 3's part 1
+    for folder in folders:
+        record = folder.parent / "config" / "tables.sha256" if folder.name == "tables" else folder / "tables.sha256"
+        assert record.is_file(), f"{folder}: no {record.name} (docs/workflow.md, 'Committed tables')"
+        lines = [line.split("  ", 1) for line in record.read_text().splitlines()]
+        listed = {name: digest for digest, name in lines}
+        for name, digest in listed.items():
+            assert hashlib.sha256((REPO / name).read_bytes()).hexdigest() == digest, f"{name}: differs from {record}"
+        present = {str(f.relative_to(REPO)) for f in folder.glob("*.csv")}
+        if folder.name != "tables":  # a part's tables are all tidy tables
+            assert present == set(listed), record
+        else:  # a study's: the tidy tables beside what is drawn from them (claims.csv, Table 1, ...)
+            tidy = {"pretrained_scores", "training_scores", "training_loss", "update_scores", "null_scores"}
+            tidy |= {"gqa_paper_method", "run_provenance"}
+            assert {f for f in present if Path(f).stem in tidy} == set(listed), record

@@ -238,7 +238,7 @@ def test_another_studys_committed_record_is_refused_even_under_forceall(tmp_path
     from helpers import copy_workflow
 
     wf = copy_workflow(tmp_path / "wf")
-    for rel in _git_files("results/study1"):  # study 1's committed record, as a clone has it
+    for rel in _git_files("results/study1") + _git_files("--others", "--exclude-standard", "results/study1"):
         (wf / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / rel, wf / rel)
     study1 = ("--config", "results=results/study1")  # config/config.yaml's runs, study 1's folder
@@ -250,6 +250,45 @@ def test_another_studys_committed_record_is_refused_even_under_forceall(tmp_path
         assert "--forceall" in lines[0] and "results=" in lines[0], lines[0]  # why, and a fresh folder instead
     dry = snakemake("-n", "--forceall", "--cores", "1", *study1, cwd=wf, check=False)
     assert dry.returncode == 0 and "a dry run goes on" in dry.stderr, dry.stderr[-3000:]
+
+
+@pytest.mark.workflow
+def test_a_hand_edited_committed_table_stops_the_parse_instead_of_redrawing_the_claims(tmp_path):
+    """Study 2's run folders are not committed, so its tidy tables cannot be remade; a hand edit of one (five seeds'
+    symmetry scaled by 0.15, every value still a valid score) redrew claims.csv with no message (issue 41.5). Now the
+    parse stops with one line naming the table and how to accept the change; a dry run prints it and goes on; claims.csv
+    stays as committed. In a copy of the workflow with study 2's committed record."""
+    import csv
+    import io
+
+    from helpers import copy_workflow
+
+    wf = copy_workflow(tmp_path / "wf")
+    for rel in _git_files(RESULTS) + _git_files("--others", "--exclude-standard", RESULTS):  # as a clone has it
+        (wf / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / rel, wf / rel)
+    table = wf / RESULTS / "tables" / "training_scores.csv"
+    rows = list(csv.DictReader(io.StringIO(table.read_text())))
+    seeds = sorted({r["seed"] for r in rows if r["objective"] == "encoder"})[:5]
+    assert len(seeds) == 5
+    for r in rows:
+        if r["seed"] in seeds and r["objective"] == "encoder":
+            r["symmetry"] = repr(0.15 * float(r["symmetry"]))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    table.write_text(out.getvalue())
+    claims = (wf / RESULTS / "tables" / "claims.csv").read_bytes()
+
+    dry = snakemake("-n", "--cores", "1", cwd=wf, check=False)
+    lines = [ln for ln in dry.stderr.splitlines() if ln.startswith(f"{RESULTS}/tables/training_scores.csv: ")]
+    assert dry.returncode == 0 and len(lines) == 1 and "a dry run goes on" in lines[0], dry.stderr[-3000:]
+    real = snakemake("--cores", "1", cwd=wf, check=False)
+    stops = [ln for ln in (real.stdout + real.stderr).splitlines() if f"{RESULTS}/config/tables.sha256" in ln]
+    assert real.returncode != 0 and len(stops) == 1, real.stderr[-3000:]
+    assert f"rm {RESULTS}/config/tables.sha256" in stops[0] and "git checkout" in stops[0], stops[0]
+    assert (wf / RESULTS / "tables" / "claims.csv").read_bytes() == claims
 
 
 def _edit(path: Path):

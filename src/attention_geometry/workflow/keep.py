@@ -1,7 +1,7 @@
 """The last good committed outputs survive a failed job.
 
 Snakemake removes a job's existing outputs before it runs and the outputs of a job that fails. For the rules
-whose outputs are committed results (the notebook rules and tabulate_symmetry_speedup: records.content_entries) a
+whose outputs are committed results (the notebook rules and tabulate_symmetry_speedup: records.drawn_entries) a
 failure would leave a committed figure deleted until a later run succeeds. So at parse time `keep_outputs` keeps
 each existing output aside under `.snakemake/committed-outputs/` (a hard link where the file system allows it: the
 job's new file is a new inode, since Snakemake unlinks the old one first; else a copy), and the workflow's

@@ -53,7 +53,13 @@ __all__ = [
     "input_sums_path",
     "write_input_sums",
     "read_input_sums",
+    "drawn_entries",
     "content_entries",
+    "TABLE_SUMS",
+    "tidy_tables",
+    "table_sums_path",
+    "table_sources",
+    "table_sums_error",
     "content_current",
     "drop_unfinished_markers",
     "RunMode",
@@ -245,9 +251,86 @@ def read_input_sums(path: str) -> dict[str, str]:
     return out
 
 
-def content_entries(plan: Plan) -> list[tuple[list[str], list[str]]]:
-    """(outputs with the input-sums record last, inputs) of every rule whose inputs are all committed files: each
-    notebook rule (its notebook and inputs) and tabulate_symmetry_speedup (the two tidy tables it reads)."""
+# ------------------------------------------------------------------------ the committed tables, by content
+TABLE_SUMS = "tables.sha256"  # {results}/config/: the sha256 of each committed tidy table (rule record_table_sums)
+# tidy table kind -> its file under {results}/tables (the data the figures and claims are drawn from)
+_TIDY_TABLES = ("pretrained_scores", "training_scores", "training_loss", "update_scores", "null_scores")
+
+
+def tidy_tables(plan: Plan) -> dict[str, str]:
+    """Table kind -> file of the tidy tables this config makes (rules/score.smk): the scores, losses, updates and
+    null, the grouped-query table with figures.gqa_models, the run provenance with training.provenance_table."""
+    out = {kind: plan.res("tables", f"{kind}.csv") for kind in _TIDY_TABLES}
+    if plan.gqa_models():
+        out["gqa_paper_method"] = plan.gqa_table()
+    if plan.provenance_table:
+        out["run_provenance"] = plan.res("tables", "run_provenance.csv")
+    return out
+
+
+def table_sums_path(plan: Plan) -> str:
+    """{results}/config/tables.sha256: `sha256sum` lines of the tidy tables (write_input_sums' format), written by
+    rule record_table_sums whenever a table is made and committed with them."""
+    return plan.res(RECORD_DIR, TABLE_SUMS)
+
+
+def table_sources(plan: Plan) -> dict[str, list[str]]:
+    """Table kind -> what the workflow remakes that tidy table from (rules/score.smk): the run folders, the null
+    source run's prepared corpus, the per-model score files. None of it is committed."""
+    runs = [plan.run_dir(r) for r in plan.runs]
+    known = {
+        "training_scores": runs,
+        "training_loss": runs,
+        "run_provenance": runs,
+        "update_scores": [plan.run_dir(r) for r in plan.update_runs],
+        "null_scores": [plan.run_corpus(plan.null_source_run())],
+        "pretrained_scores": [plan.res("pretrained", f"{m}.csv") for m in plan.pretrained],
+        "gqa_paper_method": [plan.res("gqa", f"{m}.csv") for m in plan.gqa_models()],
+    }
+    return {kind: known[kind] for kind in tidy_tables(plan)}
+
+
+def table_sums_error(plan: Plan) -> str | None:
+    """One line when a committed tidy table no longer has the sha256 its record ({results}/config/tables.sha256)
+    names and what it is made from is not all here to remake it (a clone has no run folders: its tables are the
+    record, and a hand edit would be drawn into the claims without a word); the line says how to restore it and how to
+    accept an intended change (remove the record: the next run records the tables as they are). None when every
+    listed table that exists is as recorded or can be remade here, or when there is no record. A record that is not
+    `sha256sum` lines is one line too."""
+    from attention_geometry.formats.files import file_sha256
+
+    path = table_sums_path(plan)
+    if not os.path.isfile(path):
+        return None
+    recorded = read_input_sums(path)
+    if not recorded and os.path.getsize(path):
+        return (
+            f"{path}: not `sha256sum` lines (the record of the committed tables): restore it (git checkout -- {path}), "
+            "or remove it (the next run records the tables as they are)"
+        )
+    sources = {os.path.normpath(f): table_sources(plan)[kind] for kind, f in tidy_tables(plan).items()}
+    changed = []
+    for table, digest in sorted(recorded.items()):
+        if not os.path.isfile(table) or (table in sources and all(map(os.path.exists, sources[table]))):
+            continue  # missing: the workflow makes it; its sources all here: the workflow's to remake
+        if file_sha256(table) != digest:
+            changed.append(table)
+    if not changed:
+        return None
+    first = changed[0]
+    made_from = next((s for s in sources.get(first, []) if not os.path.exists(s)), "its sources")
+    others = f" ({len(changed) - 1} other table(s) too)" if len(changed) > 1 else ""
+    return (
+        f"{first}: its sha256 is not the one recorded in {path}{others}, and what it is made from is not here to "
+        f"remake it ({made_from}): restore it (git checkout -- {first}), or, to accept an intended change, "
+        f"rm {path} (the next run records the tables as they are)"
+    )
+
+
+def drawn_entries(plan: Plan) -> list[tuple[list[str], list[str]]]:
+    """(outputs with the input-sums record last, inputs) of every rule that draws from committed files: each
+    notebook rule (its notebook and inputs) and tabulate_symmetry_speedup (the two tidy tables it reads). Their
+    outputs are the ones workflow.keep keeps aside."""
     from attention_geometry.workflow.plan import notebook_file
 
     out = []
@@ -263,6 +346,12 @@ def content_entries(plan: Plan) -> list[tuple[list[str], list[str]]]:
     tables = [plan.res("tables", "training_scores.csv"), plan.res("tables", "training_loss.csv")]
     out.append(([*results, plan.res(RECORD_DIR, "symmetry_speedup.inputs.sha256")], tables))
     return out
+
+
+def content_entries(plan: Plan) -> list[tuple[list[str], list[str]]]:
+    """(outputs with the input-sums record last, inputs) of every rule whose inputs are all committed files: the
+    drawing rules (drawn_entries) and rule record_table_sums (the tables' record, made from the tables alone)."""
+    return [*drawn_entries(plan), ([table_sums_path(plan)], list(tidy_tables(plan).values()))]
 
 
 def content_current(plan: Plan) -> list[str]:
