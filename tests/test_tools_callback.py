@@ -205,3 +205,53 @@ def test_the_callback_logs_the_ov_circuit_in_a_trainer_run(tmp_path):
         assert logged[-1][f"symmetry_ov/encoder/layer_{i:02d}"] == pytest.approx(want, abs=1e-12)
     with pytest.raises(UserError, match="matrix="):
         SymmetryCallback(matrix="vo")
+
+
+# ------------------------------------------------------------------------------- adapters (PEFT / LoRA)
+
+
+def _lora_bert(in_place: bool):
+    """A tiny BERT with LoRA on query and key (B drawn at random, so the adapters change W_qk), wrapped by
+    get_peft_model or injected in place (peft's inject_adapter_in_model: the model keeps its class)."""
+    peft = pytest.importorskip("peft")
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=60)
+    base = BertForMaskedLM(cfg)
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["query", "key"], init_lora_weights=False)
+    if in_place:
+        return peft.inject_adapter_in_model(lora, base)
+    return peft.get_peft_model(base, lora)
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_lora_model_is_scored_with_its_adapters_merged(in_place, tmp_path):
+    """A LoRA model (LoraConfig on query and key) crashed the callback ("no tensor named ...query.weight"): its
+    layers are scored as they compute, W + B A * scaling, checked against peft's own merge (merge_and_unload on a
+    copy, then the reference computation from the merged q and k weights); the base weights alone give other
+    scores; the callback measures it in a Trainer run."""
+    import copy
+
+    model = _lora_bert(in_place)
+    logs = symmetry_logs(model)
+    if in_place:
+        merged = copy.deepcopy(model)
+        attention = [lay.attention.self for lay in merged.bert.encoder.layer]
+        for a in attention:
+            a.query.merge(), a.key.merge()  # peft's own merge, into the base layers
+        weights = [(a.query.base_layer.weight, a.key.base_layer.weight) for a in attention]
+        assert symmetry_logs(merged) == pytest.approx(logs, abs=1e-12)  # a merged adapter is not added twice
+    else:
+        merged = copy.deepcopy(model).merge_and_unload()
+        weights = [(a.query.weight, a.key.weight) for a in (lay.attention.self for lay in merged.bert.encoder.layer)]
+    base = model.base_model.model if not in_place else model
+    for i, (q, k) in enumerate(weights):
+        want = _reference_symmetry(q.detach(), k.detach())
+        assert logs[f"symmetry/encoder/layer_{i:02d}"] == pytest.approx(want, abs=1e-9)
+        a = base.bert.encoder.layer[i].attention.self
+        alone = _reference_symmetry(a.query.base_layer.weight.detach(), a.key.base_layer.weight.detach())
+        assert abs(alone - want) > 1e-3  # the adapters matter: reading the base weights alone would fail
+    trainer = _train_with(model, tmp_path, callback := SymmetryCallback(every=2))
+    assert callback.off is None and trainer.state.global_step == 4
+    assert [h["step"] for h in trainer.state.log_history if "symmetry/encoder/median" in h] == [2, 4]

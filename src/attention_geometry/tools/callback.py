@@ -16,6 +16,8 @@ authors' W&B callback logs its W_v W_o beside W_qk; docs/paper-code.md says how 
 Cost: it reads only the q/k weights (no forward pass, no data) and computes one d x d matrix per layer in float64
 on the weights' device; benchmarks/callback_cost.py times one call on BERT-base shapes. On the main process only,
 so under DDP each call costs one process that time; sharded weights (FSDP, DeepSpeed ZeRO-3) are not gathered.
+A model with LoRA adapters (peft) is scored as its layers compute: each adapted weight with its active adapters'
+deltas added (weights.loading, _merge_adapters), the model itself unchanged.
 
 The Trainer hands its logs to the callbacks in list order and the reporting callbacks come before the ones a user
 adds, so the callback moves itself to the front of the Trainer's callback list when the Trainer starts it

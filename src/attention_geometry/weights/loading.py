@@ -65,12 +65,44 @@ def _checkpoint_state_dict(model: Any) -> dict[str, torch.Tensor]:
 
     transformers 5 renames some modules in memory (ViT, DeiT, BEiT, ViT-MAE, DINOv2 attention projections);
     save_pretrained converts them back, and so does this."""
-    state = model.state_dict()
+    state = _merge_adapters(model, model.state_dict())
     try:
         from transformers.core_model_loading import revert_weight_conversion
     except ImportError:  # older transformers: in-memory names are the checkpoint names
         return state
     return revert_weight_conversion(model, state)
+
+
+def _merge_adapters(model: Any, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state dict with every adapter layer (peft's tuner layers, LoRA and its kin: a module holding its
+    wrapped `base_layer` and a `get_delta_weight(adapter)`) replaced by the weight it computes with: the base
+    weight plus the delta of each active adapter not merged into it yet (none while the adapters are disabled),
+    under the base layer's own names (`NAME.weight`, `NAME.bias`); the adapters' own tensors are dropped. A model
+    without adapter layers is returned as it is. The model is left unchanged (no merge_and_unload)."""
+    adapters = [
+        (name, m)
+        for name, m in model.named_modules()
+        if hasattr(m, "base_layer") and callable(getattr(m, "get_delta_weight", None))
+    ]
+    if not adapters:
+        return state
+    state = dict(state)
+    for name, module in adapters:
+        prefix = f"{name}." if name else ""
+        weight = module.base_layer.weight.detach()
+        if not getattr(module, "disable_adapters", False):
+            done = set(getattr(module, "merged_adapters", ()))  # already added into base_layer.weight
+            for adapter in getattr(module, "active_adapters", ()):
+                if adapter not in done and adapter in getattr(module, "scaling", {}):  # this layer has it
+                    with torch.no_grad():
+                        weight = weight + module.get_delta_weight(adapter).to(weight.dtype)
+        for key in [k for k in state if k.startswith(prefix) and "." in k[len(prefix) :]]:
+            del state[key]  # base_layer.*, lora_A.*, lora_B.*, ...
+        state[f"{prefix}weight"] = weight
+        bias = getattr(module.base_layer, "bias", None)
+        if bias is not None:
+            state[f"{prefix}bias"] = bias.detach()
+    return state
 
 
 def _load_bin(directory: Path, config: Any, name: str | None) -> StateDictSource:
