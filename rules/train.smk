@@ -14,10 +14,15 @@
 # its job runs again and the trainer rewrites the snapshot from its final state (workflow.records).
 from attention_geometry.workflow.records import drop_unfinished_markers
 
-if workflow.is_main_process and (_unfinished := checked(drop_unfinished_markers, PLAN)):
+# A dry run (-n) changes nothing: it names them, and the plan it prints does not have their jobs yet.
+if workflow.is_main_process and (_unfinished := checked(drop_unfinished_markers, PLAN, _MODE.dry_run)):
     print(
         f"{len(_unfinished)} run(s) marked trained have no complete final snapshot (e.g. {_unfinished[0]}): "
-        "their train.done is removed and their training job runs again",
+        + (
+            "a run without -n removes their train.done and trains them again (this dry run changed nothing)"
+            if _MODE.dry_run
+            else "their train.done is removed and their training job runs again"
+        ),
         file=sys.stderr,
     )
 

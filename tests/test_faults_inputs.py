@@ -538,9 +538,33 @@ def test_a_deleted_final_snapshot_makes_its_run_train_again(tmp_path, monkeypatc
     assert drop_unfinished_markers(plan) == []  # finished runs (and runs never trained) keep what they have
     (Path(plan.final_snapshot(runs[0])) / "model.safetensors").unlink()  # incomplete
     os.rename(plan.final_snapshot(runs[1]), Path(plan.final_snapshot(runs[1])).with_name("step-x"))  # gone
-    assert drop_unfinished_markers(plan) == [plan.train_done(runs[0]), plan.train_done(runs[1])]
+    gone = [plan.train_done(runs[0]), plan.train_done(runs[1])]
+    assert drop_unfinished_markers(plan, dry_run=True) == gone  # a dry run names them and changes nothing
+    assert all(os.path.exists(plan.train_done(r)) for r in runs)
+    assert drop_unfinished_markers(plan) == gone
     assert [os.path.exists(plan.train_done(r)) for r in runs] == [False, False, True]
     assert drop_unfinished_markers(plan) == []
+
+
+@pytest.mark.workflow
+def test_a_dry_run_keeps_the_markers_it_would_drop(tmp_path):
+    """`snakemake -n` removed the train.done of a run without its final snapshot: a dry run changed state. Now it
+    names them and keeps them; a real parse (here one that lists the rules and runs nothing) removes them."""
+    from helpers import config_plan, copy_workflow, snakemake, validated_config
+
+    wf = copy_workflow(tmp_path / "wf")
+    cfg = validated_config("config.yaml")
+    cfg["results"] = "res"
+    plan = config_plan(cfg)
+    marker = wf / plan.train_done(sorted(plan.runs)[0])
+    marker.parent.mkdir(parents=True)
+    marker.touch()  # marked trained, no final snapshot
+    dry = snakemake("-n", "--cores", "1", "--config", "results=res", cwd=wf, check=False)
+    assert dry.returncode == 0 and "this dry run changed nothing" in dry.stderr, dry.stderr[-3000:]
+    assert marker.exists()
+    real = snakemake("--cores", "1", "--config", "results=res", "--list-target-rules", cwd=wf, check=False)
+    assert "their train.done is removed" in real.stderr, real.stderr[-3000:]
+    assert not marker.exists()
 
 
 # ---------------------------------------------------------------------------------------------- messages

@@ -393,16 +393,20 @@ def content_current(plan: Plan) -> list[str]:
     return touched
 
 
-def drop_unfinished_markers(plan: Plan) -> list[str]:
+def drop_unfinished_markers(plan: Plan, dry_run: bool = False) -> list[str]:
     """Remove the `train.done` of every run whose final snapshot is not complete (rundir.is_complete_snapshot),
     and return those markers. The marker is the train rule's only declared output, so a final snapshot deleted
     after the run finished would leave Snakemake with nothing to do while the scoring of that run fails; without
     the marker the train job runs again, and the trainer rewrites the snapshot from the run's final state (or
-    says why it cannot). A marker that cannot be removed is one ConfigError line."""
+    says why it cannot). A marker that cannot be removed is one ConfigError line. dry_run: only return them (a
+    dry run changes nothing on disk)."""
     removed = []
     for run in plan.runs:
         marker = plan.train_done(run)
         if not os.path.isfile(marker) or is_complete_snapshot(plan.final_snapshot(run)):
+            continue
+        if dry_run:
+            removed.append(marker)
             continue
         try:
             os.remove(marker)
