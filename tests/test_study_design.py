@@ -7,10 +7,34 @@ report's parameters, and so what the committed reports checked)."""
 
 from __future__ import annotations
 
+import inspect
+import subprocess
+import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 from helpers import config_plan, validated_config
+
+from attention_geometry.analysis.claims import CLAIM_IDS, CLAIMS
+from attention_geometry.analysis.study_design import (
+    APPLIED,
+    BASELINE,
+    CLAIM_DESIGN,
+    CONDITIONS,
+    DECODER,
+    EMERGENCE_OBJECTIVES,
+    ENCODER,
+    FRESH,
+    NAMED,
+    PAPER_DECODER,
+    RUN_SELECTIONS,
+    SYMMETRIC,
+    TIED,
+    VISION,
+    designed,
+)
+from attention_geometry.training.hyper import INITS, RUN_OBJECTIVES
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -66,3 +90,79 @@ def test_every_committed_config_has_its_design_pinned():
 @pytest.mark.parametrize("name", sorted(DESIGNS))
 def test_the_design_of_each_committed_config_is_unchanged(name):
     assert config_plan(validated_config(name)).design_claims() == DESIGNS[name]
+
+
+# ------------------------------------------------------------------------------------ the declared arms
+def test_every_claim_declares_its_arms():
+    """A CLAIMS row without an entry in CLAIM_DESIGN (or an entry without a row) fails: the design would skip it."""
+    undeclared = [i for i in CLAIM_IDS if i not in CLAIM_DESIGN]
+    stray = [i for i in CLAIM_DESIGN if i not in CLAIM_IDS]
+    assert not undeclared, f"claims without a declaration in study_design.CLAIM_DESIGN: {undeclared}"
+    assert not stray, f"declarations of no claim: {stray}"
+
+
+def test_the_declared_arms_are_real_objectives_and_inits():
+    assert {ENCODER, DECODER, PAPER_DECODER, VISION} <= set(RUN_OBJECTIVES)
+    assert {SYMMETRIC, TIED, FRESH} <= set(INITS) and BASELINE not in INITS
+    for cid, d in CLAIM_DESIGN.items():
+        assert d.runs in RUN_SELECTIONS and d.when in (*CONDITIONS, None), cid
+        assert all(a.objective in RUN_OBJECTIVES and a.init in (*INITS, BASELINE) for a in d.arms), cid
+        assert d.arms or not d.listed, f"{cid}: a listed claim needs arms"
+        assert len(d.arms) > 1 or not d.paired, f"{cid}: pairs a single arm"
+    assert EMERGENCE_OBJECTIVES == (ENCODER, DECODER, PAPER_DECODER)
+
+
+def _effect_arms(claim) -> tuple[set, bool]:
+    """(the (objective, init) arms, whether paired by seed) that a claim's effect function reads, stated per
+    function from its code in analysis.claim_effects (an init None there is the baseline)."""
+    fn, kw = claim.effect, {}
+    if isinstance(fn, partial):
+        fn, kw = fn.func, dict(fn.keywords)
+    kw = {n: p.default for n, p in inspect.signature(fn).parameters.items() if p.default is not p.empty} | kw
+    base = BASELINE
+    both = {(ENCODER, base), (DECODER, base)}
+    name = fn.__name__
+    if name in ("loss_gain", "speedup"):
+        return {(kw["objective"], kw["treatment"]), (kw["objective"], kw["ref"] or base)}, True
+    if name == "retained":  # the tied runs of two objectives
+        return {(kw["objective"], SYMMETRIC), (kw["ref"], SYMMETRIC)}, True
+    if name == "gap":
+        return both, True
+    if name == "against_null":  # both emergence arms (the null is drawn at their size)
+        return both, False
+    if name == "update_effect":  # which 2: the decoder's directionality, of a table that needs both objectives
+        return both, kw["which"] == 1
+    if name in ("level", "change"):
+        return {(kw["objective"], base)}, False
+    if name == "objective_gap":
+        return {(kw["first"], base), (kw["second"], base)}, True
+    if name == "vision_rise":
+        return {(VISION, base)}, False
+    if name in ("pretrained_gap", "gqa_shift"):
+        return set(), False
+    raise AssertionError(f"{claim.id}: state the arms of effect function {name} here")
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=CLAIM_IDS)
+def test_each_claims_effect_reads_the_arms_it_declares(claim):
+    d = CLAIM_DESIGN[claim.id]
+    assert _effect_arms(claim) == ({(a.objective, a.init) for a in d.arms}, d.paired)
+
+
+def test_the_design_takes_a_claim_whose_arms_have_runs():
+    """designed(): a paired claim needs a unit every arm has; a NAMED claim only where named; unlisted never."""
+    runs = {("emergence", ENCODER): {1, 2}, ("emergence", DECODER): {2}, ("emergence", PAPER_DECODER): {3}}
+    runs |= {("updates", ENCODER): {1}, ("updates", DECODER): {2}}
+
+    def units(selection, arm):
+        return runs.get((selection, arm.objective), set()) if arm.init == BASELINE else set()
+
+    out = designed(units, {NAMED: lambda cid: cid == "anti", APPLIED: lambda cid: False})
+    assert out == ["a", "b", "b1", "b2", "b_change_enc", "b_change_dec", "anti", "h_gradient_2"]
+    assert "a_paper" not in out and "a_L0" not in out  # encoder and decoder-paper share no unit; never listed
+
+
+def test_the_plan_reads_the_design_without_pandas_or_torch():
+    code = "import sys, attention_geometry.workflow.plan; print(sorted({'pandas', 'torch'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

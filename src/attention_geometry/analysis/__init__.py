@@ -3,6 +3,7 @@
 stats.py         intervals, exact p-values, the verdict rule, the horizon statistic, the signed speed-up
 claims.py        claims.csv: the claims table as the pre-registrations list them, its inputs, settings and text
 claim_effects.py each claim's effect on its units and the paper's figure on the same unit
+study_design.py  each claim's declared arms and pairing, the arm names (pandas-free; the plan reads it)
 claim_rules.py   an effect to its row: statistics, Holm within families, the verdict rules
 completeness.py  the tidy tables the claims read hold exactly the rows the plan expects, every design claim tested
 paper_claims.py  the paper's own figure for each claim on the same unit

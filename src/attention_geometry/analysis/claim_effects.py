@@ -26,6 +26,7 @@ from attention_geometry.analysis.gqa import gqa_model_table, model_labels
 from attention_geometry.analysis.paper_claims import fmt_estimate as _fmt
 from attention_geometry.analysis.paper_claims import paper_pair_gap, paper_symmetric_init
 from attention_geometry.analysis.stats import MIN_N, horizon_stat, t_interval, welch_interval
+from attention_geometry.analysis.study_design import SYMMETRIC, VISION
 from attention_geometry.analysis.summaries import (
     check_speedup_target,
     contrast_runs,
@@ -34,10 +35,6 @@ from attention_geometry.analysis.summaries import (
     speedup_target_text,
 )
 from attention_geometry.errors import UserError
-
-SYMMETRIC = "symmetric-fresh"  # the paper's "symmetric" init (resources/paper/README.md)
-PAPER_DECODER = "decoder-paper"  # the authors' decoder objective (training.hyper.OBJECTIVES)
-VISION = "classifier"  # the objective of the ViT runs
 
 
 # --------------------------------------------------------------------------------------------- effect

@@ -8,6 +8,8 @@ sign (+1: > 0, -1: < 0, 0: none), the key of its margin (ClaimSettings.margin) a
 core claims only; a config may regroup them, ClaimSettings.families), and the paper's figure on the same unit.
 `reproduction_claims` turns every entry into one row (claim_rules.CLAIM_COLUMNS, docs/contracts.md "Claims") by
 the rules of analysis.claim_rules and never drops one: a claim whose data are missing is "not tested".
+What each claim compares (its runs, arms and pairing) is declared once in
+analysis.study_design.CLAIM_DESIGN, from which the workflow derives the claims of a config's design.
 
 Seeds are the unit of our training runs (the encoder and decoder of one seed share their initial weights, so
 contrasts are paired by seed), models the unit of pretrained checkpoints. Fewer than 3 seeds never decide; fewer
@@ -28,9 +30,6 @@ import numpy as np
 import pandas as pd
 
 from attention_geometry.analysis.claim_effects import (
-    PAPER_DECODER,
-    SYMMETRIC,
-    VISION,
     against_null,
     change,
     gap,
@@ -52,6 +51,7 @@ from attention_geometry.analysis.claim_rules import Claim, evaluate
 from attention_geometry.analysis.completeness import check_claim_values
 from attention_geometry.analysis.paper_claims import fmt_estimate as _fmt
 from attention_geometry.analysis.stats import MIN_N
+from attention_geometry.analysis.study_design import CLAIM_DESIGN, PAPER_DECODER, PER_LAYER, SYMMETRIC, VISION
 from attention_geometry.analysis.summaries import speedup_target_text
 from attention_geometry.errors import UserError
 
@@ -61,8 +61,6 @@ VERDICT_ORDER = ("holds", "contradicted", "inconclusive", "descriptive", "not te
 # (so that adding the vision runs changes no text verdict). A config may name its own families instead
 # (ClaimSettings.families, config figures.claim_families: docs/preregistration-2.md).
 FAMILIES = ("text", "vision", "paper-decoder", "anti-symmetry")
-# the layers of the per-layer rows (a_L*, b_L*, anti_L*: descriptive; docs/preregistration-3.md): bert-mini's four
-PER_LAYER = (0, 1, 2, 3)
 TABLES = (
     "training",
     "loss",
@@ -463,6 +461,9 @@ CLAIMS: tuple[Claim, ...] = (
 CLAIM_IDS = tuple(c.id for c in CLAIMS)
 assert len(set(CLAIM_IDS)) == len(CLAIM_IDS), "claim ids must be unique"
 assert all((c.family is not None) == c.in_family for c in CLAIMS), "a family for each directional core claim only"
+assert set(CLAIM_IDS) == set(CLAIM_DESIGN), (
+    f"each claim declares its arms in study_design.CLAIM_DESIGN: {sorted(set(CLAIM_IDS) ^ set(CLAIM_DESIGN))}"
+)
 
 
 def reproduction_claims(

@@ -38,6 +38,19 @@ from dataclasses import dataclass
 
 import yaml
 
+from attention_geometry.analysis.study_design import (
+    ABLATION,
+    APPLIED,
+    BASELINE,
+    EMERGENCE,
+    EMERGENCE_OBJECTIVES,
+    NAMED,
+    REQUIRED_EMERGENCE,
+    UPDATES,
+    VISION_RUNS,
+    Arm,
+    designed,
+)
 from attention_geometry.errors import ConfigError, UserError
 from attention_geometry.formats.checkout import code_version
 from attention_geometry.formats.files import csv_text, read_yaml
@@ -80,9 +93,6 @@ _NOT_NOTEBOOK_PARAMS = (
 # the inits of the random-init null table (Plan.null_inits: rule score_null_inits's --inits), the same as the
 # scorer's default (scoring.random_init_null.NULL_INITS, which imports torch)
 NULL_INITS = ("standard", "symmetric-fresh", "fresh")
-# the authors' decoder objective and the ViT classifiers' (training.hyper.OBJECTIVES)
-PAPER_DECODER = "decoder-paper"
-SYMMETRIC = "symmetric-fresh"  # the paper's "symmetric" init
 
 
 # placeholders of notebooks/catalog.yaml whose file only some configs make -> why a config does not. An entry with
@@ -251,16 +261,18 @@ class Plan:
 
     # ---------------------------------------------------------------- runs the figures draw
     def emergence_runs(self) -> dict[str, list[str]]:
-        """{objective: [run, ...]}: the baseline-init runs of the emergence group per objective (encoder and
-        decoder always, decoder-paper where the group has it), every seed, sorted by seed (seeds are the unit of
-        every claim; encoder and decoder of one seed share their initial weights)."""
+        """{objective: [run, ...]}: the baseline-init runs of the emergence group per objective of the claims'
+        emergence arms (analysis.study_design.EMERGENCE_OBJECTIVES: encoder and decoder always, decoder-paper where
+        the group has it), every seed; the required ones sorted by seed (seeds are the unit of every claim; encoder
+        and decoder of one seed share their initial weights)."""
         f = self.config["figures"]
-        out = {"encoder": [], "decoder": []}
+        out: dict[str, list[str]] = {o: [] for o in REQUIRED_EMERGENCE}
         for run in self.groups[f["emergence_group"]]:
             objective = self.runs[run].objective
-            if self.runs[run].init == f["baseline_init"] and objective in (*out, "decoder-paper"):
+            if self.runs[run].init == f["baseline_init"] and objective in EMERGENCE_OBJECTIVES:
                 out.setdefault(objective, []).append(run)
-        for objective, runs in list(out.items())[:2]:  # the authors' decoder objective is an optional third arm
+        for objective in REQUIRED_EMERGENCE:  # the others are optional arms
+            runs = out[objective]
             if not runs:
                 raise ConfigError(
                     f"config figures.emergence_group {f['emergence_group']!r} has no {objective} run "
@@ -374,67 +386,33 @@ class Plan:
         }
 
     def design_claims(self) -> list[str]:
-        """The claims (analysis.claims ids) this config's design includes, each of which must come out tested:
-        a claim is in the design when the groups have the runs it compares, with at least one seed paired where it
-        pairs runs by seed (the report stops when such a claim is "not tested", instead of dropping it from its
-        Holm family). The pretrained claims (g*) are not listed: they depend on which models are scored."""
+        """The claims (analysis.claims ids) this config's design includes, each of which must come out tested
+        (the report stops when one is "not tested", instead of dropping it from its Holm family): derived from
+        each claim's declared arms (analysis.study_design.CLAIM_DESIGN), those whose arms the groups have, with
+        at least one seed paired where the claim pairs runs by seed. The pretrained claims (g*) and the per-layer
+        rows are not listed: the models scored, and each model's layers, decide them."""
         f = self.config["figures"]
         base = f["baseline_init"]
-        em = self.emergence_runs()
-        abl = self.ablation_runs()
+        emergence = [r for runs in self.emergence_runs().values() for r in runs]
+        updated = set(self.update_runs)
+        selections = {
+            EMERGENCE: emergence,
+            ABLATION: self.ablation_runs(),
+            VISION_RUNS: self.vision_runs(),
+            UPDATES: [r for r in emergence if r in updated],
+        }
 
-        def units(runs: Iterable[str], objective: str, init: str | None = None) -> set:
+        def units(selection: str, arm: Arm) -> set:
+            init = base if arm.init == BASELINE else arm.init
             return {
                 (self.runs[r].size, self.runs[r].dataset, self.runs[r].seed)
-                for r in runs
-                if self.runs[r].objective == objective and (init is None or self.runs[r].init == init)
+                for r in selections[selection]
+                if self.runs[r].objective == arm.objective and self.runs[r].init == init
             }
 
-        def paired(runs, a: tuple, b: tuple) -> bool:
-            return bool(units(runs, *a) & units(runs, *b))
-
-        enc, dec, paper = (units(em.get(o, []), o) for o in ("encoder", "decoder", PAPER_DECODER))
-        out = []
-        if enc and dec:
-            out += ["a", "b", "b1", "b2", "b_change_enc", "b_change_dec"]
-        if paired(abl, ("encoder", SYMMETRIC), ("encoder", base)):
-            out += ["c1", "c2", "c2_lstar", "c2_paper"]
-        if paired(abl, ("encoder", "fresh"), ("encoder", base)):
-            out += ["c2_fresh"]
-        if paired(abl, ("encoder", SYMMETRIC), ("encoder", "fresh")):
-            out += ["d1", "d2", "d2_lstar"]
-        if paired(abl, ("decoder", SYMMETRIC), ("encoder", SYMMETRIC)):
-            out += ["e"]
-        if paired(abl, ("decoder", SYMMETRIC), ("decoder", base)):
-            out += ["f", "f2"]
-        if enc & paper:
-            out += ["a_paper", "b_paper"]
-        if dec & paper:
-            out += ["p_sym", "p_dir"]
-        if paired(abl, (PAPER_DECODER, SYMMETRIC), ("encoder", SYMMETRIC)):
-            out += ["e_paper"]
-        if paired(abl, (PAPER_DECODER, SYMMETRIC), ("decoder", SYMMETRIC)):
-            out += ["p_tie"]
-        # the decoders' anti-symmetry came with study 3 (docs/preregistration-3.md): in the design where the
-        # config's Holm families name it, so that the earlier studies' designs (and their reports) stay as they were
         named = {str(i) for ids in (f.get("claim_families") or {}).values() for i in ids or []}
-        out += [c for c, arm in (("anti", dec), ("anti_paper", paper)) if arm and c in named]
-        vision = self.vision_runs()
-        if units(vision, "classifier", base):
-            out += ["v1"]
-        if paired(vision, ("classifier", SYMMETRIC), ("classifier", base)):
-            out += ["v2", "v3"]
-        if paired(vision, ("classifier", SYMMETRIC), ("classifier", "fresh")):
-            out += ["v4"]
-        if paired(vision, ("classifier", "symmetric"), ("classifier", base)):
-            out += ["v_symmetric"]
-        updated = set(self.update_runs)
-        u_enc, u_dec = (units(set(em[o]) & updated, o) for o in ("encoder", "decoder"))
         applied = any(s < self.runs[r].snapshot_steps[-1] for r in updated for s in self.config["updates"]["steps"])
-        if u_enc and u_dec:
-            kinds = ["gradient", "applied"] if applied else ["gradient"]
-            out += [f"h_{k}_{i}" for k in kinds for i in (1, 2) if i == 2 or u_enc & u_dec]
-        return out
+        return designed(units, {NAMED: lambda cid: cid in named, APPLIED: lambda cid: applied})
 
     # ---------------------------------------------------------------- notebooks
     def placeholders(self) -> dict[str, Callable[[], tuple[str, str | None]]]:
