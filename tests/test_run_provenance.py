@@ -12,7 +12,8 @@ import pytest
 
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import PROVENANCE_COLUMNS
-from attention_geometry.training.snapshots import PROVENANCE_CSV, record_provenance
+from attention_geometry.formats.rundir import PROVENANCE_CSV
+from attention_geometry.training.snapshots import record_provenance
 from attention_geometry.workflow.concat import concat_tables
 
 REPO = Path(__file__).resolve().parents[1]

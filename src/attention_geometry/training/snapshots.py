@@ -42,7 +42,6 @@ from attention_geometry.training.run_config import RUNTIME_KEYS, ResolvedRun, is
 __all__ = [
     "write_run_yaml",
     "record_provenance",
-    "PROVENANCE_CSV",
     "read_loss_rows",
     "check_loss_rows",
     "write_loss_rows",
