@@ -109,7 +109,6 @@ def test_run_settings_are_run_config_keys_with_the_same_bounds():
     setting is its schema entry and its RunConfig field (CONTRIBUTING.md, "Adding a run setting")."""
     settings = DEFS["run_settings"]["properties"]
     assert set(settings) == set(run_cfg.RUN_SETTINGS)
-    assert set(run_cfg.RESOLVED_SETTINGS) <= set(run_cfg.RUN_SETTINGS)
     for obj in (GROUP["settings"], GROUP["runs"]["items"]):
         assert obj["$ref"] == "#/definitions/run_settings" and obj["unevaluatedProperties"] is False, obj
     assert "additionalProperties" not in DEFS["run_settings"]  # each object that uses it closes itself
@@ -165,6 +164,90 @@ def test_every_run_setting_goes_from_the_workflow_config_into_run_yaml_and_back(
             assert yaml.safe_load(text)[key] == value == getattr(run.config, key)
             seen.add(key)
     assert seen == set(run_cfg.RUN_SETTINGS)
+
+
+# how run.yaml has recorded each setting since it existed, written out here by hand: "always" (under its name in
+# every run.yaml) or "folded" (into another key: the step lists, `hyper`)
+RUN_YAML_RECORDS = {
+    "max_steps": "always",
+    "snapshot_steps": "always",
+    "snapshot_every": "folded",
+    "eval_steps": "always",
+    "eval_every": "folded",
+    "eval_blocks": "always",
+    "state_every": "always",
+    "log_every": "always",
+    "overrides": "folded",
+    "regularizer": "always",
+}
+
+
+def test_each_existing_setting_is_recorded_in_run_yaml_as_it_always_was():
+    setting_fields = [f for f in dataclasses.fields(run_cfg.RunConfig) if f.metadata.get("setting")]
+    declared = {f.name: f.metadata["run_yaml"] for f in setting_fields}
+    assert declared == RUN_YAML_RECORDS
+
+
+def _new_setting_config():
+    """RunConfig with one more setting declared as a field alone (CONTRIBUTING's second edit), a pass-through
+    one (`probe_every`) and a resolved one (`probe_steps`, the snapshot steps past half the run)."""
+
+    @dataclasses.dataclass(frozen=True)
+    class WithNew(run_cfg.RunConfig):
+        probe_every: int = run_cfg._key("int", 7, minimum=1, setting=True)
+        probe_steps: int = run_cfg._key(
+            "int", 0, setting=True, resolve=lambda cfg, h, data: [s for s in range(0, h.max_steps + 1, 2) if s > 2]
+        )
+
+    return WithNew
+
+
+def test_a_new_setting_declared_as_a_field_alone_reaches_run_yaml_and_show_run(tmp_path):
+    """A new setting is recorded only where it is given a value other than its default (a run dir of a run that
+    does not use it resumes as before), the pass-through one as given, the resolved one as its `resolve` makes
+    it; nothing else names it. The existing keys keep their place and values."""
+    from helpers import write_random_corpus
+
+    from attention_geometry.formats.corpus import load_corpus
+    from attention_geometry.training.hyper import resolve_hyper
+
+    corpus = load_corpus(write_random_corpus(tmp_path / "c", n_train=8, n_heldout=3, block_len=16, vocab=40))
+    WithNew = _new_setting_config()
+    base = run_cfg.run_config_from_dict({"corpus": str(corpus.path), "max_steps": 6, "eval_blocks": 5})
+    plain = WithNew(**{k: getattr(base, k) for k in run_cfg.TYPES})
+    used = dataclasses.replace(plain, probe_every=3, probe_steps=1)
+    h = dataclasses.replace(resolve_hyper("tiny", {}), max_steps=6)
+    expected_common = {
+        "max_steps": 6,
+        "snapshot_steps": (0, 6),  # rundir.snapshot_steps: 0 and max_steps when neither list nor interval is given
+        "eval_steps": (0, 6),
+        "eval_blocks": 3,  # at most the corpus's 3 held-out blocks
+        "state_every": 1000,
+        "log_every": 1,
+        "regularizer": {"lambda": 0.0},
+    }
+    assert run_cfg.resolved_settings(plain, h, corpus) == expected_common
+    assert list(run_cfg.resolved_settings(used, h, corpus).items()) == [
+        *expected_common.items(),
+        ("probe_every", 3),
+        ("probe_steps", [4, 6]),
+    ]
+    # before the data exists (show-run): eval_blocks as given
+    assert run_cfg.resolved_settings(used, h)["eval_blocks"] == 5
+    resolved = run_cfg.resolve_run(used, corpus)
+    assert resolved.probe_every == 3 and resolved.log_every == 1 and resolved.snapshot_steps == (0, 6)
+    with pytest.raises(AttributeError, match="probe_never"):
+        resolved.probe_never  # noqa: B018
+    record = resolved.as_run_yaml()
+    keys = list(record)
+    assert keys[keys.index("max_steps") : keys.index("hyper")] == [*expected_common, "probe_every", "probe_steps"]
+    assert record["snapshot_steps"] == [0, 6] and record["probe_steps"] == [4, 6]
+    assert "probe_every" not in run_cfg.resolve_run(plain, corpus).as_run_yaml()
+
+
+def test_run_yaml_field_declarations_refuse_an_unknown_record():
+    with pytest.raises(ValueError, match="sometimes"):
+        run_cfg._key("int", 1, setting=True, run_yaml="sometimes")
 
 
 def test_run_identity_enums():

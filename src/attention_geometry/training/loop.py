@@ -764,7 +764,7 @@ def _train(run: _Run, progress: bool, term: TermSignal) -> dict:
 
         order = Order(int(run.corpus.train.shape[0]), run.cfg.seed)
         update = update_of(run)
-        lam = resolved.regularizer_lambda
+        lam = resolved.regularizer["lambda"]
         bar = None
         if run.rank == 0 and progress:
             from tqdm.auto import tqdm

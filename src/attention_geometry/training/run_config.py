@@ -1,5 +1,6 @@
 """RUN.yaml: the run config (RunConfig, frozen: every key's value kind and bound in its field, the one table TYPES,
-RUN_MINIMUMS and RUN_SETTINGS come from; config/schema.yaml's `run_settings` states the same, tests/test_schema.py)
+RUN_MINIMUMS and RUN_SETTINGS come from, and for a run setting how run.yaml records it; config/schema.yaml's
+`run_settings` states the same, tests/test_schema.py)
 and its one validation (run_config_from_dict: one UserError naming the key, before any training), which the trainer
 runs on RUN.yaml and the workflow's plan on every planned run at parse time; and the run it resolves to on a
 prepared corpus, or for objective `classifier` on a prepared image set (what run.yaml holds). Both are read by
@@ -48,7 +49,7 @@ __all__ = [
     "TYPES",
     "RUN_MINIMUMS",
     "RUN_SETTINGS",
-    "RESOLVED_SETTINGS",
+    "resolved_settings",
     "REGULARIZER_MINIMUMS",
 ]
 
@@ -68,11 +69,32 @@ RUNTIME_KEYS = ("threads", "device")  # how a run is executed, not what it compu
 DEVICES = ("auto", "cpu", "cuda")
 
 
-def _key(kind: str, default: Any = dataclasses.MISSING, *, minimum: int | None = None, setting: bool = False):
+RECORDS = ("always", "changed", "folded")  # how run.yaml records a run setting (_key's `run_yaml`)
+
+
+def _key(
+    kind: str,
+    default: Any = dataclasses.MISSING,
+    *,
+    minimum: int | None = None,
+    setting: bool = False,
+    run_yaml: str = "changed",
+    resolve: Callable[[Any, Hyper, Any], Any] | None = None,
+):
     """A RUN.yaml key: its value kind (attention_geometry.formats.value_kinds), its inclusive minimum (integers;
     null allowed where the kind says so) and whether it is a run setting, a key of config/schema.yaml's
-    `run_settings` that a workflow group or run entry sets (the others are a run's identity and its runtime)."""
-    meta = {"kind": kind, "minimum": minimum, "setting": setting}
+    `run_settings` that a workflow group or run entry sets (the others are a run's identity and its runtime).
+
+    A run setting also says how the run it resolves to records it (resolved_settings, run.yaml, show-run):
+    `resolve(cfg, hyper, data)` is its resolved value (None: the value given; `data` is the prepared corpus or
+    image set, None before it exists), and `run_yaml` is where run.yaml holds it: "changed" (under its name where
+    the value given differs from the default: a new setting's rule, so that a run dir of a run that does not use
+    it resumes as before), "always" (under its name in every run.yaml: the settings run.yaml has held from its
+    start) or "folded" (not under its own name: its resolution is another key's, as snapshot_every's is
+    snapshot_steps' and overrides' is `hyper`)."""
+    if run_yaml not in RECORDS:
+        raise ValueError(f"run_yaml: {run_yaml!r} (known: {', '.join(RECORDS)})")
+    meta = {"kind": kind, "minimum": minimum, "setting": setting, "run_yaml": run_yaml, "resolve": resolve}
     if isinstance(default, dict):
         return field(default_factory=dict, metadata=meta)
     return field(default=default, metadata=meta)
@@ -92,18 +114,36 @@ class RunConfig:
     init: str = _key("nonempty_str", "standard")
     seed: int = _key("int", 0, minimum=0)
     # None: the size's default (Hyper.max_steps)
-    max_steps: int | None = _key("opt_int", None, minimum=1, setting=True)
-    snapshot_steps: list[int] | None = _key("opt_int_list", None, setting=True)
-    snapshot_every: int | None = _key("opt_int", None, minimum=1, setting=True)
-    eval_steps: list[int] | None = _key("opt_int_list", None, setting=True)
-    eval_every: int | None = _key("opt_int", None, minimum=1, setting=True)
-    eval_blocks: int = _key("int", 512, minimum=0, setting=True)
+    max_steps: int | None = _key(
+        "opt_int", None, minimum=1, setting=True, run_yaml="always", resolve=lambda cfg, h, data: h.max_steps
+    )
+    # run.yaml: every snapshot step (run_steps: sorted, 0 and max_steps always), from these or snapshot_every
+    snapshot_steps: list[int] | None = _key(
+        "opt_int_list", None, setting=True, run_yaml="always", resolve=lambda cfg, h, data: _steps(cfg, h, 0)
+    )
+    snapshot_every: int | None = _key("opt_int", None, minimum=1, setting=True, run_yaml="folded")
+    eval_steps: list[int] | None = _key(
+        "opt_int_list", None, setting=True, run_yaml="always", resolve=lambda cfg, h, data: _steps(cfg, h, 1)
+    )
+    eval_every: int | None = _key("opt_int", None, minimum=1, setting=True, run_yaml="folded")
+    # run.yaml: at most the data's held-out blocks (before the data exists: as given)
+    eval_blocks: int = _key(
+        "int", 512, minimum=0, setting=True, run_yaml="always", resolve=lambda cfg, h, data: _eval_blocks(cfg, data)
+    )
     # also write the resumable state every N steps (and at every snapshot)
-    state_every: int | None = _key("opt_int", 1000, minimum=1, setting=True)
+    state_every: int | None = _key("opt_int", 1000, minimum=1, setting=True, run_yaml="always")
     # one loss.csv row per N steps: the mean train loss of those N steps
-    log_every: int = _key("int", 1, minimum=1, setting=True)
-    overrides: dict = _key("opt_dict", {}, setting=True)
-    regularizer: dict | None = _key("opt_dict", None, setting=True)
+    log_every: int = _key("int", 1, minimum=1, setting=True, run_yaml="always")
+    # run.yaml: resolved into `hyper` (resolve_hyper)
+    overrides: dict = _key("opt_dict", {}, setting=True, run_yaml="folded")
+    # run.yaml: {"lambda": the weight, 0.0 when off}
+    regularizer: dict | None = _key(
+        "opt_dict",
+        None,
+        setting=True,
+        run_yaml="always",
+        resolve=lambda cfg, h, data: {"lambda": float((cfg.regularizer or {}).get("lambda", 0.0))},
+    )
     # the run name; default rundir.run_name: {size}-{dataset}-{objective}-{init}-s{seed}
     run: str | None = _key("opt_nonempty_str", None)
     threads: int | None = _key("opt_int", None, minimum=1)
@@ -125,20 +165,33 @@ TYPES = {f.name: f.metadata["kind"] for f in _KEYS}  # the value kind of each ke
 RUN_MINIMUMS = {f.name: f.metadata["minimum"] for f in _KEYS if f.metadata["minimum"] is not None}
 RUN_SETTINGS = tuple(f.name for f in _KEYS if f.metadata["setting"])  # config/schema.yaml's run_settings
 REGULARIZER_MINIMUMS = {"lambda": 0}  # the only key of `regularizer`
-# the run settings resolve_run turns into ResolvedRun's own fields (steps, hyperparameters, the regularizer's
-# lambda); any other run setting is written into run.yaml as given (ResolvedRun.other_settings)
-RESOLVED_SETTINGS = (
-    "max_steps",
-    "snapshot_steps",
-    "snapshot_every",
-    "eval_steps",
-    "eval_every",
-    "eval_blocks",
-    "state_every",
-    "log_every",
-    "overrides",
-    "regularizer",
-)
+
+
+def _steps(cfg: RunConfig, h: Hyper, which: int) -> tuple[int, ...]:
+    return tuple(run_steps(cfg, h.max_steps)[which])  # 0: snapshot steps, 1: eval steps
+
+
+def _eval_blocks(cfg: RunConfig, data: Any) -> int:
+    return cfg.eval_blocks if data is None else min(cfg.eval_blocks, int(data.heldout.shape[0]))
+
+
+def resolved_settings(cfg: RunConfig, h: Hyper, data: Any = None) -> dict[str, Any]:
+    """The run settings of the run `cfg` resolves to, as run.yaml records them (each setting's `run_yaml` and
+    `resolve`, in field order; a step list as a tuple): `h` is the run's resolved Hyper, `data` its prepared corpus
+    or image set (None before it exists: show-run). One loop over the fields, so a new setting needs no code here:
+    its field says what it resolves to."""
+    default = type(cfg)(corpus=cfg.corpus)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        if not f.metadata.get("setting") or f.metadata["run_yaml"] == "folded":
+            continue
+        given = getattr(cfg, f.name)
+        if f.metadata["run_yaml"] == "changed" and given == getattr(default, f.name):
+            continue
+        resolve = f.metadata["resolve"]
+        value = given if resolve is None else resolve(cfg, h, data)
+        out[f.name] = value
+    return out
 
 
 def _typed(value: Any, kind: str, key: str, where: str) -> Any:
@@ -268,19 +321,19 @@ class ResolvedRun:
     # image_size, num_channels, num_classes, class_names, normalization
     corpus_manifest: dict[str, Any]
     n_train_blocks: int  # train blocks, or train images (run.yaml: n_train_images)
-    max_steps: int
-    snapshot_steps: tuple[int, ...]  # sorted, with 0 and max_steps
-    eval_steps: tuple[int, ...]  # sorted, with 0 and max_steps
-    eval_blocks: int  # at most the corpus's held-out blocks; 0: no evaluation
-    state_every: int | None
-    log_every: int
-    regularizer_lambda: float  # the symmetry regularizer's weight; 0: off
+    # the resolved run settings, as run.yaml records them (resolved_settings), each also read as an attribute:
+    # max_steps; snapshot_steps and eval_steps (sorted tuples with 0 and max_steps); eval_blocks (at most the
+    # data's held-out blocks; 0: no evaluation); state_every; log_every; regularizer ({"lambda": w}, 0.0: off);
+    # and any setting whose `run_yaml` is "changed", where it differs from its default
+    settings: dict[str, Any]
     hyper: Hyper
     runtime: RunRuntime
-    # the run settings outside RESOLVED_SETTINGS that differ from their default, as given (the trainer reads them
-    # from its RunConfig): run.yaml leaves a setting out at its default, so a run.yaml of a run that does not use
-    # a setting is what it was before the setting existed
-    other_settings: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:  # only for names that are not fields: the resolved settings
+        settings = self.__dict__.get("settings", {})
+        if name in settings:
+            return settings[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute or resolved run setting {name!r}")
 
     def labels(self) -> dict[str, Any]:
         """The run name and the RUN_KEYS columns (formats.columns) that label each loss.csv row."""
@@ -310,23 +363,10 @@ class ResolvedRun:
             "corpus_sha256": self.corpus_sha256,
             "corpus_manifest": self.corpus_manifest,
             ("n_train_images" if image else "n_train_blocks"): self.n_train_blocks,
-            "max_steps": self.max_steps,
-            "snapshot_steps": list(self.snapshot_steps),
-            "eval_steps": list(self.eval_steps),
-            "eval_blocks": self.eval_blocks,
-            "state_every": self.state_every,
-            "log_every": self.log_every,
-            "regularizer": {"lambda": self.regularizer_lambda},
-            **self.other_settings,
+            **{k: (list(v) if isinstance(v, tuple) else v) for k, v in self.settings.items()},
             "hyper": hyper,
             "runtime": dataclasses.asdict(self.runtime),
         }
-
-
-def _other_settings(cfg: RunConfig) -> dict[str, Any]:
-    """ResolvedRun.other_settings: the run settings outside RESOLVED_SETTINGS that differ from their default."""
-    default = RunConfig(corpus=cfg.corpus)
-    return {k: v for k in RUN_SETTINGS if k not in RESOLVED_SETTINGS and (v := getattr(cfg, k)) != getattr(default, k)}
 
 
 # what run.yaml keeps of a corpus's and of an image set's manifest (ResolvedRun.corpus_manifest)
@@ -399,7 +439,7 @@ def _resolved(
 ) -> ResolvedRun:
     """The ResolvedRun of `cfg` on its checked data (a corpus or an image set) with the resolved `h`: `sha256`
     is the data's identity (corpus_sha256, images_sha256), `record` the keys of its manifest that run.yaml keeps."""
-    snaps, evals = run_steps(cfg, h.max_steps, "run config")
+    run_steps(cfg, h.max_steps, "run config")  # a step beyond max_steps: one line naming the run config
     dataset = data.dataset
     return ResolvedRun(
         run=cfg.run or run_name(cfg.size, dataset, cfg.objective, cfg.init, cfg.seed),
@@ -412,14 +452,7 @@ def _resolved(
         corpus_sha256=sha256(data),
         corpus_manifest={k: data.manifest[k] for k in record if k in data.manifest},
         n_train_blocks=int(data.train.shape[0]),
-        max_steps=h.max_steps,
-        snapshot_steps=tuple(snaps),
-        eval_steps=tuple(evals),
-        eval_blocks=min(cfg.eval_blocks, int(data.heldout.shape[0])),
-        state_every=cfg.state_every,
-        log_every=cfg.log_every,
-        regularizer_lambda=float((cfg.regularizer or {}).get("lambda", 0.0)),
+        settings=resolved_settings(cfg, h, data),
         hyper=h,
         runtime=RunRuntime(threads=cfg.threads, device=cfg.device),
-        other_settings=_other_settings(cfg),
     )

@@ -23,7 +23,7 @@ import yaml
 from attention_geometry.errors import ConfigError, UserError
 from attention_geometry.formats.files import read_yaml
 from attention_geometry.training.hyper import IMAGE_ONLY_FIELDS, TEXT_ONLY_FIELDS, resolve_hyper
-from attention_geometry.training.run_config import RESOLVED_SETTINGS, RUN_SETTINGS, RunConfig, is_image_run, run_steps
+from attention_geometry.training.run_config import RunConfig, is_image_run, resolved_settings
 from attention_geometry.workflow.runs import Run, expand_corpora, expand_runs
 
 __all__ = ["planned_runs", "run_settings", "run_show_run"]
@@ -104,25 +104,16 @@ def run_settings(run: Run, config: Mapping) -> dict[str, Any]:
     h = resolve_hyper(cfg.size, cfg.overrides, where="overrides")
     if cfg.max_steps is not None:
         h = dataclasses.replace(h, max_steps=cfg.max_steps)
-    snaps, evals = run_steps(cfg, h.max_steps)
     skip = TEXT_ONLY_FIELDS if is_image_run(run.objective) else IMAGE_ONLY_FIELDS
     hyper = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(h).items() if k not in skip}
     from_data = _from_data(run, config, hyper)
-    default = RunConfig(corpus=cfg.corpus)
-    other = {k: getattr(cfg, k) for k in RUN_SETTINGS if k not in RESOLVED_SETTINGS}
+    settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in resolved_settings(cfg, h).items()}
     return {
         "run": run.name,
         "groups": list(run.groups),
         **run.spec,
         "data": cfg.corpus,
-        "max_steps": h.max_steps,
-        "snapshot_steps": snaps,
-        "eval_steps": evals,
-        "eval_blocks": cfg.eval_blocks,
-        "state_every": cfg.state_every,
-        "log_every": cfg.log_every,
-        "regularizer": {"lambda": float((cfg.regularizer or {}).get("lambda", 0.0))},
-        **{k: v for k, v in other.items() if v != getattr(default, k)},
+        **settings,  # as run.yaml will record them, but eval_blocks as given (the data may hold fewer)
         "overrides": dict(cfg.overrides or {}),
         "hyper": {k: v for k, v in hyper.items() if k not in from_data},
         ("from_images" if is_image_run(run.objective) else "from_corpus"): from_data,
