@@ -879,3 +879,33 @@ def test_without_paper_decoder_runs_its_claims_are_not_tested():
     c = build()
     for cid in ("a_paper", "b_paper", "e_paper", "p_sym", "p_dir", "p_tie"):
         assert c.loc[cid, "verdict"] == "not tested", cid
+
+
+def test_a_report_without_the_study3_rows_is_the_evaluation_of_the_other_claims_alone():
+    """report_claims drops the decoders' anti-symmetry and the per-layer rows where the families do not name them;
+    every other row (Holm-adjusted p, verdict, leave-one-out stability) must be what evaluating the other claims
+    alone gives."""
+    seeds = (0, 1, 2)
+    loss = loss_rows(seeds)
+    tables = C.ClaimTables(
+        training=score_rows(seeds),
+        loss=loss,
+        updates=update_rows(seeds),
+        pretrained=pretrained_rows(1),
+        null=null_rows(),
+        emergence_runs={
+            "encoder": [run_name("encoder", "standard", s) for s in seeds],
+            "decoder": [run_name("decoder", "standard", s) for s in seeds],
+        },
+        ablation_runs=sorted(loss["run"].unique()),
+    )
+    for families in (None, {"primary": ["a", "b", "d1"], "secondary": ["c1", "c2", "d2", "e"]}):
+        settings = C.ClaimSettings(margins=MARGINS, horizon_snapshots=3, level=0.95, families=families)
+        kept = C.report_claims(C.reproduction_claims(tables, settings), families)
+        assert "anti" not in set(kept["id"]) and "a_L0" not in set(kept["id"]) and "a" in set(kept["id"])
+        alone = R.evaluate([c for c in C.CLAIMS if not c.id.startswith("anti") and "_L" not in c.id], tables, settings)
+        pd.testing.assert_frame_equal(kept, alone)
+    named = {"primary": ["a", "b"], "secondary": ["anti"]}
+    settings = C.ClaimSettings(margins=MARGINS, horizon_snapshots=3, level=0.95, families=named)
+    full = C.reproduction_claims(tables, settings)
+    pd.testing.assert_frame_equal(C.report_claims(full, named), full)

@@ -33,6 +33,7 @@ from attention_geometry.analysis.study_design import (
     TIED,
     VISION,
     designed,
+    reported,
 )
 from attention_geometry.training.hyper import INITS, RUN_OBJECTIVES
 
@@ -68,10 +69,10 @@ PILOTS = [
 ]
 # fmt: on
 DESIGNS = {
-    "config.yaml": FULL,
+    "config.yaml": STUDY3,
+    "study2.yaml": FULL,
     "study1.yaml": STUDY1,
     "study2-part1.yaml": FULL,
-    "study3.yaml": STUDY3,
     "study3-part1.yaml": STUDY3,
     "study3-part2.yaml": STUDY3,
     "study3-part3.yaml": STUDY3,
@@ -166,3 +167,39 @@ def test_the_plan_reads_the_design_without_pandas_or_torch():
     code = "import sys, attention_geometry.workflow.plan; print(sorted({'pandas', 'torch'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# the rows that came with study 3 (docs/preregistration-3.md), written out by hand
+STUDY3_ROWS = ["anti", "anti_paper", *(f"{c}_L{layer}" for layer in range(4) for c in ("a", "b", "anti"))]
+
+
+@pytest.mark.parametrize(
+    "families, with_study3",
+    [
+        (None, False),  # study 1: the claims' own families
+        ({"primary": ["a", "b", "d1"], "secondary": ["c1", "c2", "d2", "e"]}, False),  # study 2's kind
+        ({"primary": ["a", "b"], "secondary": ["anti"]}, True),  # study 3
+        ({"paper": ["anti_paper"]}, True),
+        ({"primary": ["a"], "empty": None}, False),
+    ],
+)
+def test_a_report_lists_the_study3_rows_only_where_the_families_name_the_anti_symmetry(families, with_study3):
+    ids = list(CLAIM_IDS)
+    assert set(STUDY3_ROWS) <= set(ids)
+    want = ids if with_study3 else [i for i in ids if i not in STUDY3_ROWS]
+    assert reported(ids, families) == want
+    assert reported(list(reversed(ids)), families) == list(reversed(want))  # the order given is kept
+    with pytest.raises(KeyError, match="no_such_claim"):
+        reported(["a", "no_such_claim"], families)
+
+
+@pytest.mark.parametrize("study", ["study1", "study2", "study3"])
+def test_each_committed_claims_table_lists_what_its_report_now_lists(study):
+    """The committed claims.csv files were written before `reported` existed (studies 1 and 2 before the
+    study-3 rows): redrawing a report must list the same claims, in the same order."""
+    import csv
+
+    with open(REPO / "results" / study / "tables" / "claims.csv", newline="") as fh:
+        committed = [row["id"] for row in csv.DictReader(fh)]
+    families = {"study3": {"primary": ["a", "b"], "secondary": ["anti"]}, "study2": {"primary": ["a", "b", "d1"]}}
+    assert reported(list(CLAIM_IDS), families.get(study)) == committed

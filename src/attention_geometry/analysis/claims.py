@@ -51,7 +51,14 @@ from attention_geometry.analysis.claim_rules import Claim, evaluate
 from attention_geometry.analysis.completeness import check_claim_values
 from attention_geometry.analysis.paper_claims import fmt_estimate as _fmt
 from attention_geometry.analysis.stats import MIN_N
-from attention_geometry.analysis.study_design import CLAIM_DESIGN, PAPER_DECODER, PER_LAYER, SYMMETRIC, VISION
+from attention_geometry.analysis.study_design import (
+    CLAIM_DESIGN,
+    PAPER_DECODER,
+    PER_LAYER,
+    SYMMETRIC,
+    VISION,
+    reported,
+)
 from attention_geometry.analysis.summaries import speedup_target_text
 from attention_geometry.errors import UserError
 
@@ -483,6 +490,15 @@ def reproduction_claims(
     tables = tables or ClaimTables()
     check_claim_values(tables)
     return evaluate(CLAIMS, tables, settings or ClaimSettings())
+
+
+def report_claims(claims: pd.DataFrame, families: dict | None = None) -> pd.DataFrame:
+    """The rows of a claims table (reproduction_claims) that a study's report and claims.csv list, for a config
+    whose Holm families are `families` (figures.claim_families; None: the claims' own): every claim but those
+    that came with a later study and are not named there (analysis.study_design.reported). Dropping them changes
+    no other row: they form Holm families of their own (anti-symmetry) or none (the per-layer rows)."""
+    keep = reported(list(claims["id"]), families)
+    return claims[claims["id"].isin(keep)].reset_index(drop=True)
 
 
 # ------------------------------------------------------------------------------------------ report

@@ -20,6 +20,11 @@ The extra conditions: NAMED, the config's figures.claim_families names the claim
 came with study 3, so that the earlier studies' designs and reports stay as they were); APPLIED, an update step
 lies before an update run's last snapshot (an applied update spans a step to the next snapshot).
 
+A report lists every claim, "not tested" where its arms have no runs, except the claims that came with a later
+study (`reported_with`: the decoders' anti-symmetry and the per-layer rows, ANTI_SYMMETRY): they enter a report
+only where the config's Holm families name one of those ids (`reported`), so that a redrawn report of study 1 or 2
+lists the claims it listed when its results landed.
+
 The arm names (objectives and inits of training.hyper) are defined here once; claims.py and claim_effects.py use
 them.
 """
@@ -39,6 +44,7 @@ __all__ = [
     "FRESH",
     "BASELINE",
     "PER_LAYER",
+    "ANTI_SYMMETRY",
     "EMERGENCE",
     "ABLATION",
     "VISION_RUNS",
@@ -54,6 +60,7 @@ __all__ = [
     "REQUIRED_EMERGENCE",
     "EMERGENCE_OBJECTIVES",
     "designed",
+    "reported",
 ]
 
 # ------------------------------------------------------------------------------------------- the arms
@@ -68,6 +75,8 @@ TIED = "symmetric"  # tied at the standard scale
 FRESH = "fresh"  # the untied control of SYMMETRIC
 BASELINE = "baseline"  # not an init: the config's figures.baseline_init (standard)
 
+# the claims whose naming in a config's Holm families brings the study-3 rows into its report (`reported`)
+ANTI_SYMMETRY = ("anti", "anti_paper")
 # the layers of the per-layer rows (a_L*, b_L*, anti_L*: descriptive; docs/preregistration-3.md): bert-mini's four
 PER_LAYER = (0, 1, 2, 3)
 
@@ -89,13 +98,15 @@ class Arm:
 @dataclass(frozen=True)
 class Design:
     """What one claim compares: its run selection, its arms, whether it pairs them by seed, an extra condition
-    (NAMED | APPLIED | None), and whether a design lists it (False: it may come out "not tested" by design)."""
+    (NAMED | APPLIED | None), whether a design lists it (False: it may come out "not tested" by design), and the
+    claim ids of which a config's Holm families must name one for a report to list it at all (empty: always)."""
 
     runs: str
     arms: tuple[Arm, ...] = ()
     paired: bool = False
     when: str | None = None
     listed: bool = True
+    reported_with: tuple[str, ...] = ()
 
 
 _ENC, _DEC, _PAPER, _VIT = Arm(ENCODER), Arm(DECODER), Arm(PAPER_DECODER), Arm(VISION)
@@ -143,11 +154,11 @@ CLAIM_DESIGN: dict[str, Design] = {
     "e_paper": _pair(ABLATION, _PAPER_SYM, _ENC_SYM),
     "p_tie": _pair(ABLATION, _PAPER_SYM, _DEC_SYM),
     # the decoders' anti-symmetry: in a design only where the config's Holm families name it
-    "anti": _both(EMERGENCE, _DEC, when=NAMED),
-    "anti_paper": _both(EMERGENCE, _PAPER, when=NAMED),
+    "anti": _both(EMERGENCE, _DEC, when=NAMED, reported_with=ANTI_SYMMETRY),
+    "anti_paper": _both(EMERGENCE, _PAPER, when=NAMED, reported_with=ANTI_SYMMETRY),
     # the per-layer rows: never listed (a model with fewer than PER_LAYER's layers leaves some "not tested")
     **{
-        f"{cid}_L{layer}": Design(EMERGENCE, arms, paired=len(arms) > 1, listed=False)
+        f"{cid}_L{layer}": Design(EMERGENCE, arms, paired=len(arms) > 1, listed=False, reported_with=ANTI_SYMMETRY)
         for layer in PER_LAYER
         for cid, arms in (("a", (_ENC, _DEC)), ("b", (_ENC, _DEC)), ("anti", (_DEC,)))
     },
@@ -196,3 +207,14 @@ def designed(units: Callable[[str, Arm], set], holds: Mapping[str, Callable[[str
         if d.when is None or holds[d.when](cid):
             out.append(cid)
     return out
+
+
+def reported(claim_ids, families: Mapping[str, object] | None) -> list[str]:
+    """The ids of `claim_ids` that a report lists, in their order, for a config whose Holm families
+    (figures.claim_families; None: the claims' own) are `families`: all but the claims whose `reported_with` ids
+    the families name none of. An id that CLAIM_DESIGN does not know is an error (a claim without a design)."""
+    named = {str(i) for ids in (families or {}).values() for i in (ids or [])}
+    unknown = [str(c) for c in claim_ids if c not in CLAIM_DESIGN]
+    if unknown:
+        raise KeyError(f"claims without a design (analysis.study_design.CLAIM_DESIGN): {', '.join(unknown)}")
+    return [c for c in claim_ids if not CLAIM_DESIGN[c].reported_with or named & set(CLAIM_DESIGN[c].reported_with)]
