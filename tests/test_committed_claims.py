@@ -20,11 +20,11 @@ REPO = Path(__file__).resolve().parents[1]
 STUDIES = {
     "study1": ("config/study1.yaml", {"text": ["a", "b", "c1", "c2", "d1", "d2", "e"]}),
     "study2": (
-        "config/config.yaml",
+        "config/study2.yaml",
         {"primary": ["a", "b", "d1"], "secondary": ["c1", "c2", "d2", "e"], "paper": ["a_paper", "b_paper", "e_paper"]},
     ),
     # docs/preregistration-3.md: the standard arms only; anti (the decoders' anti-symmetry) and the per-layer rows
-    "study3": ("config/study3.yaml", {"primary": ["a", "b"], "secondary": ["anti"]}),
+    "study3": ("config/config.yaml", {"primary": ["a", "b"], "secondary": ["anti"]}),
 }
 MARGIN = {"symmetry": 0.05, "directionality": 0.05, "loss": 0.01}
 

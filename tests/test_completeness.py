@@ -253,7 +253,7 @@ def test_design_claims_follow_the_groups():
     assert {"a", "b", "c1", "c2", "d1", "d2", "e", "f", "f2", "v1", "v2", "v3", "v4", "h_applied_1"} <= set(study1)
     assert not {"a_paper", "e_paper", "p_tie", "g1", "g3"} & set(study1)
     assert {"a_paper", "b_paper", "p_sym", "p_dir", "e_paper", "p_tie"} <= set(
-        config_plan(validated_config("config.yaml")).design_claims()
+        config_plan(validated_config("study2.yaml")).design_claims()
     )
     smoke = config_plan(validated_config("smoke.yaml")).design_claims()
     assert "v_symmetric" not in smoke and "v4" in smoke  # its vision group has no symmetric (untied) run
@@ -422,7 +422,7 @@ def test_a_notebook_job_killed_outright_gets_its_committed_outputs_back_at_the_n
     """SIGKILL of the workflow while a notebook job runs (issue 41.6): the job's committed outputs (claims.csv, the
     report, their input sums) were removed by Snakemake and no `onerror` ran; `snakemake --unlock`, the next command
     after a hard kill, parses the workflow and puts them back byte for byte, with one line, out of date against
-    their inputs. In a copy of the workflow with study 2's committed record (the default's results)."""
+    their inputs. In a copy of the workflow with study 3's committed record (the default's results)."""
     wf = copy_workflow(tmp_path / "wf")
     results = validated_config("config.yaml")["results"]
     tracked = subprocess.run(["git", "ls-files", "-z", results], cwd=REPO, capture_output=True, text=True, check=True)

@@ -320,14 +320,14 @@ def test_record_corpus_subcommand_writes_the_manifest_record(tmp_path, capsys):
 
 def test_a_byte_identical_copy_of_the_config_is_the_same_config(tmp_path, monkeypatch):
     """Configs are compared by content (issue 41.10): `--configfile` naming a byte-identical copy of the config that
-    made the results finds nothing stale, neither against records written here nor against study 2's committed
+    made the results finds nothing stale, neither against records written here nor against study 3's committed
     ones (its config is the default, config/config.yaml); a copy with a run setting changed still is stale."""
     monkeypatch.chdir(REPO)  # the config's results folder is relative to the workflow's directory
     copy_path = tmp_path / "c.yaml"
     copy_path.write_bytes((REPO / "config" / "config.yaml").read_bytes())
     base = _default()
     made = config_plan(base, configfiles=[str(REPO / "config" / "config.yaml")])
-    assert made.results == "results/study2"  # the committed record below is study 2's
+    assert made.results == "results/study3"  # the committed record below is study 3's
     copied = config_plan(copy.deepcopy(base), configfiles=[str(copy_path)])
     assert copied.notebook_param("config_name", "reproduction_report") != "config/config.yaml"  # another name
 

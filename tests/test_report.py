@@ -110,12 +110,13 @@ def test_notebook_rules_read_only_committed_files():
             assert path in tracked, (nb, key, path)
 
 
-def test_committed_input_sums_are_those_of_the_committed_notebooks_and_tables():
+@pytest.mark.parametrize("config", ["config.yaml", "study2.yaml", "study1.yaml"])
+def test_committed_input_sums_are_those_of_the_committed_notebooks_and_tables(config):
     """Every committed figure's input-sums record ({results}/config/make_*.inputs.sha256) names exactly the
     sha256 of its notebook and inputs as committed now (hashed here with hashlib), so a fresh clone's `make run`
-    redraws nothing. An edited notebook committed without redrawing its figure fails here, in the fast tier,
-    instead of in the clone test of test-all."""
-    p = config_plan(validated_config("config.yaml"))
+    (or the workflow with an earlier study's config) redraws nothing. An edited notebook committed without
+    redrawing its figure for every study fails here, in the fast tier, instead of in the clone test of test-all."""
+    p = config_plan(validated_config(config))
     stale = []
     for nb in p.notebooks:
         parameters, _, outputs = p.notebook_io(nb)
@@ -254,10 +255,10 @@ def test_another_studys_committed_record_is_refused_even_under_forceall(tmp_path
 
 @pytest.mark.workflow
 def test_a_hand_edited_committed_table_stops_the_parse_instead_of_redrawing_the_claims(tmp_path):
-    """Study 2's run folders are not committed, so its tidy tables cannot be remade; a hand edit of one (five seeds'
+    """A study's run folders are not committed, so its tidy tables cannot be remade; a hand edit of one (five seeds'
     symmetry scaled by 0.15, every value still a valid score) redrew claims.csv with no message (issue 41.5). Now the
     parse stops with one line naming the table and how to accept the change; a dry run prints it and goes on; claims.csv
-    stays as committed. In a copy of the workflow with study 2's committed record."""
+    stays as committed. In a copy of the workflow with the default's committed record (study 3)."""
     import csv
     import io
 

@@ -19,7 +19,7 @@ from helpers import REPO, cli_in_process, config_plan, validated_config, write_r
 from attention_geometry.formats.corpus import load_corpus
 from attention_geometry.training.run_config import load_run_config, resolve_run
 
-CONFIG = REPO / "config" / "config.yaml"
+CONFIG = REPO / "config" / "study2.yaml"
 
 
 def show(run: str, configfile: Path = CONFIG) -> dict:
@@ -40,9 +40,10 @@ def _corpus(path: Path, block_len: int, vocab: int, heldout: int, layout: str | 
 @pytest.mark.parametrize(
     "configfile, run, block_len, vocab, layout",
     [
-        ("config.yaml", "tiny-wiki_offline-encoder-symmetric-fresh-s3000", 64, 2048, None),
-        ("config.yaml", "tiny-wiki_offline-decoder-paper-standard-s3001", 64, 2048, None),
-        ("config.yaml", "tiny-wiki_offline-decoder-symmetric-fresh-s3007", 64, 2048, None),
+        ("config.yaml", "tiny-4l-wiki_offline-encoder-standard-s5009", 64, 2048, None),
+        ("study2.yaml", "tiny-wiki_offline-encoder-symmetric-fresh-s3000", 64, 2048, None),
+        ("study2.yaml", "tiny-wiki_offline-decoder-paper-standard-s3001", 64, 2048, None),
+        ("study2.yaml", "tiny-wiki_offline-decoder-symmetric-fresh-s3007", 64, 2048, None),
         ("paper.yaml", "bert-mini-wikipedia-decoder-paper-symmetric-fresh-s0", 512, 30522, "documents"),
     ],
 )
@@ -74,7 +75,7 @@ def test_what_it_prints_is_what_the_trainer_resolves(tmp_path, configfile, run, 
 
 
 def test_the_numbers_are_the_configs():
-    """Read off config/config.yaml by hand: the main group's settings, the entry's max_steps and overrides, the
+    """Read off config/study2.yaml by hand: the main group's settings, the entry's max_steps and overrides, the
     size's shape."""
     cfg = yaml.safe_load(CONFIG.read_text())["training"]["groups"]["main"]
     settings = cfg["settings"]

@@ -1,4 +1,4 @@
-"""config/config.yaml (the default) is the design docs/preregistration-2.md freezes: its runs, seeds, horizons and Holm
+"""config/study2.yaml (the default until study 3 landed) is the design docs/preregistration-2.md freezes: its runs, seeds, horizons and Holm
 families, read from the config and the plan (no Snakemake), against the numbers the pre-registration states."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ EARLIER = {*range(0, 5), *range(10, 13), 777, 778, *range(900, 1000), *range(100
 
 
 def test_the_config_validates_and_plans_the_frozen_design():
-    cfg = validated_config("config.yaml")
+    cfg = validated_config("study2.yaml")
     jsonschema.validate(cfg, yaml.safe_load((REPO / "config" / "schema.yaml").read_text()))
     plan = config_plan(cfg)
     text = {r: plan.runs[r] for r in plan.groups["main"]}

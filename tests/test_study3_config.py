@@ -1,5 +1,6 @@
-"""config/study3.yaml is the design docs/preregistration-3.md freezes: its runs, seeds, horizon, window and Holm
-families, read from the config and the plan (no Snakemake), against the numbers the pre-registration states."""
+"""config/config.yaml (frozen as config/study3.yaml; the default since its results landed) is the design that
+docs/preregistration-3.md freezes: its runs, seeds, horizon, window and Holm families, read from the config and the
+plan (no Snakemake), against the numbers the pre-registration states."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ PILOTS = {4001, 4002, 4003, 4004}
 
 
 def test_the_config_validates_and_plans_the_frozen_design():
-    cfg = validated_config("study3.yaml")
+    cfg = validated_config("config.yaml")
     jsonschema.validate(cfg, yaml.safe_load((REPO / "config" / "schema.yaml").read_text()))
     plan = config_plan(cfg)
     runs = {r: plan.runs[r] for r in plan.groups["main"]}
@@ -52,9 +53,10 @@ def test_the_preregistration_states_the_configs_numbers():
 
 
 def test_the_parts_differ_from_the_study_only_in_their_seeds_and_cover_it_once():
-    """Protocol step 2: each config/study3-partN.yaml is config/study3.yaml but for the seed list, and the parts'
-    seeds are the study's ten, each in exactly one part (so concatenating their tables repeats no run)."""
-    study = yaml.safe_load((REPO / "config" / "study3.yaml").read_text())
+    """Protocol step 2: each config/study3-partN.yaml is the study's config (config/config.yaml) but for the seed
+    list, and the parts' seeds are the study's ten, each in exactly one part (so concatenating their tables repeats
+    no run)."""
+    study = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     seen: list[int] = []
     parts = sorted((REPO / "config").glob("study3-part*.yaml"))
     assert [p.name for p in parts] == ["study3-part1.yaml", "study3-part2.yaml", "study3-part3.yaml"]

@@ -61,11 +61,28 @@ def test_lint_is_clean():
 
 
 @pytest.mark.workflow
-def test_dry_run_default_config_has_every_run_and_figure():
-    # --forceall: the whole DAG, whatever a previous default run left in results/
+def test_dry_run_of_the_default_plans_its_runs_and_every_figure_it_does_not_skip():
+    """The default (study 3: standard encoders and decoders only) plans each of its runs once and every catalog
+    entry but those its figures.skip names (the ablation's and the ViTs'); --forceall: the whole DAG."""
     proc = snakemake("-n", "--forceall")
     counts = job_counts(proc.stdout)
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    names = set(expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})[0])
+    assert counts["train_model"] == counts["score_checkpoints"] == len(names) == 20
+    catalog = yaml.safe_load((REPO / "notebooks" / "catalog.yaml").read_text())
+    skipped = set(cfg["figures"]["skip"])
+    assert skipped and skipped < set(catalog)
+    for nb in catalog:
+        assert counts.get(f"make_{nb}") == (None if nb in skipped else 1), nb
+
+
+@pytest.mark.workflow
+def test_dry_run_of_study2_has_every_run_and_figure():
+    # study 2's design has every kind of run (the ablation, the ViTs); --forceall: the whole DAG, whatever a
+    # previous run left in its results folder
+    proc = snakemake("-n", "--forceall", "--configfile", "config/study2.yaml")
+    counts = job_counts(proc.stdout)
+    cfg = yaml.safe_load((REPO / "config" / "study2.yaml").read_text())
     # runs: product of each entry's lists, de-duplicated by name (the expansion: tests/test_workflow_logic.py)
     names = set(expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})[0])
     assert counts["train_model"] == len(names) >= 15

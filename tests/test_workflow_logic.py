@@ -397,7 +397,7 @@ def test_emergence_runs_null_source_and_paths():
         }
     }
     cfg["figures"].update(emergence_group="g", ablation_group="g")
-    cfg["figures"].pop("vision_group")  # no vision runs in this config
+    cfg["figures"].pop("vision_group", None)  # no vision runs in this config
     cfg["updates"].update(group="g", steps=[0, 100])
     p = config_plan(cfg)
     assert p.vision_runs() == []
