@@ -374,12 +374,14 @@ PARAMS = {
 }
 
 
-def _execute(name, subs, results: Path):
+def _execute(name, subs, results: Path, changed: dict | None = None):
+    """Run catalog entry `name` on the synthetic tables (`changed`: params that replace the entry's)."""
     entry = CATALOG[name]
     inputs = _fill(entry["inputs"], subs)
     outputs = _fill(entry["outputs"], {**subs, "results": str(results)})
     params = {k: PARAMS[k] for k in entry.get("params", [])}
     params.update(entry.get("constants", {}))
+    params.update(changed or {})
     (results / "notebooks").mkdir(parents=True, exist_ok=True)
     papermill.execute_notebook(
         str(ROOT / notebook_file(CATALOG, name)),
@@ -442,6 +444,29 @@ def test_notebook_runs_and_writes_outputs(name, workspace):
         assert (vit["n_seeds"] == len(SEEDS)).all()
         # the text rows are those of the ablation runs alone
         assert set(t.loc[(t["source"] == "ours") & (t["objective"] != "classifier"), "size"]) == {"tiny"}
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize(
+    "changed, said",
+    [  # an emergence run without held-out loss rows; a paper model the paper's loss curves do not have
+        (
+            {"emergence_runs": {**PARAMS["emergence_runs"], "decoder": [_run("decoder", "standard", 9)]}},
+            "training_loss.csv: no held-out loss rows (eval_loss) for the emergence run(s) "
+            "tiny-wiki-decoder-standard-s9",
+        ),
+        (
+            {"paper_models": ["bert-mini", "bert-large"]},
+            "paper_symmetric_init_loss.csv: no standard-init rows for bert-large on dataset 'wikipedia'",
+        ),
+    ],
+)
+def test_the_emergence_loss_figure_names_what_it_misses(changed, said, workspace, tmp_path):
+    folder, subs = workspace
+    with pytest.raises(papermill.PapermillExecutionError) as err:
+        _execute("fig_emergence_loss", subs, tmp_path, changed)
+    assert err.value.ename == "UserError" and said in err.value.evalue, err.value.evalue
+    assert not (tmp_path / "figures").exists()
 
 
 @pytest.mark.notebook
