@@ -1,5 +1,6 @@
-"""config/study2.yaml (the default until study 3 landed) is the design docs/preregistration-2.md freezes: its runs, seeds, horizons and Holm
-families, read from the config and the plan (no Snakemake), against the numbers the pre-registration states."""
+"""config/study2.yaml (the default until study 3 landed) is the design docs/preregistration-2.md freezes: its
+runs, seeds, horizons and Holm families, read from the config and the plan (no Snakemake), against the numbers the
+pre-registration states."""
 
 from __future__ import annotations
 
