@@ -165,11 +165,12 @@ def pretrained_rows(n_per_class):
     return pd.DataFrame(rows)
 
 
-def build(seeds=(0, 1, 2), swap=False, null=True, n_models=1, training=None, pretrained=None, **kw):
+def text_tables(seeds=(0, 1, 2), swap=False, null=True, n_models=1, training=None, pretrained=None, **kw):
+    """The ClaimTables of build() (its keywords but the settings'; `loss` and `updates` replace those tables)."""
     enc = [run_name("encoder", "standard", s) for s in seeds]
     dec = [run_name("decoder", "standard", s) for s in seeds]
     loss = kw.pop("loss", loss_rows(seeds))
-    tables = C.ClaimTables(
+    return C.ClaimTables(
         training=score_rows(seeds) if training is None else training,
         loss=loss,
         updates=kw.pop("updates", update_rows(seeds)),
@@ -177,6 +178,12 @@ def build(seeds=(0, 1, 2), swap=False, null=True, n_models=1, training=None, pre
         null=null_rows() if null else None,
         emergence_runs={"encoder": dec, "decoder": enc} if swap else {"encoder": enc, "decoder": dec},
         ablation_runs=sorted(loss["run"].unique()),
+    )
+
+
+def build(seeds=(0, 1, 2), swap=False, null=True, n_models=1, training=None, pretrained=None, **kw):
+    tables = text_tables(
+        seeds, swap, null, n_models, training, pretrained, **{k: kw.pop(k) for k in ("loss", "updates") if k in kw}
     )
     settings = C.ClaimSettings(margins=MARGINS, horizon_snapshots=3, level=0.95, **kw)
     return C.reproduction_claims(tables, settings).set_index("id")
@@ -885,20 +892,7 @@ def test_a_report_without_the_study3_rows_is_the_evaluation_of_the_other_claims_
     """report_claims drops the decoders' anti-symmetry and the per-layer rows where the families do not name them;
     every other row (Holm-adjusted p, verdict, leave-one-out stability) must be what evaluating the other claims
     alone gives."""
-    seeds = (0, 1, 2)
-    loss = loss_rows(seeds)
-    tables = C.ClaimTables(
-        training=score_rows(seeds),
-        loss=loss,
-        updates=update_rows(seeds),
-        pretrained=pretrained_rows(1),
-        null=null_rows(),
-        emergence_runs={
-            "encoder": [run_name("encoder", "standard", s) for s in seeds],
-            "decoder": [run_name("decoder", "standard", s) for s in seeds],
-        },
-        ablation_runs=sorted(loss["run"].unique()),
-    )
+    tables = text_tables()
     for families in (None, {"primary": ["a", "b", "d1"], "secondary": ["c1", "c2", "d2", "e"]}):
         settings = C.ClaimSettings(margins=MARGINS, horizon_snapshots=3, level=0.95, families=families)
         kept = C.report_claims(C.reproduction_claims(tables, settings), families)
