@@ -4,7 +4,7 @@ recipe, in one run that fits a time budget. benchmarks/gpu_measure.sh runs it wi
 
     python benchmarks/gpu_measure.py [--device cuda] [--sizes bert-mini bert-base bert-large vit-tiny]
         [--objectives encoder decoder-paper decoder] [--captures cuda-graphs compile] [--steps 5] [--warmup 2]
-        [--budget-s 210] [--json PATH] [--config config/paper.yaml] [--group paper] [--block-len 512]
+        [--budget-s 210] [--json PATH] [--config config/paper.yaml] [--group paper] [--block-len 512] [--no-profile]
 
 What is timed: the training loop's own update (benchmarks/train_throughput.py loop_updates: loop._update on the
 host path, the DeviceUpdate with `batch_path: device`), each between two synchronizations, the median of --steps
@@ -19,7 +19,11 @@ count, `suggest_passes`); an out-of-memory error retries with twice as many. A r
 and the run goes on. On CUDA each row also counts the host synchronizations of one more update
 (torch.cuda.set_sync_debug_mode: `syncs_per_update`), and every row keeps each update's mean loss (`losses`: the
 device path's rows of one size and objective start from the same weights and masks, so eager, compiled and graphed
-passes should agree to the precision's rounding). --device cpu rehearses it (tests/test_gpu_measure.py).
+passes should agree to the precision's rounding). Both eager paths of each size's first objective also profile
+one more update (`profile`: train_throughput.profile_update; the device's busy and idle time, its kernels, the
+runtime's synchronizations, copies and launches, the operators that take the most time), so that a target missed
+comes with where the update's time went; --no-profile skips it. --device cpu rehearses it all
+(tests/test_gpu_measure.py).
 """
 
 from __future__ import annotations
@@ -91,8 +95,20 @@ class Setup:
     tmp: Path
 
 
-def measure(size: str, objective: str, path: str, capture: str, data: Path, setup: Setup) -> dict:
-    """One row: the loop's update of (size, objective) on `path` with `capture`, on the setup's device."""
+def profiled(rows: list[tuple[str, str, str, str]]) -> set[tuple[str, str, str, str]]:
+    """The rows whose one more update is profiled (train_throughput.profile_update): both paths, eager, of each
+    size's first objective."""
+    first = {}
+    for size, objective, _, _ in rows:
+        first.setdefault(size, objective)
+    return {r for r in rows if r[3] == "eager" and first[r[0]] == r[1]}
+
+
+def measure(
+    size: str, objective: str, path: str, capture: str, data: Path, setup: Setup, profile: bool = False
+) -> dict:
+    """One row: the loop's update of (size, objective) on `path` with `capture`, on the setup's device; with
+    `profile`, where one more update's time goes."""
     timing, dev, peak, tmp = setup.timing, setup.dev, setup.peak, setup.tmp
     overrides, where = tt.recipe_overrides(setup.config, setup.group, size)
     image = objective == "classifier"
@@ -111,7 +127,7 @@ def measure(size: str, objective: str, path: str, capture: str, data: Path, setu
         record: dict = {}
         try:
             times, precision, h, n_body = tt.loop_updates(
-                size, objective, data, overrides, timing.steps, timing.warmup, tmp / "run", dev, record
+                size, objective, data, overrides, timing.steps, timing.warmup, tmp / "run", dev, record, profile
             )
             break
         except torch.cuda.OutOfMemoryError as exc:
@@ -143,7 +159,29 @@ def measure(size: str, objective: str, path: str, capture: str, data: Path, setu
         "mfu_paper_cost": flops_cost / per / (peak * 1e12) if peak and flops_cost else None,
         "losses": record["losses"],
         "syncs_per_update": record.get("syncs"),
+        **({"profile": _with_share(record["profile"], per * 1e3)} if "profile" in record else {}),
     }
+
+
+def _with_share(prof: dict, ms_per_update: float) -> dict:
+    """The profile with the device's busy time as a share of the unprofiled update (`busy_share_of_update`; the
+    profiler slows the host, not the kernels, so this is the better estimate of how busy the device is)."""
+    busy = prof["device_busy_ms"]
+    return {**prof, "busy_share_of_update": None if busy is None else busy / ms_per_update}
+
+
+def profile_line(prof: dict, top: int = 4) -> str:
+    """A row's profile in one line: the device's busy and idle time, the runtime calls, the top operators."""
+    if prof["device_busy_ms"] is None:
+        head = f"{prof['wall_ms']:.1f} ms under the profiler"
+    else:
+        head = (
+            f"device busy {prof['device_busy_ms']:.1f} ms ({prof['busy_share_of_update']:.0%} of the update; "
+            f"{prof['wall_ms']:.1f} ms under the profiler), {prof['kernels']} kernels"
+        )
+    calls = f"{prof['launches']} launches, {prof['syncs']} syncs, {prof['copies']} copies"
+    ops = ", ".join(f"{o['name']} {o['self_ms']:.1f} ms ({o['share']:.0%})" for o in prof["top"][:top])
+    return f"    profile: {head}; {calls}; top by {prof['top_by']}: {ops}"
 
 
 def summary(rows: list[dict]) -> list[dict]:
@@ -173,6 +211,12 @@ def main(argv=None) -> int:
     p.add_argument("--pad-rows", type=float, default=0.1)
     p.add_argument("--peak-tflops", type=float, default=None)
     p.add_argument("--json", metavar="PATH", help="the rows and the summary as JSON (rewritten after each row)")
+    p.add_argument(
+        "--no-profile",
+        action="store_true",
+        help="profile no row (default: both eager paths of each size's first "
+        "objective profile one more update: where its time goes)",
+    )
     args = p.parse_args(argv)
     if args.warmup < 1:
         p.error("--warmup: at least 1 (the first update holds a compile or a graph capture)")
@@ -206,7 +250,9 @@ def main(argv=None) -> int:
         text = tt.write_random_corpus(tmp / "corpus", 30522, args.block_len, pad_rows=args.pad_rows, layout="documents")
         images = tt.write_random_images(tmp / "images")
         setup = Setup(Path(args.config), args.group, timing, dev, peak, tmp)
-        for size, objective, path, capture in plan(args.sizes, args.objectives, args.captures):
+        rows_planned = plan(args.sizes, args.objectives, args.captures)
+        to_profile = set() if args.no_profile else profiled(rows_planned)
+        for size, objective, path, capture in rows_planned:
             if time.monotonic() - start > args.budget_s:
                 rows.append(
                     {
@@ -219,7 +265,7 @@ def main(argv=None) -> int:
                 )
                 continue
             data = images if objective == "classifier" else text
-            r = measure(size, objective, path, capture, data, setup)
+            r = measure(size, objective, path, capture, data, setup, (size, objective, path, capture) in to_profile)
             r["elapsed_s"] = round(time.monotonic() - start, 1)
             rows.append(r)
             if "error" in r:
@@ -232,6 +278,8 @@ def main(argv=None) -> int:
                     f"{r['ms_per_update']:10.1f}{r['first_ms']:10.0f}{r['tokens_per_s']:12,.0f}{mfu}{syncs:>6}",
                     flush=True,
                 )
+                if "profile" in r:
+                    print(profile_line(r["profile"]), flush=True)
             if args.json:
                 Path(args.json).write_text(json.dumps({**head, "rows": rows, "summary": summary(rows)}, indent=1))
             gc.collect()

@@ -533,12 +533,14 @@ def loop_updates(
     out: Path,
     dev,
     record: dict | None = None,
+    profile: bool = False,
 ):
     """(seconds of each timed update, precision, Hyper, non-embedding params) of the training loop's own update on
     `dev` (loop.update_of: loop._update, or the device path's with `batch_path: device`), each timed between two
     synchronizations, after `warmup` untimed ones. `record` (a dict) receives the first update's seconds (a compile
     or a graph capture included: `first_s`), each update's mean loss (`losses`) and on CUDA the host
-    synchronizations of one more update (`syncs`: sync_count)."""
+    synchronizations of one more update (`syncs`: sync_count); with `profile`, where one more update's time goes
+    (`profile`: profile_update)."""
     from attention_geometry.training import loop
     from attention_geometry.training.batches import Order
     from attention_geometry.training.run_config import read_run_data, resolve_run
@@ -576,6 +578,8 @@ def loop_updates(
         record["losses"] = [float(s) / max(int(n), 1) for s, n in sums]
         if dev.type == "cuda":  # the host synchronizations of one more update
             record["syncs"] = sync_count(lambda: update(run, order, warmup + steps + 1, 0.0))
+        if profile:
+            record["profile"] = profile_update(lambda: update(run, order, warmup + steps + 2, 0.0), dev)
     return times[warmup:], precision, run.h, body_params(run.model)
 
 
@@ -592,6 +596,73 @@ def sync_count(fn) -> int:
             torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
     return sum("synchroniz" in str(w.message).lower() for w in seen)
+
+
+RUNTIME_CALLS = {  # CUDA runtime and driver calls counted by profile_update, by what they do
+    "syncs": ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"),
+    "copies": ("cudaMemcpy", "cuMemcpy"),
+    "launches": ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cudaGraphLaunch"),
+}
+
+
+def busy_ms(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of (start, end) intervals in microseconds, in milliseconds: the time a device was
+    running at least one kernel."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total / 1e3
+
+
+def profile_update(fn, dev: torch.device, top: int = 12) -> dict:
+    """Where one call of `fn` (an update) spends its time, from torch.profiler: the wall time under the profiler,
+    on CUDA the device's busy time (the union of its kernels' intervals: busy_ms) and idle share, the kernels and
+    the runtime calls that synchronize, copy or launch (RUNTIME_CALLS), the `top` operators by self time on the device
+    (the kernels each launched itself; on a CPU: self time on the host), each with its calls and share of all
+    operators' self time, and on CUDA the `top` kernels likewise (`top_kernels`)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = dev.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    _sync(dev)
+    with profile(activities=activities) as prof:
+        t = time.perf_counter()
+        fn()
+        _sync(dev)
+        wall = (time.perf_counter() - t) * 1e3
+    events = prof.events()
+    out: dict = {"wall_ms": wall, "device_busy_ms": None, "device_idle_share": None, "kernels": None}
+    if cuda:
+        kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+        busy = busy_ms([(e.time_range.start, e.time_range.end) for e in kernels])
+        out.update(device_busy_ms=busy, device_idle_share=max(0.0, 1 - busy / wall), kernels=len(kernels))
+    for what, names in RUNTIME_CALLS.items():
+        out[what] = sum(1 for e in events if e.name.startswith(names))
+
+    def self_us(a) -> float:
+        if cuda:
+            return float(getattr(a, "self_device_time_total", None) or getattr(a, "self_cuda_time_total", 0.0))
+        return float(a.self_cpu_time_total)
+
+    def ranked(entries) -> list[dict]:
+        entries = [a for a in entries if self_us(a) > 0]
+        total = sum(self_us(a) for a in entries) or 1.0
+        entries.sort(key=self_us, reverse=True)
+        return [
+            {"name": a.key, "calls": int(a.count), "self_ms": self_us(a) / 1e3, "share": self_us(a) / total}
+            for a in entries[:top]
+        ]
+
+    averages = prof.key_averages()
+    # operators are the host's events; on CUDA each one's self time is that of the kernels it launched itself
+    out["top_by"] = "self device time" if cuda else "self host time"
+    out["top"] = ranked([a for a in averages if a.device_type == DeviceType.CPU])
+    if cuda:
+        out["top_kernels"] = ranked([a for a in averages if a.device_type == DeviceType.CUDA])
+    return out
 
 
 def update_flops(h, objective: str, n_body: int, n: int) -> tuple[int, float | None]:

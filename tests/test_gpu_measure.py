@@ -11,6 +11,7 @@ import sys
 import gpu_measure as gm
 import pytest
 import torch
+import train_throughput as tt
 from helpers import REPO
 from test_train_throughput import _tiny_paper_config
 
@@ -72,7 +73,58 @@ def test_the_rehearsal_measures_both_paths_and_records_what_fails(tmp_path, caps
         assert r["error"].startswith("UserError: overrides.capture: cuda-graphs needs a CUDA device")
     summary = {(s["size"], s["objective"]): s for s in got["summary"]}
     assert set(summary[("tiny", "encoder")]["speedup_over_host"]) == {"device/eager"}
-    assert "speed-up over the host path" in capsys.readouterr().out
+    # one more update profiled on both eager paths of each size's first objective, and no other row
+    profiled = [(r["size"], r["objective"], r["batch_path"]) for r in rows if "profile" in r]
+    assert profiled == [("tiny", "encoder", "host"), ("tiny", "encoder", "device")] + [
+        ("vit-tiny", "classifier", p) for p in ("host", "device")
+    ]
+    for r in rows:
+        if "profile" in r:
+            prof = r["profile"]
+            assert prof["device_busy_ms"] is None and prof["top_by"] == "self host time"
+            assert prof["top"] and sum(o["share"] for o in prof["top"]) <= 1 + 1e-9
+            assert any(o["name"] in ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear") for o in prof["top"])
+    printed = capsys.readouterr().out
+    assert "speed-up over the host path" in printed and printed.count("    profile: ") == 4
+
+
+def test_busy_time_is_the_union_of_the_kernels_intervals():
+    assert tt.busy_ms([]) == 0.0
+    # overlapping, nested, touching and out of order (microseconds): [0, 15] + [20, 30] + [30, 31] = 26 us
+    assert tt.busy_ms([(20, 30), (0, 10), (5, 15), (2, 3), (30, 31)]) == pytest.approx(0.026)
+    assert tt.busy_ms([(0, 1000), (100, 200)]) == pytest.approx(1.0)
+
+
+def test_the_profile_names_the_operators_that_ran():
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+
+    def work():
+        for _ in range(3):
+            torch.mm(a, b)
+        torch.sort(a.flatten())
+
+    prof = tt.profile_update(work, torch.device("cpu"))
+    ops = {o["name"]: o for o in prof["top"]}
+    assert ops["aten::mm"]["calls"] == 3 and ops["aten::sort"]["calls"] == 1
+    assert prof["wall_ms"] > 0 and ops["aten::mm"]["self_ms"] < prof["wall_ms"]
+    assert sum(o["share"] for o in prof["top"]) == pytest.approx(1.0)  # fewer operators than `top`: all of them
+    assert (prof["syncs"], prof["copies"], prof["launches"], prof["kernels"]) == (0, 0, 0, None)
+    line = gm.profile_line(prof)
+    assert "ms under the profiler" in line and "aten::mm" in line
+
+
+def test_a_cuda_profile_line_gives_the_busy_share_of_the_unprofiled_update():
+    prof = {"wall_ms": 50.0, "device_busy_ms": 10.0, "device_idle_share": 0.8, "kernels": 700, "syncs": 2}
+    prof |= {"copies": 3, "launches": 690, "top_by": "self device time"}
+    prof["top"] = [{"name": "aten::mm", "calls": 40, "self_ms": 6.0, "share": 0.6}]
+    shared = gm._with_share(prof, 40.0)
+    assert (
+        shared["busy_share_of_update"] == pytest.approx(0.25)
+        and gm._with_share({**prof, "device_busy_ms": None}, 40.0)["busy_share_of_update"] is None
+    )
+    line = gm.profile_line(shared)
+    assert "device busy 10.0 ms (25% of the update; 50.0 ms under the profiler), 700 kernels" in line
+    assert "690 launches, 2 syncs, 3 copies" in line and "aten::mm 6.0 ms (60%)" in line
 
 
 def test_a_spent_budget_skips_the_rows(tmp_path):
