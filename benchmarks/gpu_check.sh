@@ -15,7 +15,7 @@
 # Without CUDA it prints one line and exits 0, running nothing. Exit 1: a step or a comparison failed.
 set -euo pipefail
 
-PY=${PYTHON:-python}
+PY=${PYTHON:-$(command -v python || command -v python3)}
 if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     echo "gpu_check: no CUDA device here (torch.cuda.is_available() is not True): nothing run"
     exit 0
@@ -33,7 +33,7 @@ echo "gpu_check: $("$PY" -c 'import torch; print(torch.cuda.get_device_name(), "
 targets=()
 for run in "${RUNS[@]}"; do targets+=("$RESULTS/runs/$run/train.done"); done
 # the workflow from this checkout, its outputs and .snakemake/ in WORKDIR
-snakemake "${targets[@]}" --snakefile "$REPO/Snakefile" --directory "$WORK" --cores 4 --resources gpu=1 \
+"$PY" -m snakemake "${targets[@]}" --snakefile "$REPO/Snakefile" --directory "$WORK" --cores 4 --resources gpu=1 \
     --configfile "$REPO/benchmarks/gpu_check.yaml" --config "results=$RESULTS" > "$WORK/snakemake.log" 2>&1 \
     || { tail -n 40 "$WORK/snakemake.log"; echo "gpu_check: the workflow failed (log: $WORK/snakemake.log)"; exit 1; }
 TRAINED=$(date +%s)

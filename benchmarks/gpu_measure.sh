@@ -11,11 +11,13 @@
 #  2. benchmarks/gpu_check.sh end to end (training and scoring through the workflow on CUDA) -> $OUT/gpu_check.log;
 #  3. $OUT/gpu_measure_run.json: each step's exit status and seconds, the GPU and the versions.
 # Commit the JSON files under benchmarks/results/ (named by date and GPU). The project runs from src/ (PYTHONPATH)
-# when it is not installed; `attention-geometry` is provided as `python -m attention_geometry` if missing.
+# when it is not installed; `attention-geometry` is provided as `python -m attention_geometry` if missing, and
+# Snakemake is installed from the wheels in WHEELS (default .whl/, made here by benchmarks/device_wheels.py) if
+# missing. PYTHON: the interpreter (default: python, else python3).
 # Without CUDA it prints one line and exits 0.
 set -uo pipefail
 
-PY=${PYTHON:-python}
+PY=${PYTHON:-$(command -v python || command -v python3)}
 if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     echo "gpu_measure: no CUDA device here (torch.cuda.is_available() is not True): nothing run"
     exit 0
@@ -32,6 +34,19 @@ if ! command -v attention-geometry >/dev/null; then
     export PATH="$SHIM:$PATH"
 fi
 echo "gpu_measure: results in $OUT"
+# gpu_check.sh runs Snakemake: on a machine without it (and without an index), install it from wheels carried
+# along (WHEELS, default .whl/: benchmarks/device_wheels.py), pinned to requirements.lock's version
+if ! "$PY" -c 'import snakemake' 2>/dev/null; then
+    WHEELS=${WHEELS:-$REPO/.whl}
+    SNAKEMAKE=$(grep -i '^snakemake==' "$REPO/requirements.lock")
+    if compgen -G "$WHEELS/*.whl" >/dev/null; then
+        echo "gpu_measure: installing $SNAKEMAKE from $WHEELS"
+        "$PY" -m pip install -q --no-index --find-links "$WHEELS" "$SNAKEMAKE" 2>&1 | tail -n 20
+    fi
+    "$PY" -c 'import snakemake' 2>/dev/null \
+        || echo "gpu_measure: no Snakemake here, so gpu_check.sh will fail: carry wheels made by" \
+            "benchmarks/device_wheels.py (WHEELS=$WHEELS)"
+fi
 
 T0=$(date +%s)
 timeout $((BUDGET + 60)) "$PY" "$REPO/benchmarks/gpu_measure.py" --device cuda --budget-s "$BUDGET" \
