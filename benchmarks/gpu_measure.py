@@ -5,6 +5,7 @@ recipe, in one run that fits a time budget. benchmarks/gpu_measure.sh runs it wi
     python benchmarks/gpu_measure.py [--device cuda] [--sizes bert-mini bert-base bert-large vit-tiny]
         [--objectives encoder decoder-paper decoder] [--captures cuda-graphs compile] [--steps 5] [--warmup 2]
         [--budget-s 210] [--json PATH] [--config config/paper.yaml] [--group paper] [--block-len 512] [--no-profile]
+        [--share-sizes vit-tiny bert-mini] [--share-runs 1 8] [--share-seconds 3]
 
 What is timed: the training loop's own update (benchmarks/train_throughput.py loop_updates: loop._update on the
 host path, the DeviceUpdate with `batch_path: device`), each between two synchronizations, the median of --steps
@@ -13,7 +14,11 @@ random data of the recipe's shapes (train_throughput: vocabulary 30,522, 10 % of
 images for the ViT). Rows, in this order, until the budget is spent (later rows are written as skipped):
   1. every size and objective on the host path (eager, as measured before) and the device path (eager);
   2. each --capture of the device path for the first objective of each size (the ViT: classifier);
-  3. each --capture for the other objectives.
+  3. rounds of runs sharing the device (`shared`, measure_shared): for each --share-sizes size (its first
+     objective, device path, eager), --share-runs training processes at once (default 1, then 8), each timed over
+     the same --share-seconds window after its warm-up: each one's ms per update, and the updates per second, tokens/s
+     and MFU of all together (the target: a GPU that trains 8 or more ViT runs at once);
+  4. each --capture for the other objectives.
 The device path's `device_passes` is the fewest passes whose activations fit in 60 % of the free memory (a rough
 count, `suggest_passes`); an out-of-memory error retries with twice as many. A row that fails records its error
 and the run goes on. On CUDA each row also counts the host synchronizations of one more update
@@ -31,6 +36,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -110,18 +117,10 @@ def measure(
     """One row: the loop's update of (size, objective) on `path` with `capture`, on the setup's device; with
     `profile`, where one more update's time goes."""
     timing, dev, peak, tmp = setup.timing, setup.dev, setup.peak, setup.tmp
-    overrides, where = tt.recipe_overrides(setup.config, setup.group, size)
+    _, where = tt.recipe_overrides(setup.config, setup.group, size)
     image = objective == "classifier"
-    if not image:
-        overrides["seq_len"] = timing.block_len
-    if path == "device":
-        from attention_geometry.training.hyper import resolve_hyper
-
-        overrides.update(batch_path="device", capture=capture)
-        h0 = resolve_hyper(size, {**overrides, "vocab_size": 30522} if not image else overrides)
-        n = (32 // h0.patch_size) ** 2 + 1 if image else timing.block_len
-        overrides["device_passes"] = suggest_passes(h0, objective, n, _free_bytes(dev))
-        batch = h0.batch_size
+    overrides = _recipe(size, objective, setup, path, capture)
+    batch = tt.resolve_hyper(size, overrides if image else {**overrides, "vocab_size": 30522}).batch_size
     row = {"size": size, "objective": objective, "batch_path": path, "capture": capture, "recipe": where}
     while True:
         record: dict = {}
@@ -184,6 +183,159 @@ def profile_line(prof: dict, top: int = 4) -> str:
     return f"    profile: {head}; {calls}; top by {prof['top_by']}: {ops}"
 
 
+def _recipe(size: str, objective: str, setup: Setup, path: str, capture: str, free_share: float = 1.0) -> dict:
+    """The overrides of a row: the recipe's, the random corpus's sequence length, and on the device path its
+    capture and the passes that fit `free_share` of the free memory."""
+    from attention_geometry.training.hyper import resolve_hyper
+
+    overrides, _ = tt.recipe_overrides(setup.config, setup.group, size)
+    image = objective == "classifier"
+    if not image:
+        overrides["seq_len"] = setup.timing.block_len
+    if path == "device":
+        overrides.update(batch_path="device", capture=capture)
+        h0 = resolve_hyper(size, {**overrides, "vocab_size": 30522} if not image else overrides)
+        n = (32 // h0.patch_size) ** 2 + 1 if image else setup.timing.block_len
+        overrides["device_passes"] = suggest_passes(h0, objective, n, _free_bytes(setup.dev) * free_share)
+    return overrides
+
+
+def share_worker(spec_path: str) -> int:
+    """One of several training processes on one device (--share-worker; measure_shared starts them): build the
+    update, run the warm-up updates, say so (`ready`), wait for `go`, then run updates for `seconds` and write how
+    many and in how long (`result`)."""
+    spec = json.loads(Path(spec_path).read_text())
+    torch.set_num_threads(spec["threads"])
+    dev = torch.device(spec["device"])
+    update, run, order, _ = tt.prepared_update(
+        spec["size"], spec["objective"], Path(spec["data"]), spec["overrides"], 10**6, Path(spec["out"]), dev
+    )
+    step = 0
+    for step in range(1, spec["warmup"] + 1):
+        update(run, order, step, 0.0)
+    tt._sync(dev)
+    Path(spec["ready"]).touch()
+    deadline = time.monotonic() + spec["wait_s"]
+    while not Path(spec["go"]).exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"share worker: no go within {spec['wait_s']} s")
+        time.sleep(0.005)
+    t0, n = time.perf_counter(), 0
+    while True:
+        step += 1
+        update(run, order, step, 0.0)
+        tt._sync(dev)
+        n += 1
+        if time.perf_counter() - t0 >= spec["seconds"]:
+            break
+    elapsed = time.perf_counter() - t0
+    flops, _ = tt.update_flops(run.h, spec["objective"], tt.body_params(run.model), spec["seq"])
+    result = {
+        "updates": n,
+        "seconds": elapsed,
+        "flop_per_update": flops,
+        "tokens_per_update": run.h.batch_size * spec["seq"],
+    }
+    Path(spec["result"]).write_text(json.dumps(result))
+    return 0
+
+
+def measure_shared(size: str, objective: str, k: int, data: Path, setup: Setup, seconds: float, warmup: int) -> dict:
+    """k training processes of (size, objective) on the device path (eager) on one device at once, each running
+    updates for `seconds` after its warm-up, all timed over the same window (each starts on one `go`): each
+    process's ms per update, the updates per second of all together, their tokens/s and MFU."""
+    row = {"size": size, "objective": objective, "runs": k, "batch_path": "device", "capture": "eager"}
+    image = objective == "classifier"
+    try:
+        overrides = _recipe(size, objective, setup, "device", "eager", free_share=1.0 / k)
+    except Exception as exc:  # noqa: BLE001 - a round that fails is recorded, the others still run
+        return {**row, "error": f"{type(exc).__name__}: {exc}"}
+    patch = tt.resolve_hyper(size, overrides).patch_size if image else None
+    seq = (32 // patch) ** 2 + 1 if image else setup.timing.block_len
+    threads = max(1, (os.cpu_count() or 1) // k)
+    d = setup.tmp / f"share-{size}-{k}"
+    d.mkdir(parents=True, exist_ok=True)
+    go = d / "go"
+    specs = []
+    for i in range(k):
+        spec = {
+            "size": size, "objective": objective, "data": str(data), "overrides": overrides,
+            "device": str(setup.dev), "warmup": warmup, "seconds": seconds, "seq": seq, "threads": threads,
+            "out": str(d / f"run{i}"), "ready": str(d / f"ready{i}"), "go": str(go), "wait_s": 300,
+            "result": str(d / f"result{i}.json"),
+        }  # fmt: skip
+        (d / f"spec{i}.json").write_text(json.dumps(spec))
+        specs.append(spec)
+    logs = [open(d / f"worker{i}.log", "w") for i in range(k)]  # closed in the finally below
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--share-worker"]
+    procs = [
+        subprocess.Popen([*cmd, str(d / f"spec{i}.json")], stdout=f, stderr=subprocess.STDOUT)
+        for i, f in enumerate(logs)
+    ]
+    try:
+        while not all(Path(s["ready"]).exists() for s in specs):
+            if any(p.poll() is not None for p in procs):
+                break
+            time.sleep(0.01)
+        go.touch()
+        codes = [p.wait(timeout=seconds + 300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for f in logs:
+            f.close()
+    if any(codes):
+        i = next(i for i, c in enumerate(codes) if c)
+        tail = (d / f"worker{i}.log").read_text().strip().splitlines()[-3:]
+        return {**row, "error": f"worker {i} exited with status {codes[i]}: {' | '.join(tail)[:400]}"}
+    results = [json.loads(Path(s["result"]).read_text()) for s in specs]
+    rate = sum(r["updates"] / r["seconds"] for r in results)
+    peak = setup.peak
+    flops = results[0]["flop_per_update"]
+    return {
+        **row,
+        "device_passes": overrides.get("device_passes"),
+        "threads_each": threads,
+        "seconds": seconds,
+        "updates_each": [r["updates"] for r in results],
+        "ms_per_update_each": [r["seconds"] / r["updates"] * 1e3 for r in results],
+        "updates_per_s": rate,
+        "tokens_per_s": rate * results[0]["tokens_per_update"],
+        "mfu": rate * flops / (peak * 1e12) if peak else None,
+    }
+
+
+def shared_line(r: dict) -> str:
+    """A round of runs sharing the device in one line."""
+    head = f"{r['size']:<11}{r['objective']:<14}{r['runs']} at once"
+    if "error" in r:
+        return f"{head}  error: {r['error'][:200]}"
+    mfu = f", MFU {r['mfu']:.1%}" if r["mfu"] is not None else ""
+    each = ", ".join(f"{m:.1f}" for m in r["ms_per_update_each"])
+    return f"{head}: ms per update of each {each}; together {r['updates_per_s']:.2f} updates/s{mfu}"
+
+
+def shared_summary(shared: list[dict]) -> list[dict]:
+    """Per (size, objective): the updates per second of k runs together, and their gain over one run alone."""
+    out = []
+    for key in dict.fromkeys((r["size"], r["objective"]) for r in shared):
+        mine = {
+            r["runs"]: r["updates_per_s"] for r in shared if (r["size"], r["objective"]) == key and "updates_per_s" in r
+        }
+        one = mine.get(1)
+        gain = {k: round(v / one, 2) for k, v in mine.items() if one and k != 1}
+        out.append(
+            {
+                "size": key[0],
+                "objective": key[1],
+                "updates_per_s": {k: round(v, 2) for k, v in mine.items()},
+                "gain_over_one_run": gain,
+            }
+        )
+    return out
+
+
 def summary(rows: list[dict]) -> list[dict]:
     """Per (size, objective): ms per update of each measured variant and the speed-up of each over the host path."""
     out = []
@@ -212,12 +364,25 @@ def main(argv=None) -> int:
     p.add_argument("--peak-tflops", type=float, default=None)
     p.add_argument("--json", metavar="PATH", help="the rows and the summary as JSON (rewritten after each row)")
     p.add_argument(
+        "--share-sizes",
+        nargs="*",
+        default=["vit-tiny", "bert-mini"],
+        help="sizes trained as several processes on the device at once, after the eager rows and the captures of "
+        "each size's first objective (that objective, device path, eager; default vit-tiny bert-mini; none: no rounds)",
+    )
+    p.add_argument("--share-runs", nargs="+", type=int, default=[1, 8], help="processes per round (default 1 8)")
+    p.add_argument("--share-seconds", type=float, default=3.0, help="the timed window of each round (default 3)")
+    p.add_argument("--share-worker", metavar="SPEC", help=argparse.SUPPRESS)
+    p.add_argument(
         "--no-profile",
         action="store_true",
         help="profile no row (default: both eager paths of each size's first "
         "objective profile one more update: where its time goes)",
     )
     args = p.parse_args(argv)
+    if args.share_worker:
+        return share_worker(args.share_worker)
+    args.share_sizes = [x for x in args.share_sizes if x in args.sizes]
     if args.warmup < 1:
         p.error("--warmup: at least 1 (the first update holds a compile or a graph capture)")
     start = time.monotonic()
@@ -245,6 +410,7 @@ def main(argv=None) -> int:
         flush=True,
     )
     rows: list[dict] = []
+    shared: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         text = tt.write_random_corpus(tmp / "corpus", 30522, args.block_len, pad_rows=args.pad_rows, layout="documents")
@@ -252,8 +418,40 @@ def main(argv=None) -> int:
         setup = Setup(Path(args.config), args.group, timing, dev, peak, tmp)
         rows_planned = plan(args.sizes, args.objectives, args.captures)
         to_profile = set() if args.no_profile else profiled(rows_planned)
-        for size, objective, path, capture in rows_planned:
-            if time.monotonic() - start > args.budget_s:
+        eager = [r for r in rows_planned if r[3] == "eager"]
+        rounds = [
+            (s, "classifier" if s.startswith("vit") else args.objectives[0], k)
+            for s in args.share_sizes
+            for k in args.share_runs
+        ]
+
+        def write() -> None:
+            if args.json:
+                doc = {**head, "rows": rows, "summary": summary(rows), "shared": shared}
+                Path(args.json).write_text(json.dumps({**doc, "shared_summary": shared_summary(shared)}, indent=1))
+
+        first = len(eager) + len(args.captures) * len(args.sizes)  # then each capture of each size's first objective
+        for item in [*rows_planned[:first], *rounds, *rows_planned[first:]]:
+            spent = time.monotonic() - start > args.budget_s
+            if len(item) == 3:  # a round of runs sharing the device
+                size, objective, k = item
+                if spent:
+                    r = {
+                        "size": size,
+                        "objective": objective,
+                        "runs": k,
+                        "skipped": f"budget of {args.budget_s:g} s spent",
+                    }
+                else:
+                    data = images if objective == "classifier" else text
+                    r = measure_shared(size, objective, k, data, setup, args.share_seconds, args.warmup)
+                    r["elapsed_s"] = round(time.monotonic() - start, 1)
+                    print(shared_line(r), flush=True)
+                shared.append(r)
+                write()
+                continue
+            size, objective, path, capture = item
+            if spent:
                 rows.append(
                     {
                         "size": size,
@@ -265,7 +463,7 @@ def main(argv=None) -> int:
                 )
                 continue
             data = images if objective == "classifier" else text
-            r = measure(size, objective, path, capture, data, setup, (size, objective, path, capture) in to_profile)
+            r = measure(size, objective, path, capture, data, setup, item in to_profile)
             r["elapsed_s"] = round(time.monotonic() - start, 1)
             rows.append(r)
             if "error" in r:
@@ -280,17 +478,18 @@ def main(argv=None) -> int:
                 )
                 if "profile" in r:
                     print(profile_line(r["profile"]), flush=True)
-            if args.json:
-                Path(args.json).write_text(json.dumps({**head, "rows": rows, "summary": summary(rows)}, indent=1))
+            write()
             gc.collect()
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
-    if args.json:
-        Path(args.json).write_text(json.dumps({**head, "rows": rows, "summary": summary(rows)}, indent=1))
+        write()
     print("\nspeed-up over the host path (ms per update):")
     for s in summary(rows):
         print(f"  {s['size']:<11}{s['objective']:<14}{s['ms_per_update']}  {s['speedup_over_host']}")
-    print(f"gpu_measure: {len(rows)} rows in {time.monotonic() - start:.0f} s")
+    print("runs sharing the device (updates per second of all together; gain over one run alone):")
+    for s in shared_summary(shared):
+        print(f"  {s['size']:<11}{s['objective']:<14}{s['updates_per_s']}  {s['gain_over_one_run']}")
+    print(f"gpu_measure: {len(rows)} rows and {len(shared)} rounds of shared runs in {time.monotonic() - start:.0f} s")
     return 0
 
 

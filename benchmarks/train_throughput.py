@@ -523,6 +523,36 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
+def prepared_update(size: str, objective: str, data: Path, overrides: dict, max_steps: int, out: Path, dev):
+    """The training loop's own update of a run of (size, objective) on `data` with `overrides`, built as the loop
+    builds it (model, optimizer, scaler from seed 0; schedule over `max_steps`): (update, run, order, precision),
+    called as update(run, order, step, 0.0) (loop.update_of: loop._update on the host path, the DeviceUpdate with
+    `batch_path: device`)."""
+    from attention_geometry.training import loop
+    from attention_geometry.training.batches import Order
+    from attention_geometry.training.run_config import read_run_data, resolve_run
+
+    cfg = run_config_from_dict(
+        {
+            "corpus": str(data),
+            "size": size,
+            "objective": objective,
+            "init": "standard",
+            "seed": 0,
+            "max_steps": max_steps,
+            "snapshot_steps": [],
+            "eval_steps": [],
+            "eval_blocks": 0,
+            "state_every": None,
+            "overrides": overrides,
+        }
+    )
+    corpus = read_run_data(cfg.corpus, cfg.objective)
+    run = loop._Run(cfg, corpus, resolve_run(cfg, corpus), out, dev, 1, 0, None)
+    precision = loop._build(run, None)
+    return loop.update_of(run), run, Order(int(corpus.train.shape[0]), cfg.seed), precision
+
+
 def loop_updates(
     size: str,
     objective: str,
@@ -536,35 +566,11 @@ def loop_updates(
     profile: bool = False,
 ):
     """(seconds of each timed update, precision, Hyper, non-embedding params) of the training loop's own update on
-    `dev` (loop.update_of: loop._update, or the device path's with `batch_path: device`), each timed between two
-    synchronizations, after `warmup` untimed ones. `record` (a dict) receives the first update's seconds (a compile
-    or a graph capture included: `first_s`), each update's mean loss (`losses`) and on CUDA the host
-    synchronizations of one more update (`syncs`: sync_count); with `profile`, where one more update's time goes
-    (`profile`: profile_update)."""
-    from attention_geometry.training import loop
-    from attention_geometry.training.batches import Order
-    from attention_geometry.training.run_config import read_run_data, resolve_run
-
-    cfg = run_config_from_dict(
-        {
-            "corpus": str(data),
-            "size": size,
-            "objective": objective,
-            "init": "standard",
-            "seed": 0,
-            "max_steps": warmup + steps,
-            "snapshot_steps": [],
-            "eval_steps": [],
-            "eval_blocks": 0,
-            "state_every": None,
-            "overrides": overrides,
-        }
-    )
-    corpus = read_run_data(cfg.corpus, cfg.objective)
-    run = loop._Run(cfg, corpus, resolve_run(cfg, corpus), out, dev, 1, 0, None)
-    precision = loop._build(run, None)
-    order = Order(int(corpus.train.shape[0]), cfg.seed)
-    update = loop.update_of(run)
+    `dev` (prepared_update), each timed between two synchronizations, after `warmup` untimed ones. `record` (a
+    dict) receives the first update's seconds (a compile or a graph capture included: `first_s`), each update's
+    mean loss (`losses`) and on CUDA the host synchronizations of one more update (`syncs`: sync_count); with
+    `profile`, where one more update's time goes (`profile`: profile_update)."""
+    update, run, order, precision = prepared_update(size, objective, data, overrides, warmup + steps, out, dev)
     times, sums = [], []
     for step in range(1, warmup + steps + 1):
         _sync(dev)

@@ -55,6 +55,7 @@ def test_the_rehearsal_measures_both_paths_and_records_what_fails(tmp_path, caps
     out = tmp_path / "m.json"
     argv = ["--device", "cpu", "--sizes", "tiny", "vit-tiny", "--objectives", "encoder", "decoder"]
     argv += ["--captures", "cuda-graphs", "--steps", "2", "--warmup", "1", "--block-len", "32", "--peak-tflops", "1"]
+    argv += ["--share-runs", "1", "2", "--share-seconds", "0.5"]
     assert gm.main([*argv, "--config", str(config), "--json", str(out)]) == 0
     got = json.loads(out.read_text())
     rows = got["rows"]
@@ -86,6 +87,22 @@ def test_the_rehearsal_measures_both_paths_and_records_what_fails(tmp_path, caps
             assert any(o["name"] in ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear") for o in prof["top"])
     printed = capsys.readouterr().out
     assert "speed-up over the host path" in printed and printed.count("    profile: ") == 4
+    # the ViT (the only default share size measured here) trained 1, then 2 processes at once, after the first
+    # objectives' captures and before the other objectives' captures
+    shared = got["shared"]
+    assert [(r["size"], r["runs"]) for r in shared] == [("vit-tiny", 1), ("vit-tiny", 2)]
+    assert rows[7]["elapsed_s"] <= shared[0]["elapsed_s"] <= shared[1]["elapsed_s"] <= rows[8]["elapsed_s"]
+    for r in shared:
+        assert len(r["updates_each"]) == r["runs"] and r["batch_path"] == "device" and r["capture"] == "eager"
+        for n, ms in zip(r["updates_each"], r["ms_per_update_each"]):
+            assert n >= 1 and n * ms / 1e3 >= 0.5  # each ran updates until its window of 0.5 s was over
+        assert r["updates_per_s"] == pytest.approx(sum(1e3 / ms for ms in r["ms_per_update_each"]))
+        assert r["mfu"] == pytest.approx(r["updates_per_s"] * rows[4]["tflop_per_update"])  # peak 1 TFLOP/s
+    gain = got["shared_summary"][0]["gain_over_one_run"]
+    assert set(gain) == {"2"} and gain["2"] == pytest.approx(
+        shared[1]["updates_per_s"] / shared[0]["updates_per_s"], rel=0.01
+    )
+    assert "2 at once: ms per update of each" in printed
 
 
 def test_busy_time_is_the_union_of_the_kernels_intervals():
@@ -131,9 +148,20 @@ def test_a_spent_budget_skips_the_rows(tmp_path):
     config, _ = _tiny_paper_config(tmp_path)
     out = tmp_path / "m.json"
     argv = ["--device", "cpu", "--sizes", "tiny", "--objectives", "encoder", "--captures", "--budget-s", "0"]
-    assert gm.main([*argv, "--config", str(config), "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())["rows"]
+    assert gm.main([*argv, "--share-sizes", "tiny", "--config", str(config), "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    rows, shared = got["rows"], got["shared"]
     assert len(rows) == 2 and all(r["skipped"].startswith("budget of 0 s spent") for r in rows)
+    assert [r["runs"] for r in shared] == [1, 8] and all(r["skipped"].startswith("budget of 0 s") for r in shared)
+
+
+def test_a_shared_round_whose_worker_fails_records_why(tmp_path):
+    config, _ = _tiny_paper_config(tmp_path)
+    timing = tt.Timing(1, 1, 32, 0.1)
+    setup = gm.Setup(config, "paper", timing, torch.device("cpu"), None, tmp_path)
+    r = gm.measure_shared("vit-tiny", "classifier", 1, tmp_path / "no-such-images", setup, 0.1, 1)
+    assert r["runs"] == 1 and r["error"].startswith("worker 0 exited with status 1")
+    assert "updates_per_s" not in r and "error" in gm.shared_line(r)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the guard is for machines without CUDA")
