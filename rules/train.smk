@@ -78,6 +78,9 @@ rule train_model:
         res("logs", "train", "{run}.log"),
     benchmark:
         res("benchmarks", "train", "{run}.tsv")
+    # a run packed with others (training.runs_per_job) is trained by its pack's rule below
+    wildcard_constraints:
+        run=alternation(PLAN.unpacked_runs()),
     conda:
         "../envs/train.yaml"
     shell:
@@ -89,3 +92,47 @@ rule train_model:
         " exit $code; }};"
         " test -d {params.final:q} || {{ echo 'error: training of {wildcards.run} ended without its final"
         " snapshot {params.final}' >> {log:q}; exit 1; }}"
+
+
+# Packs (training.runs_per_job: model size -> runs per job): the runs of a pack train at once in one job, one
+# trainer process each on the job's device (`attention-geometry train-shared`, which shares --threads among them,
+# passes SIGTERM on and exits 75 when a trainer stopped early with its state saved). Each run trains exactly as
+# alone, into its own run dir; the job's outputs are the runs' train.done markers, so resume, requeues and a
+# removed marker (drop_unfinished_markers) work as for train_model: the pack's job runs again and the trainers of
+# finished runs have nothing to do. One rule per pack: a rule's outputs are fixed, and a pack's runs are listed.
+for _pack, _runs in PLAN.packs.items():
+
+    rule:
+        name:
+            f"train_pack_{_pack.replace('-', '_')}"
+        input:
+            configs=[res("configs", "runs", f"{r}.yaml") for r in _runs],
+            corpora=sorted({run_corpus(r) for r in _runs}),
+        output:
+            [touch(train_done(r)) for r in _runs],
+        params:
+            outs=[PLAN.run_dir(r) for r in _runs],
+            finals=[final_snapshot(r) for r in _runs],
+            device=JOBS.training.device,
+        threads: JOBS.training.threads
+        priority: max(RUNS[r].priority for r in _runs)
+        retries: TRAIN_LAUNCH.retries
+        resources:
+            **TRAIN_LAUNCH.resources,
+            mem_mb=sum(JOBS.training.run_mem_mb(RUNS[r]) for r in _runs),
+            runtime=JOBS.training.runtime,
+            trainer_time_limit=TRAIN_LAUNCH.time_limit or 0,
+            **TRAIN_SLURM,
+        log:
+            res("logs", "train", f"{_pack}.log"),
+        benchmark:
+            res("benchmarks", "train", f"{_pack}.tsv")
+        conda:
+            "../envs/train.yaml"
+        shell:
+            "python -m attention_geometry train-shared --config {input.configs:q} --out {params.outs:q}"
+            " --threads {threads} --device {params.device} --time-limit {resources.trainer_time_limit} >> {log:q} 2>&1"
+            " || {{ code=$?; test $code -ne 75 || echo 'train_pack: a trainer stopped early (time limit or SIGTERM)"
+            " with its state saved (exit 75); a retry of this job resumes it' >> {log:q}; exit $code; }};"
+            " for d in {params.finals:q}; do test -d \"$d\" || {{ echo \"error: a run of this pack ended without"
+            " its final snapshot $d\" >> {log:q}; exit 1; }}; done"

@@ -652,6 +652,61 @@ def test_two_gpus_train_as_two_ddp_processes_through_the_rule(tmp_path, monkeypa
 
 
 @pytest.mark.workflow
+def test_a_pack_of_runs_trains_in_one_job_each_run_as_alone(tmp_path, monkeypatch):
+    """`training.runs_per_job: {tiny: 2}`: one job of rule train_pack_tiny_pack0 trains the encoder and the
+    decoder at once (train-shared, one thread each), and each run's loss.csv is byte for byte that of the same
+    RUN.yaml trained alone; a removed train.done (drop_unfinished_markers' case) runs the pack's job again, whose
+    trainers find their runs finished."""
+    from attention_geometry.training.loop import train
+    from attention_geometry.training.run_config import load_run_config
+
+    wf = copy_workflow(tmp_path / "wf")
+    cfg = yaml.safe_load((wf / "config" / "smoke.yaml").read_text())
+    cfg["results"] = "results-pack"
+    cfg["training"].update(threads=2, runs_per_job={"tiny": 2})
+    cfg["training"]["groups"] = {
+        "main": {
+            "settings": {"max_steps": 8, "snapshot_every": 4, "eval_every": 4, "eval_blocks": 8},
+            "runs": [
+                {
+                    "size": "tiny",
+                    "corpus": "wiki_offline",
+                    "objective": ["encoder", "decoder"],
+                    "init": "standard",
+                    "seed": 0,
+                    "overrides": {"batch_size": 8},
+                }
+            ],
+        }
+    }
+    cfg["updates"]["steps"] = [0]
+    cfg["figures"].pop("vision_group")  # text runs only
+    (wf / "config" / "pack.yaml").write_text(yaml.safe_dump(cfg))
+    runs = [_run_name(cfg, o, "standard") for o in ("encoder", "decoder")]
+    targets = [f"results-pack/runs/{r}/train.done" for r in runs]
+    proc = snakemake("--configfile", "config/pack.yaml", "--cores", "2", "-p", *targets, cwd=wf)
+    out = proc.stdout + proc.stderr
+    assert "rule train_pack_tiny_pack0:" in out and "rule train_model:" not in out
+    assert "python -m attention_geometry train-shared --config" in out
+    monkeypatch.chdir(wf)  # RUN.yaml names the corpus relative to the workflow
+    for run in runs:
+        packed = wf / "results-pack" / "runs" / run
+        assert yaml.safe_load((packed / "run.yaml").read_text())["runtime"]["threads"] == 1
+        alone = tmp_path / "alone" / run
+        train(
+            load_run_config(wf / "results-pack" / "configs" / "runs" / f"{run}.yaml"), alone, threads=1, progress=False
+        )
+        assert (packed / "loss.csv").read_bytes() == (alone / "loss.csv").read_bytes()
+    (wf / targets[0]).unlink()
+    proc = snakemake("--configfile", "config/pack.yaml", "--cores", "2", *targets, cwd=wf)
+    assert "rule train_pack_tiny_pack0:" in proc.stdout + proc.stderr
+    assert all((wf / t).is_file() for t in targets)
+    assert (wf / "results-pack" / "runs" / runs[0] / "loss.csv").read_bytes() == (
+        tmp_path / "alone" / runs[0] / "loss.csv"
+    ).read_bytes()
+
+
+@pytest.mark.workflow
 def test_gpu_check_script_without_cuda_and_its_config(tmp_path):
     """benchmarks/gpu_check.sh parses; without CUDA it prints one line, runs nothing and exits 0; its config
     is a valid workflow config that trains the two bert-mini runs on cuda in bf16 through train_model."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -857,3 +858,47 @@ def test_the_rules_read_no_config_key():
     for path in sorted((REPO / "rules").glob("*.smk")):
         text = path.read_text(encoding="utf-8")
         assert 'config["' not in text and "config.get(" not in text, path.name
+
+
+def test_runs_per_job_packs_a_sizes_runs_longest_first():
+    """smoke.yaml's five tiny runs: 40-step decoder, 40-step encoder, then the 20-step ones (priority: steps x 3
+    for a decoder, x 2 for an encoder; then the name), in packs of 2; the ViTs stay one run per job."""
+    cfg = validated_config()
+    runs = config_plan(cfg).runs
+    tiny = [r for r in runs if runs[r].size == "tiny"]
+    by_length = sorted(tiny, key=lambda r: (-runs[r].max_steps * (3 if runs[r].objective == "decoder" else 2), r))
+    cfg["training"]["runs_per_job"] = {"tiny": 2, "vit-tiny": 1}
+    p = config_plan(cfg)
+    assert p.packs == {"tiny-pack0": by_length[:2], "tiny-pack1": by_length[2:4], "tiny-pack2": by_length[4:]}
+    assert len(tiny) == 5 and runs[by_length[0]].max_steps == 40 and runs[by_length[-1]].max_steps == 20
+    assert set(p.packed) == set(tiny) and p.packed[by_length[3]] == "tiny-pack1"
+    assert p.unpacked_runs() == [r for r in runs if runs[r].size == "vit-tiny"]
+    cfg["training"]["runs_per_job"] = {"tiny": 8}
+    assert config_plan(cfg).packs == {"tiny-pack0": by_length}
+    del cfg["training"]["runs_per_job"]
+    assert config_plan(cfg).packs == {} and config_plan(cfg).unpacked_runs() == list(runs)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"runs_per_job": {"bert-mini": 4}}, "no run has size 'bert-mini' (the runs' sizes: tiny, vit-tiny)"),
+        ({"runs_per_job": {"tiny": 2}, "gpus": 2}, "needs gpus <= 1 and nodes 1 (here gpus 2, nodes 1)"),
+        ({"runs_per_job": {"tiny": 2}, "nodes": 2}, "needs gpus <= 1 and nodes 1 (here gpus 0, nodes 2)"),
+    ],
+)
+def test_runs_per_job_refuses_what_it_cannot_pack(change, message):
+    cfg = validated_config()
+    cfg["training"].update(change)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        config_plan(cfg)
+
+
+def test_runs_per_job_in_the_schema_takes_counts_of_at_least_one():
+    schema = str(REPO / "config" / "schema.yaml")
+    cfg = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    cfg["training"]["runs_per_job"] = {"tiny": 4}
+    assert workflow.schema_error(cfg, schema) is None
+    for bad in (0, "4", 1.5):
+        cfg["training"]["runs_per_job"] = {"tiny": bad}
+        assert workflow.schema_error(cfg, schema).startswith("config training.runs_per_job.tiny: ")

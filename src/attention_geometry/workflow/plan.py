@@ -63,7 +63,7 @@ from attention_geometry.workflow.pretrained import (
     pretrained_rows,
     resolve_pretrained,
 )
-from attention_geometry.workflow.runs import data_dir, expand_corpora, expand_runs, select_update_runs
+from attention_geometry.workflow.runs import data_dir, expand_corpora, expand_runs, pack_runs, select_update_runs
 
 __all__ = [
     "CONDITIONAL_PLACEHOLDERS",
@@ -197,6 +197,10 @@ class Plan:
         self.intervals = Intervals(f["ci_level"], f["bootstrap_resamples"], f["bootstrap_seed"])
         self.provenance_table = config["training"]["provenance_table"]
         self.jobs = jobs(config)  # resources, SLURM, the trainer's launch and device, the hub offline
+        t = config["training"]
+        # pack -> runs trained at once in one job (training.runs_per_job; rules train_pack_*), run -> its pack
+        self.packs = pack_runs(self.runs, t.get("runs_per_job"), int(t.get("gpus", 0)), int(t.get("nodes", 1)))
+        self.packed = {run: pack for pack, names in self.packs.items() for run in names}
         self.config_hash = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
         self._inputs: dict[str, str] = {}  # corpus -> corpus_inputs(corpus), computed when first asked for
 
@@ -243,6 +247,10 @@ class Plan:
     def train_done(self, run: str) -> str:
         """The marker that training of `run` finished (the train rule's only declared output)."""
         return self.res("runs", run, "train.done")
+
+    def unpacked_runs(self) -> list[str]:
+        """The runs rule train_model trains, one per job: those in no pack (training.runs_per_job)."""
+        return [r for r in self.runs if r not in self.packed]
 
     def final_snapshot(self, run: str) -> str:
         return str(snapshot_dir(self.run_dir(run), self.runs[run].max_steps))

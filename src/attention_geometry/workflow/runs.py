@@ -17,7 +17,7 @@ from attention_geometry.formats.rundir import run_name
 from attention_geometry.training.hyper import IMAGE_OBJECTIVES, IMAGE_SIZES
 from attention_geometry.training.run_config import RunConfig, run_config_from_dict, run_steps
 
-__all__ = ["CONFIG_KEY", "Run", "expand_corpora", "data_dir", "expand_runs", "select_update_runs"]
+__all__ = ["CONFIG_KEY", "Run", "expand_corpora", "data_dir", "expand_runs", "pack_runs", "select_update_runs"]
 
 
 # run identity key (contract.RUN_KEYS) -> the key a run entry of the workflow config uses for it. The only
@@ -160,3 +160,31 @@ def select_update_runs(runs: Mapping[str, Run], groups: Mapping[str, list[str]],
                 f"(snapshots at {runs[r].snapshot_steps[:8]}...)"
             )
     return selected
+
+
+def pack_runs(runs: Mapping[str, Run], runs_per_job: Mapping[str, int] | None, gpus: int, nodes: int) -> dict:
+    """pack name -> run names, for config training.runs_per_job (model size -> runs trained at once in one job):
+    the runs of each such size, longest first (Run.priority, then name), in packs of that many, named
+    '{size}-pack{i}' from 0 (the last pack may be smaller). Sizes with 1 (or not listed) are not packed: rule
+    train_model trains each of their runs alone. A size no run has, or packing with several GPUs or nodes per job
+    (train-shared starts plain processes on one device), is a ConfigError."""
+    wanted = {size: int(n) for size, n in (runs_per_job or {}).items() if int(n) > 1}
+    if not wanted:
+        return {}
+    sizes = sorted({r.size for r in runs.values()})
+    unknown = sorted(set(wanted) - set(sizes))
+    if unknown:
+        raise ConfigError(
+            f"config training.runs_per_job: no run has size {unknown[0]!r} (the runs' sizes: {', '.join(sizes)})"
+        )
+    if gpus > 1 or nodes > 1:
+        raise ConfigError(
+            f"config training.runs_per_job: packs several runs into one job on one device, which needs gpus <= 1 "
+            f"and nodes 1 (here gpus {gpus}, nodes {nodes})"
+        )
+    packs = {}
+    for size, n in sorted(wanted.items()):
+        names = sorted((name for name, r in runs.items() if r.size == size), key=lambda x: (-runs[x].priority, x))
+        for i in range(0, len(names), n):
+            packs[f"{size}-pack{i // n}"] = names[i : i + n]
+    return packs
