@@ -13,12 +13,14 @@ after --warmup untimed ones (the first of which holds a compile or a graph captu
 random data of the recipe's shapes (train_throughput: vocabulary 30,522, 10 % of the documents padded; 32 x 32 RGB
 images for the ViT). Rows, in this order, until the budget is spent (later rows are written as skipped):
   1. every size and objective on the host path (eager, as measured before) and the device path (eager);
-  2. each --capture of the device path for the first objective of each size (the ViT: classifier);
+  2. the first --capture of the device path (default cuda-graphs) for the first objective of each size (the ViT:
+     classifier);
   3. rounds of runs sharing the device (`shared`, measure_shared): for each --share-sizes size (its first
      objective, device path, eager), --share-runs training processes at once (default 1, then 8), each timed over
      the same --share-seconds window after its warm-up: each one's ms per update, and the updates per second, tokens/s
      and MFU of all together (the target: a GPU that trains 8 or more ViT runs at once);
-  4. each --capture for the other objectives.
+  4. the other --captures (default compile, slow to start) for the first objective of each size;
+  5. each --capture for the other objectives.
 The device path's `device_passes` is the fewest passes whose activations fit in 60 % of the free memory (a rough
 count, `suggest_passes`); an out-of-memory error retries with twice as many. A row that fails records its error
 and the run goes on. On CUDA each row also counts the host synchronizations of one more update
@@ -59,6 +61,13 @@ def plan(sizes: list[str], objectives: list[str], captures: list[str]) -> list[t
     rows += [(s, objs[s][0], "device", c) for c in captures for s in sizes]
     rows += [(s, o, "device", c) for c in captures for s in sizes for o in objs[s][1:]]
     return rows
+
+
+def schedule(rows: list[tuple], rounds: list[tuple], n_sizes: int, captures: bool) -> list[tuple]:
+    """The planned rows (plan) with the rounds of shared runs after the first capture of each size's first
+    objective (the module docstring: a compile, the second capture, is slow to start)."""
+    first = sum(r[3] == "eager" for r in rows) + (n_sizes if captures else 0)
+    return [*rows[:first], *rounds, *rows[first:]]
 
 
 def activation_bytes(h, objective: str, rows: int, seq: int) -> float:
@@ -367,8 +376,9 @@ def main(argv=None) -> int:
         "--share-sizes",
         nargs="*",
         default=["vit-tiny", "bert-mini"],
-        help="sizes trained as several processes on the device at once, after the eager rows and the captures of "
-        "each size's first objective (that objective, device path, eager; default vit-tiny bert-mini; none: no rounds)",
+        help="sizes trained as several processes on the device at once, after the eager rows and the first capture "
+        "of each size's first objective (that objective, device path, eager; default vit-tiny bert-mini; none: no "
+        "rounds)",
     )
     p.add_argument("--share-runs", nargs="+", type=int, default=[1, 8], help="processes per round (default 1 8)")
     p.add_argument("--share-seconds", type=float, default=3.0, help="the timed window of each round (default 3)")
@@ -418,7 +428,6 @@ def main(argv=None) -> int:
         setup = Setup(Path(args.config), args.group, timing, dev, peak, tmp)
         rows_planned = plan(args.sizes, args.objectives, args.captures)
         to_profile = set() if args.no_profile else profiled(rows_planned)
-        eager = [r for r in rows_planned if r[3] == "eager"]
         rounds = [
             (s, "classifier" if s.startswith("vit") else args.objectives[0], k)
             for s in args.share_sizes
@@ -430,8 +439,7 @@ def main(argv=None) -> int:
                 doc = {**head, "rows": rows, "summary": summary(rows), "shared": shared}
                 Path(args.json).write_text(json.dumps({**doc, "shared_summary": shared_summary(shared)}, indent=1))
 
-        first = len(eager) + len(args.captures) * len(args.sizes)  # then each capture of each size's first objective
-        for item in [*rows_planned[:first], *rounds, *rows_planned[first:]]:
+        for item in schedule(rows_planned, rounds, len(args.sizes), bool(args.captures)):
             spent = time.monotonic() - start > args.budget_s
             if len(item) == 3:  # a round of runs sharing the device
                 size, objective, k = item

@@ -38,6 +38,20 @@ def test_the_plan_puts_both_paths_of_every_size_first_then_the_captures():
     ]
 
 
+def test_the_shared_rounds_come_after_the_first_capture_of_the_first_objectives():
+    rows = gm.plan(["bert-mini", "vit-tiny"], ["encoder", "decoder"], ["cuda-graphs", "compile"])
+    rounds = [("vit-tiny", "classifier", 1), ("vit-tiny", "classifier", 8)]
+    order = gm.schedule(rows, rounds, 2, True)
+    assert order[:8] == rows[:8] and order[8:10] == rounds and order[10:] == rows[8:]
+    assert order[6:8] == [
+        ("bert-mini", "encoder", "device", "cuda-graphs"),
+        ("vit-tiny", "classifier", "device", "cuda-graphs"),
+    ]
+    assert order[10] == ("bert-mini", "encoder", "device", "compile")
+    eager = gm.plan(["bert-mini"], ["encoder"], [])
+    assert gm.schedule(eager, rounds, 1, False) == [*eager, *rounds]
+
+
 def test_the_passes_fit_the_memory():
     """The recipe's update of 256 x 512 in fp16: bert-mini in one pass; bert-large in 2 on an H200 (~139 GiB free),
     in 4 on an H100 (~78 GiB)."""
