@@ -2,7 +2,7 @@
 "Paper scale", for config/paper.yaml and config/paper-first-look.yaml.
 
     python benchmarks/paper_cost.py [--config config/paper.yaml] [--peak-tflops 989]
-        [--mfu bert-base=0.30 --mfu bert-large/decoder=0.25 ...]
+        [--mfu bert-base=0.30 --mfu bert-large/decoder=0.25 ...] [--measured gpu_measure.json]
 
 Every run of the config's expansion (the workflow's own, attention_geometry.workflow.runs.expand_runs), its
 hyperparameters resolved as the trainer resolves them (size, overrides). Model FLOPs per token, counted as for
@@ -25,11 +25,16 @@ FLOPs / (MFU x peak). The MFUs (MFU, per size and objective) are measured: one H
 `benchmarks/train_throughput.py --device cuda` (the training loop's own update under config/paper.yaml's recipe,
 eager, on random data of its shapes; its MFU(cost) column, i.e. against this file's FLOP count, so that the ms
 per step below are the measured ones). --mfu SIZE=F sets every objective of a size, SIZE/OBJECTIVE=F one.
+--measured PATH: the MFUs of benchmarks/gpu_measure.py's JSON instead (measured_mfu): per size and objective the
+fastest row (host or device path, any capture) by its MFU(cost); for a size the config packs
+(training.runs_per_job: k runs per job), that MFU times the gain of k runs sharing the device over one (its rounds
+of shared runs; the nearest measured k at or below the config's), since k runs then take one GPU's time together.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -55,6 +60,26 @@ MFU = {
 }
 VOCAB = 30522  # bert-base-uncased's tokenizer, every text corpus of the paper configs
 MLM_P = 0.15
+
+
+def measured_mfu(doc: dict, runs_per_job: dict | None = None) -> dict[tuple[str, str], tuple[float, str]]:
+    """(size, objective) -> (MFU against this file's FLOP count, where it comes from) from a gpu_measure.py JSON
+    document (module docstring, --measured): the best row without an error, and for a size packed k runs per job the
+    gain of its nearest measured round at or below k over one run alone."""
+    best: dict[tuple[str, str], tuple[float, str]] = {}
+    for r in doc.get("rows", []):
+        mfu = r.get("mfu_paper_cost")
+        key = (r["size"], r["objective"])
+        if mfu and (key not in best or mfu > best[key][0]):
+            best[key] = (mfu, f"{r['batch_path']}/{r['capture']}")
+    for s in doc.get("shared_summary", []):
+        k = int((runs_per_job or {}).get(s["size"], 1))
+        gains = {int(n): g for n, g in s.get("gain_over_one_run", {}).items() if int(n) <= k}
+        key = (s["size"], s["objective"])
+        if k > 1 and gains and key in best:
+            n = max(gains)
+            best[key] = (best[key][0] * gains[n], f"{best[key][1]}, {n} runs at once x{gains[n]:g}")
+    return best
 
 
 def flops_per_token(h, objective: str, n: int) -> dict[str, float]:
@@ -98,14 +123,26 @@ def main(argv=None) -> None:
     ap.add_argument("--config", default=str(REPO / "config" / "paper.yaml"))
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense fp16/bf16 peak (H100 SXM, H200: 989)")
     ap.add_argument("--mfu", action="append", default=[], metavar="SIZE[/OBJECTIVE]=FRACTION")
+    ap.add_argument("--measured", metavar="JSON", help="MFUs from benchmarks/gpu_measure.py's JSON (measured_mfu)")
     args = ap.parse_args(argv)
+    cfg = yaml.safe_load(Path(args.config).read_text())
     mfu = dict(MFU)
+    if args.measured:
+        doc = json.loads(Path(args.measured).read_text())
+        found = measured_mfu(doc, cfg["training"].get("runs_per_job"))
+        print(f"MFUs measured on {doc.get('device')} (torch {doc.get('torch')}), {args.measured}:")
+        for key, (value, where) in sorted(found.items()):
+            print(f"  {key[0]} {key[1]}: {value:.1%} ({where})")
+        missing = sorted(set(MFU) - set(found))
+        if missing:
+            print(f"  not measured there, kept from the H200 of 2026-12-04: {missing}")
+        mfu.update({key: value for key, (value, _) in found.items()})
+        print()
     for item in args.mfu:
         key, _, value = item.partition("=")
         size, _, objective = key.partition("/")
         for cell in [(size, objective)] if objective else [c for c in MFU if c[0] == size]:
             mfu[cell] = float(value)
-    cfg = yaml.safe_load(Path(args.config).read_text())
     runs, _ = expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
     cells: dict[tuple[str, str], list] = defaultdict(list)
     for run in runs.values():

@@ -4,6 +4,8 @@ against a hand computation."""
 
 from __future__ import annotations
 
+import json
+
 import paper_cost
 import pytest
 import torch
@@ -91,3 +93,46 @@ def test_the_flop_count_by_hand(objective):
     by_hand = T * (6 * L * (4 * d * d + 2 * d * i + 9 * d + i) + 12 * L * n * d + p * 6 * (d * d + d * V))
     assert cost == pytest.approx(by_hand)
     assert cost == pytest.approx(T * sum(paper_cost.flops_per_token(h, objective, n).values()))
+
+
+def _row(size: str, objective: str, path: str, capture: str, **values) -> dict:
+    return {"size": size, "objective": objective, "batch_path": path, "capture": capture, **values}
+
+
+def test_paper_cost_takes_the_best_measured_row_and_the_gain_of_packed_runs(tmp_path, capsys):
+    doc = {
+        "device": "NVIDIA H100 80GB HBM3",
+        "torch": "2.11.0",
+        "rows": [
+            _row("bert-mini", "encoder", "host", "eager", mfu_paper_cost=0.02),
+            _row("bert-mini", "encoder", "device", "eager", mfu_paper_cost=0.10),
+            _row("bert-mini", "encoder", "device", "cuda-graphs", error="x"),
+            _row("bert-mini", "encoder", "device", "compile", mfu_paper_cost=0.12),
+            _row("vit-tiny", "classifier", "host", "eager", mfu_paper_cost=0.006),
+            _row("vit-tiny", "classifier", "device", "eager", mfu_paper_cost=0.01),
+            _row("bert-base", "encoder", "host", "eager", skipped="budget"),
+        ],
+        "shared_summary": [
+            {"size": "vit-tiny", "objective": "classifier", "gain_over_one_run": {"4": 3.0, "8": 5.0}},
+            {"size": "bert-mini", "objective": "encoder", "gain_over_one_run": {"8": 1.5}},
+        ],
+    }
+    alone = paper_cost.measured_mfu(doc)
+    assert alone == {
+        ("bert-mini", "encoder"): (0.12, "device/compile"),
+        ("vit-tiny", "classifier"): (0.01, "device/eager"),
+    }
+    packed = paper_cost.measured_mfu(doc, {"vit-tiny": 6, "bert-mini": 1})
+    assert packed[("vit-tiny", "classifier")] == (pytest.approx(0.03), "device/eager, 4 runs at once x3")
+    assert packed[("bert-mini", "encoder")] == alone[("bert-mini", "encoder")]
+    assert paper_cost.measured_mfu(doc, {"vit-tiny": 8})[("vit-tiny", "classifier")][0] == pytest.approx(0.05)
+
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(doc))
+    paper_cost.main(["--measured", str(path)])
+    out = capsys.readouterr().out
+    assert "bert-mini encoder: 12.0% (device/compile)" in out and "vit-tiny classifier: 1.0% (device/eager)" in out
+    # a run's GPU-hours at 12 %: its FLOPs (steps x (batch x n x per-token + evaluation)) over 12 % of the peak
+    line = next(x for x in out.splitlines() if x.startswith("| bert-mini | encoder |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[5] == "12.0%" and float(cells[6]) == pytest.approx(186.2 * 0.0230 / 0.12, rel=2e-3)
