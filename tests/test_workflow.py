@@ -600,6 +600,21 @@ def test_edited_run_settings_rerun_the_run(tmp_path):
     assert (run_dir / "checkpoints" / "step-0000030").is_dir() and (wf / target).exists()
 
 
+def _two_tiny_runs(wf: Path, name: str, training: dict, overrides: dict) -> dict:
+    """smoke.yaml with `training` set and one group of two 8-step tiny runs (encoder and decoder, standard, seed 0,
+    `overrides`), text only, results in results-{name}/: written to wf/config/{name}.yaml and returned."""
+    cfg = yaml.safe_load((wf / "config" / "smoke.yaml").read_text())
+    cfg["results"] = f"results-{name}"
+    cfg["training"].update(training)
+    run = {"size": "tiny", "corpus": "wiki_offline", "objective": ["encoder", "decoder"], "init": "standard"}
+    settings = {"max_steps": 8, "snapshot_every": 4, "eval_every": 4, "eval_blocks": 8}
+    cfg["training"]["groups"] = {"main": {"settings": settings, "runs": [{**run, "seed": 0, "overrides": overrides}]}}
+    cfg["updates"]["steps"] = [0]
+    cfg["figures"].pop("vision_group")  # text runs only
+    (wf / "config" / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+    return cfg
+
+
 @pytest.mark.workflow
 def test_two_gpus_train_as_two_ddp_processes_through_the_rule(tmp_path, monkeypatch):
     """`training.gpus: 2` on CPU: rule train_model starts the trainer under torchrun with two gloo processes;
@@ -609,27 +624,7 @@ def test_two_gpus_train_as_two_ddp_processes_through_the_rule(tmp_path, monkeypa
     from attention_geometry.training.run_config import load_run_config
 
     wf = copy_workflow(tmp_path / "wf")
-    cfg = yaml.safe_load((wf / "config" / "smoke.yaml").read_text())
-    cfg["results"] = "results-ddp"
-    cfg["training"].update(gpus=2, threads=2)
-    cfg["training"]["groups"] = {
-        "main": {
-            "settings": {"max_steps": 8, "snapshot_every": 4, "eval_every": 4, "eval_blocks": 8},
-            "runs": [
-                {
-                    "size": "tiny",
-                    "corpus": "wiki_offline",
-                    "objective": ["encoder", "decoder"],
-                    "init": "standard",
-                    "seed": 0,
-                    "overrides": {"batch_size": 8, "grad_accum": 2},
-                }
-            ],
-        }
-    }
-    cfg["updates"]["steps"] = [0]
-    cfg["figures"].pop("vision_group")  # text runs only
-    (wf / "config" / "ddp.yaml").write_text(yaml.safe_dump(cfg))
+    cfg = _two_tiny_runs(wf, "ddp", {"gpus": 2, "threads": 2}, {"batch_size": 8, "grad_accum": 2})
     run = _run_name(cfg, "encoder", "standard")
     proc = snakemake(
         "--configfile", "config/ddp.yaml", "--cores", "2", "-p", f"results-ddp/runs/{run}/train.done", cwd=wf
@@ -661,27 +656,7 @@ def test_a_pack_of_runs_trains_in_one_job_each_run_as_alone(tmp_path, monkeypatc
     from attention_geometry.training.run_config import load_run_config
 
     wf = copy_workflow(tmp_path / "wf")
-    cfg = yaml.safe_load((wf / "config" / "smoke.yaml").read_text())
-    cfg["results"] = "results-pack"
-    cfg["training"].update(threads=2, runs_per_job={"tiny": 2})
-    cfg["training"]["groups"] = {
-        "main": {
-            "settings": {"max_steps": 8, "snapshot_every": 4, "eval_every": 4, "eval_blocks": 8},
-            "runs": [
-                {
-                    "size": "tiny",
-                    "corpus": "wiki_offline",
-                    "objective": ["encoder", "decoder"],
-                    "init": "standard",
-                    "seed": 0,
-                    "overrides": {"batch_size": 8},
-                }
-            ],
-        }
-    }
-    cfg["updates"]["steps"] = [0]
-    cfg["figures"].pop("vision_group")  # text runs only
-    (wf / "config" / "pack.yaml").write_text(yaml.safe_dump(cfg))
+    cfg = _two_tiny_runs(wf, "pack", {"threads": 2, "runs_per_job": {"tiny": 2}}, {"batch_size": 8})
     runs = [_run_name(cfg, o, "standard") for o in ("encoder", "decoder")]
     targets = [f"results-pack/runs/{r}/train.done" for r in runs]
     proc = snakemake("--configfile", "config/pack.yaml", "--cores", "2", "-p", *targets, cwd=wf)
