@@ -130,7 +130,7 @@ for _pack, _runs in PLAN.packs.items():
         conda:
             "../envs/train.yaml"
         shell:
-            "python -m attention_geometry train-shared --config {input.configs:q} --out {params.outs:q}"
+            "python -m attention_geometry train-shared --no-progress --config {input.configs:q} --out {params.outs:q}"
             " --threads {threads} --device {params.device} --time-limit {resources.trainer_time_limit} >> {log:q} 2>&1"
             " || {{ code=$?; test $code -ne 75 || echo 'train_pack: a trainer stopped early (time limit or SIGTERM)"
             " with its state saved (exit 75); a retry of this job resumes it' >> {log:q}; exit $code; }};"

@@ -662,7 +662,7 @@ def test_a_pack_of_runs_trains_in_one_job_each_run_as_alone(tmp_path, monkeypatc
     proc = snakemake("--configfile", "config/pack.yaml", "--cores", "2", "-p", *targets, cwd=wf)
     out = proc.stdout + proc.stderr
     assert "rule train_pack_tiny_pack0:" in out and "rule train_model:" not in out
-    assert "python -m attention_geometry train-shared --config" in out
+    assert "python -m attention_geometry train-shared --no-progress --config" in out
     monkeypatch.chdir(wf)  # RUN.yaml names the corpus relative to the workflow
     for run in runs:
         packed = wf / "results-pack" / "runs" / run
