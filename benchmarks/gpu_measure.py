@@ -3,7 +3,8 @@
 recipe, in one run that fits a time budget. benchmarks/gpu_measure.sh runs it with gpu_check.sh on a lent GPU.
 
     python benchmarks/gpu_measure.py [--device cuda] [--sizes bert-mini bert-base bert-large vit-tiny]
-        [--objectives encoder decoder-paper decoder] [--captures cuda-graphs compile] [--steps 5] [--warmup 2]
+        [--objectives encoder decoder-paper decoder] [--captures cuda-graphs compile] [--no-varlen] [--steps 5]
+        [--warmup 2]
         [--budget-s 210] [--json PATH] [--config config/paper.yaml] [--group paper] [--block-len 512] [--no-profile]
         [--share-sizes vit-tiny bert-mini] [--share-runs 1 8] [--share-seconds 3]
 
@@ -11,25 +12,32 @@ What is timed: the training loop's own update (benchmarks/train_throughput.py lo
 host path, the DeviceUpdate with `batch_path: device`), each between two synchronizations, the median of --steps
 after --warmup untimed ones (the first of which holds a compile or a graph capture: its time is in `first_ms`), on
 random data of the recipe's shapes (train_throughput: vocabulary 30,522, 10 % of the documents padded; 32 x 32 RGB
-images for the ViT). Rows, in this order, until the budget is spent (later rows are written as skipped):
-  1. every size and objective on the host path (eager, as measured before) and the device path (eager);
-  2. the first --capture of the device path (default cuda-graphs) for the first objective of each size (the ViT:
+images for the ViT). First `varlen_check`: the device path's variable-length flash attention (`padded_attention:
+varlen`) against the key-padding mask on one padded bert-mini batch (outputs and gradients; dropout off), and the
+causal objectives' unmasked attention against theirs. Rows, in this order, until the budget is spent (later rows
+are written as skipped):
+  1. every size and objective on the host path (eager, as measured before) and the device path (eager; padded
+     passes with the key-padding mask, `padded_attention: mask`);
+  2. the device path with `padded_attention: varlen` (eager) for the first objective of each text size;
+  3. the first --capture of the device path (default cuda-graphs) for the first objective of each size (the ViT:
      classifier);
-  3. rounds of runs sharing the device (`shared`, measure_shared): for each --share-sizes size (its first
+  4. rounds of runs sharing the device (`shared`, measure_shared): for each --share-sizes size (its first
      objective, device path, eager), --share-runs training processes at once (default 1, then 8), each timed over
      the same --share-seconds window after its warm-up: each one's ms per update, and the updates per second, tokens/s
      and MFU of all together (the target: a GPU that trains 8 or more ViT runs at once);
-  4. the other --captures (default compile, slow to start) for the first objective of each size;
-  5. each --capture for the other objectives.
+  5. the other --captures (default compile, slow to start) for the first objective of each size;
+  6. each --capture for the other objectives;
+  7. `padded_attention: varlen` (eager) for the other objectives (--no-varlen: no varlen rows).
 The device path's `device_passes` is the fewest passes whose activations fit in 60 % of the free memory (a rough
 count, `suggest_passes`); an out-of-memory error retries with twice as many. A row that fails records its error
 and the run goes on. On CUDA each row also counts the host synchronizations of one more update
 (torch.cuda.set_sync_debug_mode: `syncs_per_update`), and every row keeps each update's mean loss (`losses`: the
 device path's rows of one size and objective start from the same weights and masks, so eager, compiled and graphed
-passes should agree to the precision's rounding). Both eager paths of each size's first objective also profile
-one more update (`profile`: train_throughput.profile_update; the device's busy and idle time, its kernels, the
-runtime's synchronizations, copies and launches, the operators that take the most time), so that a target missed
-comes with where the update's time went; --no-profile skips it. --device cpu rehearses it all
+passes should agree to the precision's rounding; a varlen row's dropout falls elsewhere). Both eager paths of each
+size's first objective also profile one more update, and so does its varlen row (`profile`:
+train_throughput.profile_update; the device's busy and idle time, its kernels, the runtime's synchronizations,
+copies and launches, the operators that take the most time), so that a target missed comes with where the
+update's time went; --no-profile skips it. --device cpu rehearses it all
 (tests/test_gpu_measure.py).
 """
 
@@ -54,19 +62,30 @@ REPO = Path(__file__).resolve().parents[1]
 FREE_SHARE = 0.6  # the share of the free device memory a pass's activations may take (suggest_passes)
 
 
-def plan(sizes: list[str], objectives: list[str], captures: list[str]) -> list[tuple[str, str, str, str]]:
-    """The rows (size, objective, batch_path, capture) in the order they are measured (the module docstring)."""
+Row = tuple[str, str, str, str, str]  # (size, objective, batch_path, capture, padded_attention)
+
+
+def plan(sizes: list[str], objectives: list[str], captures: list[str], varlen: bool = True) -> list[Row]:
+    """The rows (size, objective, batch_path, capture, padded_attention) in the order they are measured (the module
+    docstring)."""
     objs = {s: ["classifier"] if s.startswith("vit") else list(objectives) for s in sizes}
-    rows = [(s, o, path, "eager") for s in sizes for o in objs[s] for path in ("host", "device")]
-    rows += [(s, objs[s][0], "device", c) for c in captures for s in sizes]
-    rows += [(s, o, "device", c) for c in captures for s in sizes for o in objs[s][1:]]
+    text = [s for s in sizes if not s.startswith("vit")] if varlen else []
+    rows = [(s, o, path, "eager", "mask") for s in sizes for o in objs[s] for path in ("host", "device")]
+    rows += [(s, objs[s][0], "device", "eager", "varlen") for s in text]
+    rows += [(s, objs[s][0], "device", c, "mask") for c in captures for s in sizes]
+    rows += [(s, o, "device", c, "mask") for c in captures for s in sizes for o in objs[s][1:]]
+    rows += [(s, o, "device", "eager", "varlen") for s in text for o in objs[s][1:]]
     return rows
 
 
-def schedule(rows: list[tuple], rounds: list[tuple], n_sizes: int, captures: bool) -> list[tuple]:
+def schedule(rows: list[Row], rounds: list[tuple], n_sizes: int, captures: bool) -> list[tuple]:
     """The planned rows (plan) with the rounds of shared runs after the first capture of each size's first
     objective (the module docstring: a compile, the second capture, is slow to start)."""
-    first = sum(r[3] == "eager" for r in rows) + (n_sizes if captures else 0)
+    first_objective = {}
+    for r in rows:
+        first_objective.setdefault(r[0], r[1])
+    eager = sum(r[3] == "eager" and (r[4] == "mask" or first_objective[r[0]] == r[1]) for r in rows)
+    first = eager + (n_sizes if captures else 0)
     return [*rows[:first], *rounds, *rows[first:]]
 
 
@@ -111,26 +130,36 @@ class Setup:
     tmp: Path
 
 
-def profiled(rows: list[tuple[str, str, str, str]]) -> set[tuple[str, str, str, str]]:
-    """The rows whose one more update is profiled (train_throughput.profile_update): both paths, eager, of each
-    size's first objective."""
+def profiled(rows: list[Row]) -> set[Row]:
+    """The rows whose one more update is profiled (train_throughput.profile_update): both paths, eager (the device
+    path's with each padded attention), of each size's first objective."""
     first = {}
-    for size, objective, _, _ in rows:
+    for size, objective, *_ in rows:
         first.setdefault(size, objective)
     return {r for r in rows if r[3] == "eager" and first[r[0]] == r[1]}
 
 
 def measure(
-    size: str, objective: str, path: str, capture: str, data: Path, setup: Setup, profile: bool = False
+    size: str,
+    objective: str,
+    path: str,
+    capture: str,
+    data: Path,
+    setup: Setup,
+    profile: bool = False,
+    attention: str = "mask",
 ) -> dict:
-    """One row: the loop's update of (size, objective) on `path` with `capture`, on the setup's device; with
-    `profile`, where one more update's time goes."""
+    """One row: the loop's update of (size, objective) on `path` with `capture` (and the device path's
+    `padded_attention`), on the setup's device; with `profile`, where one more update's time goes."""
     timing, dev, peak, tmp = setup.timing, setup.dev, setup.peak, setup.tmp
     _, where = tt.recipe_overrides(setup.config, setup.group, size)
     image = objective == "classifier"
     overrides = _recipe(size, objective, setup, path, capture)
+    if attention != "mask":
+        overrides["padded_attention"] = attention
     batch = tt.resolve_hyper(size, overrides if image else {**overrides, "vocab_size": 30522}).batch_size
     row = {"size": size, "objective": objective, "batch_path": path, "capture": capture, "recipe": where}
+    row["padded_attention"] = attention
     while True:
         record: dict = {}
         try:
@@ -345,12 +374,84 @@ def shared_summary(shared: list[dict]) -> list[dict]:
     return out
 
 
+def _variant(r: dict) -> str:
+    """A row's variant in the summary: batch_path/capture, and /varlen for `padded_attention: varlen`."""
+    tail = "/varlen" if r.get("padded_attention") == "varlen" else ""
+    return f"{r['batch_path']}/{r['capture']}{tail}"
+
+
+def varlen_check(dev: torch.device, size: str = "bert-mini", seq: int = 128) -> dict:
+    """The device path's `padded_attention: varlen` against the key-padding mask on `dev`, on 8 rows of `seq`
+    tokens of a fresh `size` encoder, real lengths from 1 to `seq` (two rows unpadded), dropout off, bf16 autocast on
+    CUDA (where the segments run PyTorch's variable-length flash kernel; elsewhere models.segment_mask, fp32):
+    `bidirectional` the real positions' last hidden states and every gradient of a loss on them (random weights),
+    the segments against the mask; `causal` the same for causal attention, without a mask against the mask. Each:
+    the largest difference of an output relative to the largest output (`out_rel`), the largest relative norm of a
+    gradient's difference (`grad_rel`); `ok` where both are within `tol` (bf16 rounding; wrong segments give
+    differences of order one). `dropout_finite`: a training-mode pass with the recipe's dropout through the segments
+    gives a finite loss and gradients."""
+    from attention_geometry.training.models import build_model, hidden_states, segment_bounds
+
+    special = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
+    model = build_model(size, "encoder", "standard", 0, special_tokens=special, vocab_size=30522, seq_len=seq)
+    model = model.to(dev).eval()
+    lengths = [seq, 1, seq // 2, seq - 1, 3, seq, 17, seq // 3]
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(5, 30522, (len(lengths), seq), generator=gen)
+    real = torch.arange(seq)[None, :] < torch.tensor(lengths)[:, None]
+    x = torch.where(real, x, special["pad"]).to(dev)
+    real = real.to(dev)
+    w = torch.randn(int(real.sum()), model.config.hidden_size, generator=gen).to(dev)
+    cuda = dev.type == "cuda"
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
+    tol = 5e-2 if cuda else 1e-5
+
+    def run(key, causal: bool):
+        model.zero_grad(set_to_none=True)
+        with amp:
+            out = hidden_states(model, x, key, causal)[real].float()
+        loss = (out * w).sum()
+        loss.backward()
+        grads = {n: p.grad.detach().float().clone() for n, p in model.named_parameters() if p.grad is not None}
+        return out.detach(), grads, loss.detach()
+
+    def compare(a, b) -> dict:
+        out_rel = float((a[0] - b[0]).abs().max() / a[0].abs().max())
+        grad_rel = max(float((g - b[1][n]).norm() / g.norm().clamp_min(1e-30)) for n, g in a[1].items())
+        return {"out_rel": out_rel, "grad_rel": grad_rel, "ok": out_rel <= tol and grad_rel <= tol}
+
+    result = {
+        "size": size,
+        "rows": len(lengths),
+        "seq": seq,
+        "kernel": "flash varlen (bf16)" if cuda else "dense segment mask (fp32)",
+        "tol": tol,
+        "bidirectional": compare(run(real, False), run(segment_bounds(real), False)),
+        "causal": compare(run(real, True), run(None, True)),
+    }
+    model.train()
+    _, grads, loss = run(segment_bounds(real), False)
+    result["dropout_finite"] = bool(torch.isfinite(loss)) and all(bool(torch.isfinite(g).all()) for g in grads.values())
+    result["ok"] = result["bidirectional"]["ok"] and result["causal"]["ok"] and result["dropout_finite"]
+    return result
+
+
+def varlen_line(r: dict) -> str:
+    """varlen_check in one line."""
+    if "error" in r:
+        return f"varlen check: error: {r['error'][:200]}"
+    parts = [f"{k} out {r[k]['out_rel']:.1e}, grads {r[k]['grad_rel']:.1e}" for k in ("bidirectional", "causal")]
+    verdict = "ok" if r["ok"] else "FAILED"
+    head = f"varlen check ({r['kernel']}, tol {r['tol']:g})"
+    return f"{head}: {'; '.join(parts)}; dropout finite {r['dropout_finite']}: {verdict}"
+
+
 def summary(rows: list[dict]) -> list[dict]:
     """Per (size, objective): ms per update of each measured variant and the speed-up of each over the host path."""
     out = []
     for key in dict.fromkeys((r["size"], r["objective"]) for r in rows):
         mine = [r for r in rows if (r["size"], r["objective"]) == key and "ms_per_update" in r]
-        ms = {f"{r['batch_path']}/{r['capture']}": round(r["ms_per_update"], 2) for r in mine}
+        ms = {_variant(r): round(r["ms_per_update"], 2) for r in mine}
         host = ms.get("host/eager")
         speedup = {k: round(host / v, 2) for k, v in ms.items() if host and k != "host/eager"}
         out.append({"size": key[0], "objective": key[1], "ms_per_update": ms, "speedup_over_host": speedup})
@@ -363,6 +464,9 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", nargs="+", default=["bert-mini", "bert-base", "bert-large", "vit-tiny"])
     p.add_argument("--objectives", nargs="+", default=["encoder", "decoder-paper", "decoder"])
     p.add_argument("--captures", nargs="*", default=["cuda-graphs", "compile"], choices=["cuda-graphs", "compile"])
+    p.add_argument(
+        "--no-varlen", action="store_true", help="no rows with `padded_attention: varlen` (nor the varlen check)"
+    )
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--budget-s", type=float, default=210.0, help="start no row after this many seconds")
@@ -414,8 +518,15 @@ def main(argv=None) -> int:
     print(
         f"gpu_measure: {name} (torch {torch.__version__}, CUDA {torch.version.cuda}), peak {peak} TFLOP/s", flush=True
     )
+    text_sizes = [x for x in args.sizes if not x.startswith("vit")]
+    if not args.no_varlen and text_sizes:
+        try:
+            head["varlen_check"] = varlen_check(dev, *text_sizes[:1])
+        except Exception as exc:  # noqa: BLE001 - recorded; the varlen rows then show the same error
+            head["varlen_check"] = {"error": f"{type(exc).__name__}: {exc}", "ok": False}
+        print(varlen_line(head["varlen_check"]), flush=True)
     print(
-        f"{'size':<11}{'objective':<14}{'path':<8}{'capture':<12}{'passes':>7}{'ms/update':>10}{'first ms':>10}"
+        f"{'size':<11}{'objective':<14}{'path':<8}{'capture':<15}{'passes':>7}{'ms/update':>10}{'first ms':>10}"
         f"{'tokens/s':>12}{'MFU':>7}{'syncs':>6}",
         flush=True,
     )
@@ -426,7 +537,7 @@ def main(argv=None) -> int:
         text = tt.write_random_corpus(tmp / "corpus", 30522, args.block_len, pad_rows=args.pad_rows, layout="documents")
         images = tt.write_random_images(tmp / "images")
         setup = Setup(Path(args.config), args.group, timing, dev, peak, tmp)
-        rows_planned = plan(args.sizes, args.objectives, args.captures)
+        rows_planned = plan(args.sizes, args.objectives, args.captures, not args.no_varlen)
         to_profile = set() if args.no_profile else profiled(rows_planned)
         rounds = [
             (s, "classifier" if s.startswith("vit") else args.objectives[0], k)
@@ -458,7 +569,7 @@ def main(argv=None) -> int:
                 shared.append(r)
                 write()
                 continue
-            size, objective, path, capture = item
+            size, objective, path, capture, attention = item
             if spent:
                 rows.append(
                     {
@@ -466,21 +577,23 @@ def main(argv=None) -> int:
                         "objective": objective,
                         "batch_path": path,
                         "capture": capture,
+                        "padded_attention": attention,
                         "skipped": f"budget of {args.budget_s:g} s spent",
                     }
                 )
                 continue
             data = images if objective == "classifier" else text
-            r = measure(size, objective, path, capture, data, setup, item in to_profile)
+            r = measure(size, objective, path, capture, data, setup, item in to_profile, attention)
             r["elapsed_s"] = round(time.monotonic() - start, 1)
             rows.append(r)
+            label = capture + ("+varlen" if attention == "varlen" else "")
             if "error" in r:
-                print(f"{size:<11}{objective:<14}{path:<8}{capture:<12}  error: {r['error'][:200]}", flush=True)
+                print(f"{size:<11}{objective:<14}{path:<8}{label:<15}  error: {r['error'][:200]}", flush=True)
             else:
                 mfu = f"{r['mfu']:7.1%}" if r["mfu"] is not None else f"{'-':>7}"
                 syncs = "-" if r["syncs_per_update"] is None else str(r["syncs_per_update"])
                 print(
-                    f"{size:<11}{objective:<14}{path:<8}{capture:<12}{r['device_passes']:>7}"
+                    f"{size:<11}{objective:<14}{path:<8}{label:<15}{r['device_passes']:>7}"
                     f"{r['ms_per_update']:10.1f}{r['first_ms']:10.0f}{r['tokens_per_s']:12,.0f}{mfu}{syncs:>6}",
                     flush=True,
                 )

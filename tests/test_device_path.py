@@ -15,11 +15,19 @@ import torch
 import yaml
 
 from attention_geometry.errors import UserError
+from attention_geometry.formats.corpus import load_corpus
 from attention_geometry.training.batches import IGNORE_INDEX, make_batch, n_loss_tokens
-from attention_geometry.training.device_path import DeviceUpdate, capacity, device_mask_seed, device_masks
+from attention_geometry.training.device_path import (
+    DeviceUpdate,
+    capacity,
+    device_mask_seed,
+    device_masks,
+    pass_kind,
+    real_first,
+)
 from attention_geometry.training.hyper import resolve_hyper
 from attention_geometry.training.loop import _LossModule, _Run, accumulate, train
-from attention_geometry.training.models import build_model
+from attention_geometry.training.models import build_model, segment_bounds, segment_mask
 from attention_geometry.training.run_config import load_run_config
 
 torch.set_num_threads(1)
@@ -161,20 +169,16 @@ def _run(objective: str, h, model):
     return run
 
 
-@pytest.mark.parametrize("objective", ["encoder", "decoder-paper", "decoder"])
-@pytest.mark.parametrize("loss_mean", ["tokens", "micro_batches"])
-@pytest.mark.parametrize("passes", [1, 2])
-@pytest.mark.parametrize("recipe", ["authors", "packed"])
-def test_the_passes_give_the_accumulate_loops_gradients(objective, loss_mean, passes, recipe):
-    """One update of 4 micro-batches of 2 documents (some padded, as the authors' recipe has them) through the host
-    path's accumulate() and through the device path's passes (all micro-batches in one pass, or two), the same
-    inputs and labels: the gradients agree to 1e-6 in fp32 (measured: under 1e-7), the summed loss to 1e-6
-    relative. The packed recipe masks the keys that are [PAD] in the corrupted input (the host path's rule)."""
+def _passes_against_accumulate(objective: str, loss_mean: str, passes: int, recipe: str, attention: str) -> None:
+    """One update of 4 micro-batches of 2 documents (every third padded at its end) through the host path's
+    accumulate() (the key-padding mask) and through the device path's passes with `padded_attention` =
+    `attention`, the same inputs and labels: the gradients agree to 1e-6 in fp32, the summed loss to 1e-6
+    relative."""
     V, L, B = 61, 24, 8
     h = resolve_hyper(
         "tiny",
         dict(SHAPE, vocab_size=V, seq_len=L, batch_size=B, grad_accum=4, loss_mean=loss_mean, recipe=recipe)
-        | dict(batch_path="device", device_passes=passes),
+        | dict(batch_path="device", device_passes=passes, padded_attention=attention),
     )
     blocks = _documents(B, L, V, seed=1)
     inp, lab = make_batch(blocks, objective, [[0, 0, 1, i] for i in range(B)], h, SPECIAL, V)
@@ -191,7 +195,9 @@ def test_the_passes_give_the_accumulate_loops_gradients(objective, loss_mean, pa
             x, y = torch.from_numpy(inp), torch.from_numpy(lab)
             keys = torch.from_numpy(real) if recipe == "authors" else x != SPECIAL["pad"]
             padded = (~keys.numpy()).reshape(passes, -1).any(axis=1).tolist()
-            batch = DeviceUpdate(run).passes(x, y, keys, padded)
+            batch = DeviceUpdate(run).passes(x, y, keys, padded, varlen=[attention == "varlen"] * passes)
+            if attention == "varlen":  # every pass is padded here: segments, or no mask for a causal one
+                assert batch.keys() == ["segments" if objective == "encoder" else "none"] * passes
             assert int(batch.n_tokens) == n_loss_tokens(lab, objective)
             total = DeviceUpdate(run).backward(batch)
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
@@ -200,6 +206,91 @@ def test_the_passes_give_the_accumulate_loops_gradients(objective, loss_mean, pa
     for name, g in grads[0].items():
         assert float((g - grads[1][name]).abs().max()) <= 1e-6, name
     assert totals[1] == pytest.approx(totals[0], rel=1e-6)
+
+
+@pytest.mark.parametrize("objective", ["encoder", "decoder-paper", "decoder"])
+@pytest.mark.parametrize("loss_mean", ["tokens", "micro_batches"])
+@pytest.mark.parametrize("passes", [1, 2])
+@pytest.mark.parametrize("recipe", ["authors", "packed"])
+def test_the_passes_give_the_accumulate_loops_gradients(objective, loss_mean, passes, recipe):
+    """The masked passes (all micro-batches in one pass, or two) against the accumulate loop (measured: under 1e-7
+    on the gradients). The packed recipe masks the keys that are [PAD] in the corrupted input (the host path's
+    rule)."""
+    _passes_against_accumulate(objective, loss_mean, passes, recipe, "mask")
+
+
+# ---------------------------------------------------------------------- padded passes as segments (varlen)
+
+
+@pytest.mark.parametrize("objective", ["encoder", "decoder-paper", "decoder"])
+@pytest.mark.parametrize("passes", [1, 2])
+def test_varlen_passes_give_the_accumulate_loops_gradients(objective, passes):
+    """`padded_attention: varlen` under the authors' recipe: a bidirectional pass attends within segments, a
+    causal one without a mask; the gradients are the accumulate loop's (with its key-padding mask) as the masked
+    passes' are. On the CPU the segments run as a dense mask (models.segment_mask); CUDA's variable-length flash
+    kernel is compared with the masked kernel by benchmarks/gpu_measure.py varlen_check."""
+    _passes_against_accumulate(objective, "micro_batches", passes, "authors", "varlen")
+
+
+def test_real_first_finds_the_rows_whose_padding_is_a_suffix():
+    """real_first against a row-by-row reading: no [PAD] is followed by a real token."""
+    rng = np.random.default_rng(5)
+    is_pad = rng.random((400, 12)) < 0.3
+    is_pad[::4] = False  # rows without padding
+    is_pad[1::4] = np.arange(12) >= rng.integers(1, 12, size=(100, 1))  # suffix padding
+    want = [not any(row[i] and not row[i + 1] for i in range(11)) for row in is_pad.tolist()]
+    assert real_first(is_pad).tolist() == want
+    assert 100 < sum(want) < 400  # both kinds present
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_segments_attend_as_the_key_padding_mask_for_every_real_query(causal):
+    """segment_bounds of rows with 0-11 padding positions against boundaries written out by hand, and the
+    attention within its segments (segment_mask) against the key-padding mask (and the causal one): the same row
+    for every real query; a padding query attends only the padding of its row."""
+    L = 12
+    n_real = [12, 1, 5, 11, 12, 7]
+    real = torch.tensor([[i < n for i in range(L)] for n in n_real])
+    bounds = segment_bounds(real)
+    want = [x for b, n in enumerate(n_real) for x in (b * L, b * L + n)] + [len(n_real) * L]
+    assert bounds.dtype == torch.int32 and bounds.tolist() == want
+    mask = segment_mask(bounds, len(n_real), L, causal)
+    for b, n in enumerate(n_real):
+        for i in range(L):
+            allowed = [j <= i or not causal for j in range(L)]
+            if i < n:
+                assert mask[b, i].tolist() == [bool(real[b, j]) and allowed[j] for j in range(L)]
+            else:
+                assert mask[b, i].tolist() == [j >= n and allowed[j] for j in range(L)]
+
+
+def test_a_varlen_run_trains_as_the_masked_run_and_a_pass_with_inner_padding_keeps_the_mask(tmp_path):
+    """An encoder run of the authors' recipe (dropout, 2 passes) with `padded_attention: varlen` trains to the
+    masked run's losses up to float rounding and records the setting in run.yaml; a corpus with a [PAD] before a
+    real token in one document runs that document's pass with the mask (pass_kind), the others as segments."""
+    corpus = _corpus(tmp_path / "c")
+    losses = []
+    for name, extra in (("mask", {}), ("varlen", {"padded_attention": "varlen"})):
+        cfg = load_run_config(_config(tmp_path / f"{name}.yaml", corpus, "encoder", 8, **AUTHORS_DEVICE, **extra))
+        train(cfg, tmp_path / name, progress=False)
+        losses.append(_train_losses(tmp_path / name / "loss.csv"))
+    assert len(losses[0]) == 8
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6)
+    hyper = yaml.safe_load((tmp_path / "varlen" / "run.yaml").read_text())["hyper"]
+    assert hyper["padded_attention"] == "varlen"
+    assert "padded_attention" not in yaml.safe_load((tmp_path / "mask" / "run.yaml").read_text())["hyper"]
+
+    train_blocks = np.load(corpus / "train.npy")
+    train_blocks[1, 2] = SPECIAL["pad"]  # a hole in a document that is not padded at its end
+    np.save(corpus / "train.npy", train_blocks)
+    h = resolve_hyper(
+        "tiny", dict(SHAPE, vocab_size=128, seq_len=16, batch_size=8, **AUTHORS_DEVICE, padded_attention="varlen")
+    )
+    run = _run("encoder", h, build_model("tiny", "encoder", "standard", 3, special_tokens=SPECIAL, _hyper=h))
+    run.corpus = load_corpus(corpus)
+    kinds = DeviceUpdate(run).batch(1, np.arange(8)).keys()  # rows 0-3 (0, 3 padded at the end; 1 with the hole)
+    assert kinds == ["mask", "segments"]  # and 4-7 (6 padded at its end)
+    assert pass_kind(None) == "none"
 
 
 # ------------------------------------------------------------------------------------------------------ runs
@@ -308,6 +399,8 @@ def test_without_random_masks_the_device_path_trains_as_the_host_path(tmp_path, 
         ({"batch_path": "device", "compile": True}, r"overrides\.compile: the device path compiles with"),
         ({"batch_path": "device", "device_passes": 3}, r"overrides\.device_passes: batch_size 8 is not a multiple"),
         ({"batch_path": "gpu"}, r"overrides\.batch_path: unknown value 'gpu'"),
+        ({"padded_attention": "varlen"}, r"overrides\.padded_attention: only the device path reads it"),
+        ({"batch_path": "device", "padded_attention": "flash"}, r"overrides\.padded_attention: unknown value 'flash'"),
     ],
 )
 def test_the_device_settings_are_checked_before_anything_is_written(tmp_path, overrides, match):

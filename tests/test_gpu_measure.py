@@ -18,23 +18,28 @@ from test_train_throughput import _tiny_paper_config
 from attention_geometry.training.hyper import resolve_hyper
 
 
-def test_the_plan_puts_both_paths_of_every_size_first_then_the_captures():
+def test_the_plan_puts_both_paths_of_every_size_first_then_varlen_then_the_captures():
     rows = gm.plan(["bert-mini", "vit-tiny"], ["encoder", "decoder"], ["cuda-graphs", "compile"])
-    assert rows[:6] == [
-        ("bert-mini", "encoder", "host", "eager"),
-        ("bert-mini", "encoder", "device", "eager"),
-        ("bert-mini", "decoder", "host", "eager"),
-        ("bert-mini", "decoder", "device", "eager"),
-        ("vit-tiny", "classifier", "host", "eager"),
-        ("vit-tiny", "classifier", "device", "eager"),
+    assert rows[:7] == [
+        ("bert-mini", "encoder", "host", "eager", "mask"),
+        ("bert-mini", "encoder", "device", "eager", "mask"),
+        ("bert-mini", "decoder", "host", "eager", "mask"),
+        ("bert-mini", "decoder", "device", "eager", "mask"),
+        ("vit-tiny", "classifier", "host", "eager", "mask"),
+        ("vit-tiny", "classifier", "device", "eager", "mask"),
+        ("bert-mini", "encoder", "device", "eager", "varlen"),  # images have no padding: no varlen row
     ]
-    assert rows[6:] == [
-        ("bert-mini", "encoder", "device", "cuda-graphs"),
-        ("vit-tiny", "classifier", "device", "cuda-graphs"),
-        ("bert-mini", "encoder", "device", "compile"),
-        ("vit-tiny", "classifier", "device", "compile"),
-        ("bert-mini", "decoder", "device", "cuda-graphs"),
-        ("bert-mini", "decoder", "device", "compile"),
+    assert rows[7:] == [
+        ("bert-mini", "encoder", "device", "cuda-graphs", "mask"),
+        ("vit-tiny", "classifier", "device", "cuda-graphs", "mask"),
+        ("bert-mini", "encoder", "device", "compile", "mask"),
+        ("vit-tiny", "classifier", "device", "compile", "mask"),
+        ("bert-mini", "decoder", "device", "cuda-graphs", "mask"),
+        ("bert-mini", "decoder", "device", "compile", "mask"),
+        ("bert-mini", "decoder", "device", "eager", "varlen"),
+    ]
+    assert gm.plan(["bert-mini", "vit-tiny"], ["encoder", "decoder"], ["compile"], varlen=False) == [
+        r for r in rows if r[4] == "mask" and r[3] != "cuda-graphs"
     ]
 
 
@@ -42,12 +47,12 @@ def test_the_shared_rounds_come_after_the_first_capture_of_the_first_objectives(
     rows = gm.plan(["bert-mini", "vit-tiny"], ["encoder", "decoder"], ["cuda-graphs", "compile"])
     rounds = [("vit-tiny", "classifier", 1), ("vit-tiny", "classifier", 8)]
     order = gm.schedule(rows, rounds, 2, True)
-    assert order[:8] == rows[:8] and order[8:10] == rounds and order[10:] == rows[8:]
-    assert order[6:8] == [
-        ("bert-mini", "encoder", "device", "cuda-graphs"),
-        ("vit-tiny", "classifier", "device", "cuda-graphs"),
+    assert order[:9] == rows[:9] and order[9:11] == rounds and order[11:] == rows[9:]
+    assert order[7:9] == [
+        ("bert-mini", "encoder", "device", "cuda-graphs", "mask"),
+        ("vit-tiny", "classifier", "device", "cuda-graphs", "mask"),
     ]
-    assert order[10] == ("bert-mini", "encoder", "device", "compile")
+    assert order[11] == ("bert-mini", "encoder", "device", "compile", "mask")
     eager = gm.plan(["bert-mini"], ["encoder"], [])
     assert gm.schedule(eager, rounds, 1, False) == [*eager, *rounds]
 
@@ -73,9 +78,13 @@ def test_the_rehearsal_measures_both_paths_and_records_what_fails(tmp_path, caps
     assert gm.main([*argv, "--config", str(config), "--json", str(out)]) == 0
     got = json.loads(out.read_text())
     rows = got["rows"]
-    assert [(r["size"], r["objective"], r["batch_path"], r["capture"]) for r in rows] == gm.plan(
+    keys = ("size", "objective", "batch_path", "capture", "padded_attention")
+    assert [tuple(r[k] for k in keys) for r in rows] == gm.plan(
         ["tiny", "vit-tiny"], ["encoder", "decoder"], ["cuda-graphs"]
     )
+    check = got["varlen_check"]  # on the CPU the segments run as a dense mask: the masked run's numbers exactly
+    assert check["ok"] and check["size"] == "tiny" and check["kernel"] == "dense segment mask (fp32)"
+    assert check["bidirectional"]["out_rel"] <= 1e-6 and check["causal"]["grad_rel"] <= 1e-6
     for r in rows[:6]:  # the host and device paths, eager
         assert r["precision"] == ("fp16" if r["size"] == "tiny" else "fp32") and r["device_passes"] == 1
         assert len(r["ms_per_update_all"]) == 2 and r["ms_per_update"] > 0 and len(r["losses"]) == 3
@@ -84,15 +93,19 @@ def test_the_rehearsal_measures_both_paths_and_records_what_fails(tmp_path, caps
     # no random masks: the clean decoder's and the ViT's first update sees the same batch on both paths
     for i in (2, 4):
         assert rows[i + 1]["losses"][0] == pytest.approx(rows[i]["losses"][0], rel=1e-3)
-    for r in rows[6:]:  # CUDA graphs need CUDA: the row records why, the rest still runs
+    # varlen (the encoder's segments; the decoder without a mask) from the masked row's weights and masks
+    for varlen, masked in ((6, 1), (10, 3)):
+        assert rows[varlen]["padded_attention"] == "varlen" and rows[varlen]["ms_per_update"] > 0
+        assert rows[varlen]["losses"][0] == pytest.approx(rows[masked]["losses"][0], rel=1e-3)
+    for r in rows[7:10]:  # CUDA graphs need CUDA: the row records why, the rest still runs
         assert r["error"].startswith("UserError: overrides.capture: cuda-graphs needs a CUDA device")
     summary = {(s["size"], s["objective"]): s for s in got["summary"]}
-    assert set(summary[("tiny", "encoder")]["speedup_over_host"]) == {"device/eager"}
-    # one more update profiled on both eager paths of each size's first objective, and no other row
-    profiled = [(r["size"], r["objective"], r["batch_path"]) for r in rows if "profile" in r]
-    assert profiled == [("tiny", "encoder", "host"), ("tiny", "encoder", "device")] + [
-        ("vit-tiny", "classifier", p) for p in ("host", "device")
-    ]
+    assert set(summary[("tiny", "encoder")]["speedup_over_host"]) == {"device/eager", "device/eager/varlen"}
+    # one more update profiled on the eager paths of each size's first objective, and no other row
+    profiled = [(r["size"], r["objective"], r["batch_path"], r["padded_attention"]) for r in rows if "profile" in r]
+    assert profiled == [("tiny", "encoder", "host", "mask"), ("tiny", "encoder", "device", "mask")] + [
+        ("vit-tiny", "classifier", p, "mask") for p in ("host", "device")
+    ] + [("tiny", "encoder", "device", "varlen")]
     for r in rows:
         if "profile" in r:
             prof = r["profile"]
@@ -100,12 +113,13 @@ def test_the_rehearsal_measures_both_paths_and_records_what_fails(tmp_path, caps
             assert prof["top"] and sum(o["share"] for o in prof["top"]) <= 1 + 1e-9
             assert any(o["name"] in ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear") for o in prof["top"])
     printed = capsys.readouterr().out
-    assert "speed-up over the host path" in printed and printed.count("    profile: ") == 4
+    assert "speed-up over the host path" in printed and printed.count("    profile: ") == 5
+    assert "varlen check (dense segment mask (fp32), tol 1e-05)" in printed
     # the ViT (the only default share size measured here) trained 1, then 2 processes at once, after the first
     # objectives' captures and before the other objectives' captures
     shared = got["shared"]
     assert [(r["size"], r["runs"]) for r in shared] == [("vit-tiny", 1), ("vit-tiny", 2)]
-    assert rows[7]["elapsed_s"] <= shared[0]["elapsed_s"] <= shared[1]["elapsed_s"] <= rows[8]["elapsed_s"]
+    assert rows[8]["elapsed_s"] <= shared[0]["elapsed_s"] <= shared[1]["elapsed_s"] <= rows[9]["elapsed_s"]
     for r in shared:
         assert len(r["updates_each"]) == r["runs"] and r["batch_path"] == "device" and r["capture"] == "eager"
         for n, ms in zip(r["updates_each"], r["ms_per_update_each"]):
@@ -165,7 +179,8 @@ def test_a_spent_budget_skips_the_rows(tmp_path):
     assert gm.main([*argv, "--share-sizes", "tiny", "--config", str(config), "--json", str(out)]) == 0
     got = json.loads(out.read_text())
     rows, shared = got["rows"], got["shared"]
-    assert len(rows) == 2 and all(r["skipped"].startswith("budget of 0 s spent") for r in rows)
+    assert len(rows) == 3 and all(r["skipped"].startswith("budget of 0 s spent") for r in rows)
+    assert rows[2]["padded_attention"] == "varlen"
     assert [r["runs"] for r in shared] == [1, 8] and all(r["skipped"].startswith("budget of 0 s") for r in shared)
 
 

@@ -17,7 +17,10 @@ loop.py, which stays the default and what every CPU study trained.
   ones in order, then ignored fillers); K is the expected count plus 10 standard deviations, and the masking keeps
   at most K selections per pass (its first; the chance that a pass selects more is below 1e-20). The clean
   decoder takes every position (padding has the ignore index). Attention is masked where the uncorrupted blocks
-  are padded; a pass without a padded row runs without a mask (flash attention), decided on the host.
+  are padded; a pass without a padded row runs without a mask (flash attention), decided on the host. With
+  `padded_attention: varlen`, a padded pass whose rows have their real tokens first attends within segments instead
+  (models.segment_bounds: variable-length flash attention on CUDA), and a causal one without a mask (no real token
+  sees a later position, so none sees the padding).
 - The passes run eagerly, through torch.compile (`capture: compile`), or replayed from CUDA graphs captured at
   the first update that needs them (`capture: cuda-graphs`; CUDA, one process); the optimizer step (the loss
   scaler's unscale, clipping, fused AdamW, the scaler's update) stays eager and synchronization-free.
@@ -44,7 +47,7 @@ from attention_geometry.training.batches import (
     lr_at,
 )
 from attention_geometry.training.hyper import CAUSAL_OBJECTIVES, MASKED_OBJECTIVES, Hyper, uses_dropout
-from attention_geometry.training.models import _head, hidden_states, symmetry_penalty
+from attention_geometry.training.models import _head, hidden_states, segment_bounds, symmetry_penalty
 from attention_geometry.training.runtime import _precision
 
 __all__ = [
@@ -106,10 +109,11 @@ def device_masks(
 
 def pass_loss(model, objective: str, x, key_padding, pos, targets, weights) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum_t weights_t * ce_t, sum_t ce_t) of one pass: the cross-entropy ce_t of each of its labelled positions
-    (IGNORE_INDEX targets count 0). Text: `x` the inputs [R, L], `key_padding` True at real keys (None: no mask),
-    the hidden states (a decoder's shifted by one) flattened, `pos` the K positions the output layer takes (None:
-    all), `targets` and `weights` one per position taken. Images (`classifier`): `x` the pixels, `targets` the
-    classes. Static shapes throughout, so that a pass can be compiled or captured."""
+    (IGNORE_INDEX targets count 0). Text: `x` the inputs [R, L], `key_padding` True at real keys (None: no mask;
+    int32: segment bounds, models.hidden_states), the hidden states (a decoder's shifted by one) flattened, `pos`
+    the K positions the output layer takes (None: all), `targets` and `weights` one per position taken. Images
+    (`classifier`): `x` the pixels, `targets` the classes. Static shapes throughout, so that a pass can be compiled
+    or captured."""
     if objective == "classifier":
         logits = model(pixel_values=x).logits.float()
     else:
@@ -149,8 +153,9 @@ def _to_device(a: np.ndarray, dev: torch.device) -> torch.Tensor:
 
 
 class DeviceData:
-    """The train split of a run for the device path: token blocks with the host's record of which are padded, or
-    images with their classes (normalized on the device as vit.pixel_batch does on the host)."""
+    """The train split of a run for the device path: token blocks with the host's record of which are padded and
+    which have their real tokens first (`prefix`: no [PAD] before a real token), or images with their classes
+    (normalized on the device as vit.pixel_batch does on the host)."""
 
     def __init__(self, corpus, dev: torch.device, image: bool, chunk_rows: int = 65536):
         self.dev, self.image = dev, image
@@ -170,10 +175,13 @@ class DeviceData:
             dev.type != "cuda" or nbytes <= RESIDENT_SHARE * torch.cuda.get_device_properties(dev).total_memory
         )
         self.padded = np.empty(n, dtype=bool)  # one pass over the split, in chunks (a corpus can be gigabytes)
+        self.prefix = np.empty(n, dtype=bool)
         self.blocks = torch.empty((n, L), dtype=_TORCH[dtype], device=dev) if self.resident else None
         for a in range(0, n, chunk_rows):
             part = np.asarray(train[a : a + chunk_rows])
-            self.padded[a : a + len(part)] = (part == pad).any(axis=1)
+            is_pad = part == pad
+            self.padded[a : a + len(part)] = is_pad.any(axis=1)
+            self.prefix[a : a + len(part)] = real_first(is_pad)
             if self.resident:
                 self.blocks[a : a + len(part)].copy_(torch.from_numpy(part.astype(dtype)))
         self.host = None if self.resident else train
@@ -191,6 +199,14 @@ class DeviceData:
         return (x - self.mean) / self.std, self.labels.index_select(0, i)
 
 
+def real_first(is_pad: np.ndarray) -> np.ndarray:
+    """Per row of `is_pad` [n, L] (True at [PAD]) whether its real tokens come first: no [PAD] before a real
+    token (a row without padding: True)."""
+    n_pad = is_pad.sum(axis=1)
+    first_pad = np.where(is_pad.any(axis=1), is_pad.argmax(axis=1), is_pad.shape[1])
+    return first_pad + n_pad == is_pad.shape[1]
+
+
 # ----------------------------------------------------------------------------------------------- one update
 
 
@@ -202,9 +218,17 @@ class Passes:
     args: list[tuple]
     n_tokens: torch.Tensor | int
 
-    def keys(self) -> list[bool]:
-        """Per pass whether it has an attention mask (a CUDA graph per kind)."""
-        return [a[1] is not None for a in self.args]
+    def keys(self) -> list[str]:
+        """Per pass its kind of attention (pass_kind; a CUDA graph per kind)."""
+        return [pass_kind(a[1]) for a in self.args]
+
+
+def pass_kind(key_padding: torch.Tensor | None) -> str:
+    """A pass's kind of attention from its key_padding argument: `none`, `mask` (boolean) or `segments` (int32
+    bounds)."""
+    if key_padding is None:
+        return "none"
+    return "segments" if key_padding.dtype == torch.int32 else "mask"
 
 
 def check_device_run(h: Hyper, dev: torch.device, world: int) -> None:
@@ -279,14 +303,18 @@ class DeviceUpdate:
             inputs, labels = device_masks(ids, self.gen, h, special, h.vocab_size, chunks, self.cap)
         else:
             inputs, labels = ids, torch.where(ids == special["pad"], IGNORE_INDEX, ids)
-        lo = self.rank * self.rows
-        padded = self.data.padded[idx[lo : lo + self.rows]].reshape(self.n_pass, -1).any(axis=1)
-        return self.passes(inputs, labels, ids != special["pad"], [bool(p) for p in padded])
+        mine = idx[self.rank * self.rows : (self.rank + 1) * self.rows]
+        padded = self.data.padded[mine].reshape(self.n_pass, -1).any(axis=1)
+        varlen = self.data.prefix[mine].reshape(self.n_pass, -1).all(axis=1) & (h.padded_attention == "varlen")
+        return self.passes(inputs, labels, ids != special["pad"], padded.tolist(), varlen=varlen.tolist())
 
-    def passes(self, inputs, labels, real, padded: list[bool], n_tokens: int | None = None) -> Passes:
+    def passes(
+        self, inputs, labels, real, padded: list[bool], n_tokens: int | None = None, varlen: list[bool] | None = None
+    ) -> Passes:
         """The passes of a global batch on the device (inputs, labels [B, L]; `real` True where a key is a real
         token; an image batch: pixels and classes, `real` None): this process's rows, `padded[j]` whether pass j
-        needs its attention mask, and the per-position weights of the loss (`loss_mean`)."""
+        needs its attention mask, and the per-position weights of the loss (`loss_mean`). `varlen[j]`: pass j's
+        rows have their real tokens first and attend within segments (segment_bounds; a causal pass: no mask)."""
         h, P, R, lo = self.h, self.n_pass, self.pass_rows, self.rank * self.rows
         mine = slice(lo, lo + self.rows)
         x = inputs[mine].reshape(P, R, *inputs.shape[1:])
@@ -316,7 +344,17 @@ class DeviceUpdate:
             wt = torch.where(ok, wt.gather(1, at), 0.0)
             pos = list(at)
         kp = real[mine].reshape(P, R, -1) if real is not None else None
-        args = [(x[j], kp[j] if padded[j] else None, pos[j], tgt[j], wt[j]) for j in range(P)]
+        causal = self.objective in CAUSAL_OBJECTIVES
+        varlen = varlen or [False] * P
+
+        def keys(j: int):
+            if not padded[j]:
+                return None
+            if varlen[j]:
+                return None if causal else segment_bounds(kp[j])
+            return kp[j]
+
+        args = [(x[j], keys(j), pos[j], tgt[j], wt[j]) for j in range(P)]
         return Passes(args, count)
 
     # forward, backward, step -------------------------------------------------------------------------------
@@ -380,12 +418,12 @@ class DeviceUpdate:
 
 
 class _Graphs:
-    """The passes as CUDA graphs, one per kind (with or without an attention mask): static input buffers, a
-    forward and backward that accumulates into the parameters' gradients, and the pass's plain loss sum."""
+    """The passes as CUDA graphs, one per kind of attention (pass_kind): static input buffers, a forward and
+    backward that accumulates into the parameters' gradients, and the pass's plain loss sum."""
 
     def __init__(self, update: DeviceUpdate):
         self.update = update
-        self.graphs: dict[bool, tuple] = {}
+        self.graphs: dict[str, tuple] = {}
 
     def ensure(self, passes: Passes) -> None:
         """Capture the graph of each kind of pass in `passes` not captured yet (warm-up passes first, on a side
@@ -420,7 +458,7 @@ class _Graphs:
         return graph, statics, plain
 
     def replay(self, args) -> torch.Tensor:
-        graph, statics, plain = self.graphs[args[1] is not None]
+        graph, statics, plain = self.graphs[pass_kind(args[1])]
         for s, a in zip(statics, args):
             if s is not None:
                 s.copy_(a)

@@ -47,6 +47,10 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 BATCH_PATHS = ("host", "device")
 # how the device path runs its passes: eagerly, through torch.compile, or replayed from a captured CUDA graph
 CAPTURES = ("eager", "compile", "cuda-graphs")
+# how the device path attends in a pass with padded rows: `mask` the key-padding mask (SDPA's masked kernel);
+# `varlen` each row's real tokens and its padding as two segments of variable-length flash attention on CUDA
+# (rows whose real tokens come first; a pass with another row keeps the mask; training/models.py segment_bounds)
+PADDED_ATTENTIONS = ("mask", "varlen")
 FUSED_OPTIMIZERS = ("auto", "fused", "foreach", "none")
 HIDDEN_ACTS = ("gelu", "relu", "gelu_new", "silu")
 # the bounds resolve_hyper checks (config/schema.yaml's `overrides` states the same: tests/test_schema.py);
@@ -113,6 +117,7 @@ HYPER_ENUMS = {
     "loss_mean": LOSS_MEANS,
     "batch_path": BATCH_PATHS,
     "capture": CAPTURES,
+    "padded_attention": PADDED_ATTENTIONS,
 }
 
 
@@ -165,6 +170,7 @@ class Hyper:
     batch_path: str = "host"  # host | device (BATCH_PATHS)
     device_passes: int = 1  # the device path's forward and backward passes per update (1: the whole batch at once)
     capture: str = "eager"  # the device path's passes: eager | compile | cuda-graphs (CAPTURES)
+    padded_attention: str = "mask"  # the device path's attention in a padded pass: mask | varlen (PADDED_ATTENTIONS)
 
 
 # the fields only one kind of model reads: a run of the other kind may not override them, and its run.yaml leaves
@@ -176,13 +182,14 @@ TEXT_ONLY_FIELDS = (
     "mlm_probability",
     "mask_token_fraction",
     "random_token_fraction",
+    "padded_attention",
 )
 IMAGE_ONLY_FIELDS = ("patch_size",)
 # the fields of the authors' recipe, left out of run.yaml at their defaults (ResolvedRun.as_run_yaml)
 RECIPE_FIELDS = ("recipe", "weight_decay_params", "loss_mean", "per_device_batch_size")
 # the device path's fields, also left out of run.yaml at their defaults (a run of the host path records what it
 # recorded before they existed)
-DEVICE_PATH_FIELDS = ("batch_path", "device_passes", "capture")
+DEVICE_PATH_FIELDS = ("batch_path", "device_passes", "capture", "padded_attention")
 OMITTED_AT_DEFAULT = RECIPE_FIELDS + DEVICE_PATH_FIELDS
 
 
@@ -287,7 +294,7 @@ def _check_hyper(h: Hyper, where: str) -> None:
         bad("mask_token_fraction", "mask_token_fraction and random_token_fraction must be >= 0 and sum to <= 1")
     if h.hidden_act not in HIDDEN_ACTS:
         bad("hidden_act", f"unsupported activation {h.hidden_act!r}")
-    for key in ("recipe", "weight_decay_params", "loss_mean", "batch_path", "capture"):
+    for key in ("recipe", "weight_decay_params", "loss_mean", "batch_path", "capture", "padded_attention"):
         if getattr(h, key) not in HYPER_ENUMS[key]:
             bad(key, f"unknown value {getattr(h, key)!r} (known: {', '.join(HYPER_ENUMS[key])})")
     if h.per_device_batch_size is not None and h.batch_size % (h.per_device_batch_size * h.grad_accum):
@@ -301,6 +308,8 @@ def _check_hyper(h: Hyper, where: str) -> None:
             bad("device_passes", "only the device path reads it (batch_path: device)")
         if h.capture != "eager":
             bad("capture", "only the device path reads it (batch_path: device; the host path has `compile`)")
+        if h.padded_attention != "mask":
+            bad("padded_attention", "only the device path reads it (batch_path: device)")
     else:
         if h.compile:
             bad("compile", "the device path compiles with `capture: compile` (`compile` is the host path's)")

@@ -167,7 +167,9 @@ def _act(name: str):
 
 def hidden_states(model, input_ids: torch.Tensor, key_padding: torch.Tensor | None, causal: bool) -> torch.Tensor:
     """Last hidden states [B, L, D] of model.bert for token type 0 and positions 0..L-1: the same
-    computation as the stock BertModel forward (tested), without its mask and output bookkeeping."""
+    computation as the stock BertModel forward (tested), without its mask and output bookkeeping.
+    `key_padding`: None (no mask), True where a key is a real token [B, L], or int32 segment boundaries [2B + 1]
+    (segment_bounds: each token attends within its segment; the device path's `padded_attention: varlen`)."""
     bert = model.bert
     cfg = model.config
     act = _act(cfg.hidden_act)
@@ -177,8 +179,10 @@ def hidden_states(model, input_ids: torch.Tensor, key_padding: torch.Tensor | No
     x = emb.dropout(emb.LayerNorm(x))
     H = cfg.num_attention_heads
     dh = cfg.hidden_size // H
-    attn_mask = None
-    if key_padding is not None:  # True where the key is a real token
+    attn_mask = segments = None
+    if key_padding is not None and key_padding.dtype == torch.int32:
+        segments = key_padding
+    elif key_padding is not None:  # True where the key is a real token
         attn_mask = key_padding[:, None, None, :]
         if causal:
             attn_mask = attn_mask & torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
@@ -187,20 +191,63 @@ def hidden_states(model, input_ids: torch.Tensor, key_padding: torch.Tensor | No
     attn_fp32 = x.device.type == "cpu" and torch.is_autocast_enabled("cpu")
     for layer in bert.encoder.layer:
         sa = layer.attention.self
-        q = sa.query(x).view(B, L, H, dh).transpose(1, 2)
-        k = sa.key(x).view(B, L, H, dh).transpose(1, 2)
-        v = sa.value(x).view(B, L, H, dh).transpose(1, 2)
+        q, k, v = sa.query(x), sa.key(x), sa.value(x)
+        if segments is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+            a = _segment_flash(
+                q.view(B * L, H, dh), k.view(B * L, H, dh), v.view(B * L, H, dh), segments, L, p_drop, causal
+            )
+            x = _layer_rest(layer, a.view(B, L, H * dh), x, act)
+            continue
+        if segments is not None:  # elsewhere the same attention through a dense mask (the CPU tests)
+            attn_mask, causal, segments = segment_mask(segments, B, L, causal)[:, None], False, None
+        q, k, v = (t.view(B, L, H, dh).transpose(1, 2) for t in (q, k, v))
         if attn_fp32:
             a = _attention_fp32(q, k, v, attn_mask, p_drop, causal)
         else:
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p_drop, is_causal=causal)
-        a = a.transpose(1, 2).reshape(B, L, H * dh)
-        so = layer.attention.output
-        x = so.LayerNorm(so.dropout(so.dense(a)) + x)
-        hmid = act(layer.intermediate.dense(x))
-        out = layer.output
-        x = out.LayerNorm(out.dropout(out.dense(hmid)) + x)
+        x = _layer_rest(layer, a.transpose(1, 2).reshape(B, L, H * dh), x, act)
     return x
+
+
+def _layer_rest(layer, a: torch.Tensor, x: torch.Tensor, act) -> torch.Tensor:
+    """A BERT layer after its attention `a` [B, L, D] of the layer's input `x`: output projection, residual and
+    LayerNorm, the feed-forward block."""
+    so = layer.attention.output
+    x = so.LayerNorm(so.dropout(so.dense(a)) + x)
+    hmid = act(layer.intermediate.dense(x))
+    out = layer.output
+    return out.LayerNorm(out.dropout(out.dense(hmid)) + x)
+
+
+def segment_bounds(real: torch.Tensor) -> torch.Tensor:
+    """The attention segments of rows whose real tokens come first (`real` [B, L] True at a real token, a prefix
+    of each row): row b's real tokens and its padding as two segments of the flattened rows, int32 boundaries
+    [2B + 1] = (0, n_0, L, L + n_1, 2L, ..., BL) (a row without padding has an empty second segment). A real token
+    attends the real tokens of its row, as under the key-padding mask; a padding token attends the padding, which
+    no real token and no loss reads. Made on the device without a synchronization."""
+    B, L = real.shape
+    start = torch.arange(B, dtype=torch.int32, device=real.device) * L
+    bounds = torch.stack([start, start + real.sum(1, dtype=torch.int32)], 1).reshape(-1)
+    return torch.cat([bounds, bounds.new_full((1,), B * L)])
+
+
+def segment_mask(bounds: torch.Tensor, B: int, L: int, causal: bool) -> torch.Tensor:
+    """The boolean attention mask [B, L, L] of segment_bounds' segments: query i and key j of a row in the same
+    segment (and j <= i where `causal`)."""
+    n = (bounds[1:-1:2] - bounds[0:-1:2]).long()  # each row's first segment
+    first = torch.arange(L, device=bounds.device)[None, :] < n[:, None]  # [B, L]
+    mask = first[:, :, None] == first[:, None, :]
+    if causal:
+        mask = mask & torch.ones(L, L, dtype=torch.bool, device=bounds.device).tril()
+    return mask
+
+
+def _segment_flash(q, k, v, bounds: torch.Tensor, L: int, p_drop: float, causal: bool) -> torch.Tensor:
+    """Variable-length flash attention (CUDA, 16-bit) of q, k, v [B*L, H, dh] within segment_bounds' segments,
+    each at most L long: the kernel nested tensors use (PyTorch's flash attention with cumulative sequence
+    lengths), attention dropout included; [B*L, H, dh]."""
+    out = torch.ops.aten._flash_attention_forward(q, k, v, bounds, bounds, L, L, p_drop, causal, False)
+    return out[0]
 
 
 def _attention_fp32(q, k, v, attn_mask, p_drop: float, causal: bool) -> torch.Tensor:
