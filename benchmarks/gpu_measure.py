@@ -374,7 +374,7 @@ def shared_summary(shared: list[dict]) -> list[dict]:
     return out
 
 
-def _variant(r: dict) -> str:
+def variant(r: dict) -> str:
     """A row's variant in the summary: batch_path/capture, and /varlen for `padded_attention: varlen`."""
     tail = "/varlen" if r.get("padded_attention") == "varlen" else ""
     return f"{r['batch_path']}/{r['capture']}{tail}"
@@ -451,7 +451,7 @@ def summary(rows: list[dict]) -> list[dict]:
     out = []
     for key in dict.fromkeys((r["size"], r["objective"]) for r in rows):
         mine = [r for r in rows if (r["size"], r["objective"]) == key and "ms_per_update" in r]
-        ms = {_variant(r): round(r["ms_per_update"], 2) for r in mine}
+        ms = {variant(r): round(r["ms_per_update"], 2) for r in mine}
         host = ms.get("host/eager")
         speedup = {k: round(host / v, 2) for k, v in ms.items() if host and k != "host/eager"}
         out.append({"size": key[0], "objective": key[1], "ms_per_update": ms, "speedup_over_host": speedup})

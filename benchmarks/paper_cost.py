@@ -26,7 +26,8 @@ FLOPs / (MFU x peak). The MFUs (MFU, per size and objective) are measured: one H
 eager, on random data of its shapes; its MFU(cost) column, i.e. against this file's FLOP count, so that the ms
 per step below are the measured ones). --mfu SIZE=F sets every objective of a size, SIZE/OBJECTIVE=F one.
 --measured PATH: the MFUs of benchmarks/gpu_measure.py's JSON instead (measured_mfu): per size and objective the
-fastest row (host or device path, any capture) by its MFU(cost); for a size the config packs
+fastest row (host or device path, any capture; a `padded_attention: varlen` row only where the document's
+varlen_check passed) by its MFU(cost); for a size the config packs
 (training.runs_per_job: k runs per job), that MFU times the gain of k runs sharing the device over one (its rounds
 of shared runs; the nearest measured k at or below the config's), since k runs then take one GPU's time together.
 """
@@ -64,14 +65,20 @@ MLM_P = 0.15
 
 def measured_mfu(doc: dict, runs_per_job: dict | None = None) -> dict[tuple[str, str], tuple[float, str]]:
     """(size, objective) -> (MFU against this file's FLOP count, where it comes from) from a gpu_measure.py JSON
-    document (module docstring, --measured): the best row without an error, and for a size packed k runs per job the
-    gain of its nearest measured round at or below k over one run alone."""
+    document (module docstring, --measured): the best row without an error (a `padded_attention: varlen` row only
+    where the document's varlen_check passed), and for a size packed k runs per job the gain of its nearest measured
+    round at or below k over one run alone."""
+    from gpu_measure import variant
+
+    varlen_ok = bool(doc.get("varlen_check", {}).get("ok"))
     best: dict[tuple[str, str], tuple[float, str]] = {}
     for r in doc.get("rows", []):
         mfu = r.get("mfu_paper_cost")
         key = (r["size"], r["objective"])
+        if r.get("padded_attention") == "varlen" and not varlen_ok:
+            continue
         if mfu and (key not in best or mfu > best[key][0]):
-            best[key] = (mfu, f"{r['batch_path']}/{r['capture']}")
+            best[key] = (mfu, variant(r))
     for s in doc.get("shared_summary", []):
         k = int((runs_per_job or {}).get(s["size"], 1))
         gains = {int(n): g for n, g in s.get("gain_over_one_run", {}).items() if int(n) <= k}

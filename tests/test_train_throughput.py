@@ -126,6 +126,12 @@ def test_paper_cost_takes_the_best_measured_row_and_the_gain_of_packed_runs(tmp_
     assert packed[("vit-tiny", "classifier")] == (pytest.approx(0.03), "device/eager, 4 runs at once x3")
     assert packed[("bert-mini", "encoder")] == alone[("bert-mini", "encoder")]
     assert paper_cost.measured_mfu(doc, {"vit-tiny": 8})[("vit-tiny", "classifier")][0] == pytest.approx(0.05)
+    # a varlen row counts only where the document's check of the varlen kernel passed
+    faster = _row("bert-mini", "encoder", "device", "eager", padded_attention="varlen", mfu_paper_cost=0.2)
+    for check, want in (({"ok": False}, (0.12, "device/compile")), ({"ok": True}, (0.2, "device/eager/varlen"))):
+        with_varlen = {**doc, "rows": [*doc["rows"], faster], "varlen_check": check}
+        assert paper_cost.measured_mfu(with_varlen)[("bert-mini", "encoder")] == want
+    assert paper_cost.measured_mfu({**doc, "rows": [*doc["rows"], faster]}) == alone
 
     path = tmp_path / "m.json"
     path.write_text(json.dumps(doc))
