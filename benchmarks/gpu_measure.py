@@ -158,8 +158,8 @@ def measure(
     if attention != "mask":
         overrides["padded_attention"] = attention
     batch = tt.resolve_hyper(size, overrides if image else {**overrides, "vocab_size": 30522}).batch_size
-    row = {"size": size, "objective": objective, "batch_path": path, "capture": capture, "recipe": where}
-    row["padded_attention"] = attention
+    row = {"size": size, "objective": objective, "batch_path": path, "capture": capture}
+    row.update(padded_attention=attention, recipe=where)
     while True:
         record: dict = {}
         try:
@@ -522,7 +522,7 @@ def main(argv=None) -> int:
     if not args.no_varlen and text_sizes:
         try:
             head["varlen_check"] = varlen_check(dev, *text_sizes[:1])
-        except Exception as exc:  # noqa: BLE001 - recorded; the varlen rows then show the same error
+        except Exception as exc:  # noqa: BLE001 - recorded (not ok: paper_cost then counts no varlen row)
             head["varlen_check"] = {"error": f"{type(exc).__name__}: {exc}", "ok": False}
         print(varlen_line(head["varlen_check"]), flush=True)
     print(
