@@ -201,3 +201,12 @@ def test_the_script_without_cuda_runs_nothing(tmp_path):
     done = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
     assert done.returncode == 0 and done.stdout.strip().startswith("gpu_measure: no CUDA device here")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("parts", ["measure chek", "  "])
+def test_the_script_refuses_an_unknown_step_before_anything_runs(tmp_path, parts):
+    env = {**os.environ, "OUT": str(tmp_path / "o"), "PYTHON": sys.executable, "GPU_MEASURE_PARTS": parts}
+    done = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_measure.sh")], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 2 and "GPU_MEASURE_PARTS" in done.stdout and not (tmp_path / "o").exists()
