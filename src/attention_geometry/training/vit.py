@@ -117,7 +117,7 @@ def evaluate_images(
     total, correct = 0.0, 0
     for a in range(0, n, micro):
         x = pixel_batch(images[a : min(a + micro, n)], mean, std).to(device)
-        y = torch.from_numpy(np.asarray(labels[a : min(a + micro, n)], dtype=np.int64)).to(device)
+        y = torch.tensor(labels[a : min(a + micro, n)], dtype=torch.int64).to(device)  # a copy: labels may be read-only
         with autocast():
             logits = model(pixel_values=x).logits.float()
         total += float(F.cross_entropy(logits, y, reduction="sum"))
