@@ -71,6 +71,11 @@ PILOTS = [
     "a", "b", "b1", "b2", "b_change_enc", "b_change_dec", "a_paper", "b_paper", "p_sym", "p_dir",
     "h_gradient_1", "h_gradient_2", "h_applied_1", "h_applied_2",
 ]
+# issue 39 item 6's question on the CPU: one encoder and one decoder (standard init), no claim decided (one seed)
+BERT_MINI_20K = [
+    "a", "b", "b1", "b2", "b_change_enc", "b_change_dec",
+    "h_gradient_1", "h_gradient_2", "h_applied_1", "h_applied_2",
+]
 # fmt: on
 DESIGNS = {
     "config.yaml": STUDY3,
@@ -84,6 +89,7 @@ DESIGNS = {
     "paper-first-look.yaml": FIRST_LOOK,
     "smoke.yaml": SMOKE,
     "study3-pilots.yaml": PILOTS,
+    "exploratory-bert-mini-20k.yaml": BERT_MINI_20K,
 }
 
 
