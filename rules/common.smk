@@ -27,7 +27,7 @@ from attention_geometry.workflow.records import (
     table_sums_path,
     tidy_tables,
 )
-from attention_geometry.workflow.jobs import ONLINE_ENV, shell_prefix
+from attention_geometry.workflow.jobs import ONLINE_ENV, rule_python_error, shell_prefix
 from attention_geometry.workflow.plan import alternation, notebook_file, plan, yaml_text
 from attention_geometry.workflow.pretrained import scoring_mem_mb
 from attention_geometry.workflow.provenance import quiet_missing_metadata
@@ -39,6 +39,15 @@ if workflow.is_main_process:
 # Every shell command runs the checkout's package (src/ on PYTHONPATH) with the `python` of its environment,
 # the venv or, under --sdm conda, the env of the rule's envs/*.yaml (workflow.shell_prefix).
 shell.prefix(shell_prefix(workflow.basedir))
+# ... so outside --sdm conda that `python` (the first on PATH) must have the package's dependencies: one line at
+# parse time instead of a traceback from the first job (`.venv/bin/snakemake` run without the venv activated;
+# workflow.jobs.rule_python_error). A dry run prints it and goes on; only the submitting process asks.
+_MODE = run_mode(sys.argv[1:])
+if workflow.is_main_process and not workflow.deployment_settings.deployment_method:
+    if (_python := rule_python_error()) is not None:
+        if not _MODE.dry_run:
+            raise WorkflowError(_python)
+        print(f"{_python} (a dry run goes on; the workflow itself stops here until then)", file=sys.stderr)
 
 
 def checked(lookup, *args):
@@ -120,7 +129,6 @@ TABLES = checked(tidy_tables, PLAN)
 # line and goes on, so that a user can look at the plan after editing the config (Snakemake has not read its
 # DAG settings yet when it parses this file, hence the command line: workflow.records.run_mode). Only the
 # submitting process decides: a cluster job re-parses this file while the results it remakes are still the old ones.
-_MODE = run_mode(sys.argv[1:])
 if workflow.is_main_process and (_stale := stale_error(PLAN, RECORDS, forceall=_MODE.forceall)) is not None:
     if not _MODE.dry_run:
         raise WorkflowError(_stale)

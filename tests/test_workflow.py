@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -58,6 +59,30 @@ def test_lint_is_clean():
     proc = snakemake("--lint")
     assert "Lints for" not in proc.stdout + proc.stderr, proc.stdout
     assert "Congratulations" in proc.stdout + proc.stderr
+
+
+@pytest.mark.workflow
+def test_a_python_without_the_dependencies_stops_the_parse_with_one_line(tmp_path):
+    """`.venv/bin/snakemake` run without the venv activated: the rules' `python` (the first on PATH; here the
+    interpreter under this venv without site-packages) lacks what the jobs import. The parse stops with one line
+    naming it and the fix, where the first job used to fail with a traceback from prepare-corpus; a dry run prints
+    the line and goes on. --list-target-rules parses the workflow and stops there: no job runs either way."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    base = getattr(sys, "_base_executable", sys.executable)
+    (bare / "python").write_text(f'#!/bin/sh\nexec "{base}" -S "$@"\n')
+    (bare / "python").chmod(0o755)
+    env_ = {**env(), "PATH": f"{bare}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def run(*args):
+        return subprocess.run([SNAKEMAKE, *args], cwd=REPO, env=env_, capture_output=True, text=True, timeout=600)
+
+    stopped = run("--cores", "1", "--list-target-rules")
+    lines = [ln for ln in (stopped.stdout + stopped.stderr).splitlines() if ln.startswith("workflow: the rules run")]
+    assert stopped.returncode != 0 and len(lines) == 1, stopped.stderr[-3000:]
+    assert f"{bare / 'python'}, which lacks torch, " in lines[0] and ". .venv/bin/activate" in lines[0], lines[0]
+    dry = run("-n", "--cores", "1")
+    assert dry.returncode == 0 and "a dry run goes on" in dry.stderr, dry.stderr[-3000:]
 
 
 @pytest.mark.workflow

@@ -24,7 +24,13 @@ from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.files import csv_text
 from attention_geometry.training import launch
 from attention_geometry.workflow import plan as workflow
-from attention_geometry.workflow.jobs import ONLINE_ENV, shell_prefix, slurm_resources
+from attention_geometry.workflow.jobs import (
+    JOB_DISTRIBUTIONS,
+    ONLINE_ENV,
+    rule_python_error,
+    shell_prefix,
+    slurm_resources,
+)
 from attention_geometry.workflow.pretrained import resolve_pretrained
 from attention_geometry.workflow.runs import CONFIG_KEY, expand_runs
 
@@ -554,6 +560,51 @@ def test_shell_prefix_runs_the_checkouts_package_in_any_python(tmp_path):
     prefix = shell_prefix(str(REPO)).format()
     real = bash("python -m attention_geometry --help")
     assert real.returncode == 0 and "prepare-corpus" in real.stdout, real.stderr[-2000:]
+
+
+def test_job_distributions_are_pyprojects_dependencies():
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = [re.match(r"[A-Za-z0-9._-]+", d).group(0).lower() for d in deps]
+    assert sorted(JOB_DISTRIBUTIONS) == sorted(names)
+
+
+def _fake_python(folder: Path, body: str) -> Path:
+    folder.mkdir(parents=True)
+    exe = folder / "python"
+    exe.write_text("#!/bin/sh\n" + body + "\n")
+    exe.chmod(0o755)
+    return folder
+
+
+def test_the_rules_python_must_have_every_jobs_dependency(tmp_path):
+    """rule_python_error names exactly the distributions the rules' `python` (the first on PATH) lacks: all of
+    them for the interpreter under this venv without site-packages (-S), tqdm alone where every other one is
+    installed (fake dist-info folders, PyYAML under its own spelling), none for this venv's python."""
+    base = shlex.quote(getattr(sys, "_base_executable", sys.executable))
+    bare = _fake_python(tmp_path / "bare", f'exec {base} -S "$@"')
+    line = rule_python_error(str(bare))
+    assert line is not None and line.startswith("workflow: ") and "\n" not in line, line
+    assert f"from PATH, {bare / 'python'}, which lacks " in line and ". .venv/bin/activate" in line, line
+    assert line.split("which lacks ")[1].split(" (Snakemake")[0].split(", ") == list(JOB_DISTRIBUTIONS)
+
+    site = tmp_path / "site"
+    for name in JOB_DISTRIBUTIONS:
+        if name != "tqdm":
+            spelled = "PyYAML" if name == "pyyaml" else name
+            info = site / f"{spelled}-1.0.dist-info"
+            info.mkdir(parents=True)
+            (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {spelled}\nVersion: 1.0\n")
+    one = _fake_python(tmp_path / "one", f'PYTHONPATH={shlex.quote(str(site))} exec {base} -S "$@"')
+    assert "which lacks tqdm (Snakemake itself runs from " in rule_python_error(str(one))
+
+    assert rule_python_error(str(Path(sys.executable).parent)) is None
+    assert "and none is on PATH" in rule_python_error(str(tmp_path / "nowhere"))
+    broken = _fake_python(tmp_path / "broken", "echo cannot start >&2; exit 3")
+    assert f"`python` ({broken / 'python'}, the first on PATH) does not run (cannot start)" in rule_python_error(
+        str(broken)
+    )
 
 
 def test_train_launch_one_process_torchrun_per_gpu():

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,6 +25,8 @@ __all__ = [
     "jobs",
     "slurm_resources",
     "shell_prefix",
+    "rule_python_error",
+    "JOB_DISTRIBUTIONS",
     "OFFLINE_ENV",
     "ONLINE_ENV",
 ]
@@ -115,3 +120,52 @@ def shell_prefix(repo: str) -> str:
         f"export {OFFLINE_ENV}; "
     )
     return words.replace("{", "{{").replace("}", "}}")
+
+
+# pyproject.toml's [project] dependencies by name (tests/test_workflow_logic.py keeps the two equal): what every job's
+# `python -m attention_geometry` imports
+JOB_DISTRIBUTIONS = (
+    "torch", "transformers", "safetensors", "tokenizers", "numpy", "pandas", "pyarrow", "pyyaml", "tqdm", "filelock",
+)  # fmt: skip
+# run by that `python`: the names given on its command line that are not installed in it (importlib.metadata
+# normalises a distribution's name: pyyaml finds PyYAML)
+_MISSING_PROBE = (
+    "import sys\n"
+    "from importlib.metadata import PackageNotFoundError, distribution\n"
+    "def lacks(name):\n"
+    "    try:\n"
+    "        distribution(name)\n"
+    "    except PackageNotFoundError:\n"
+    "        return True\n"
+    "    return False\n"
+    "print(' '.join(n for n in sys.argv[1:] if lacks(n)))\n"
+)
+
+
+def rule_python_error(path: str | None = None) -> str | None:
+    """One line when the `python` that the rules' shell commands run (the first on PATH, or on `path`) lacks a
+    distribution every job imports (JOB_DISTRIBUTIONS), else None. Snakemake runs from whatever interpreter its
+    script names, but the rules run `python` from PATH: `.venv/bin/snakemake` without the venv activated parses the
+    workflow, builds the DAG and then fails inside its first job with a traceback (`No module named 'tqdm'` from
+    prepare-corpus). rules/common.smk asks this at parse time instead, except under --sdm conda (each rule's own env
+    has its python; the prefix runs after its activation)."""
+    exe = shutil.which("python", path=path)
+    fix = "activate the project's venv (`. .venv/bin/activate`) or run `make run`"
+    if exe is None:
+        return f"workflow: the rules run `python`, and none is on PATH: {fix}"
+    try:
+        proc = subprocess.run(
+            [exe, "-c", _MISSING_PROBE, *JOB_DISTRIBUTIONS], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"workflow: the rules' `python` ({exe}, the first on PATH) does not run ({exc}): {fix}"
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        return f"workflow: the rules' `python` ({exe}, the first on PATH) does not run ({why}): {fix}"
+    missing = proc.stdout.split()
+    if not missing:
+        return None
+    return (
+        f"workflow: the rules run `python` from PATH, {exe}, which lacks {', '.join(missing)} (Snakemake itself runs "
+        f"from {sys.executable}): {fix}"
+    )
