@@ -41,13 +41,14 @@ if workflow.is_main_process:
 shell.prefix(shell_prefix(workflow.basedir))
 # ... so outside --sdm conda that `python` (the first on PATH) must have the package's dependencies: one line at
 # parse time instead of a traceback from the first job (`.venv/bin/snakemake` run without the venv activated;
-# workflow.jobs.rule_python_error). A dry run prints it and goes on; only the submitting process asks.
+# workflow.jobs.rule_python_error). Only a command that runs jobs stops; a dry run, --lint, a listing or a report
+# prints the line and goes on (workflow.records.run_mode). Only the submitting process asks.
 _MODE = run_mode(sys.argv[1:])
 if workflow.is_main_process and not workflow.deployment_settings.deployment_method:
     if (_python := rule_python_error()) is not None:
-        if not _MODE.dry_run:
+        if _MODE.runs_jobs:
             raise WorkflowError(_python)
-        print(f"{_python} (a dry run goes on; the workflow itself stops here until then)", file=sys.stderr)
+        print(f"{_python} (no job runs now, so this goes on; a run stops here until then)", file=sys.stderr)
 
 
 def checked(lookup, *args):

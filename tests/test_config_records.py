@@ -14,6 +14,7 @@ from helpers import REPO, config_plan, validated_config
 
 from attention_geometry.formats.files import atomic_write_text
 from attention_geometry.workflow.records import (
+    NO_JOB_OPTIONS,
     content_current,
     input_sums_path,
     read_input_sums,
@@ -149,6 +150,26 @@ def test_run_mode_reads_forceall_and_dry_run_from_snakemakes_arguments():
     for argv, (forceall, dry_run) in cases.items():
         mode = run_mode(argv)
         assert (mode.forceall, mode.dry_run) == (forceall, dry_run), argv
+
+
+def test_run_mode_says_whether_the_command_runs_jobs():
+    """A dry run and the options under which Snakemake runs no job (lint, listings, graphs, reports, touch, unlock,
+    cleanups) do not run jobs; a plain run, --forceall, targets and --printshellcmds do. Every name in
+    NO_JOB_OPTIONS is an option of Snakemake's own parser, so a renamed one fails here instead of being ignored."""
+    from snakemake.cli import get_argument_parser
+
+    dests = {a.dest for a in get_argument_parser()._actions}
+    assert set(NO_JOB_OPTIONS) <= dests, sorted(set(NO_JOB_OPTIONS) - dests)
+    runs = [(), ("--cores", "1"), ("-F", "-j", "4"), ("--cores", "2", "results/x.csv", "--printshellcmds")]
+    no_jobs = [
+        ("-n",), ("--lint",), ("--lint", "json"), ("--list-rules",), ("--list-target-rules",), ("--dag",),
+        ("--rulegraph",), ("--summary",), ("--report", "r.html"), ("--touch", "--cores", "1"), ("--unlock",),
+        ("--delete-all-output",), ("--cleanup-metadata", "results/x.csv"),
+    ]  # fmt: skip
+    for argv in runs:
+        assert run_mode(argv).runs_jobs, argv
+    for argv in no_jobs:
+        assert not run_mode(argv).runs_jobs, argv
 
 
 def test_results_made_with_another_config_stop_with_one_line(tmp_path):

@@ -64,9 +64,13 @@ def test_lint_is_clean():
 @pytest.mark.workflow
 def test_a_python_without_the_dependencies_stops_the_parse_with_one_line(tmp_path):
     """`.venv/bin/snakemake` run without the venv activated: the rules' `python` (the first on PATH; here the
-    interpreter under this venv without site-packages) lacks what the jobs import. The parse stops with one line
-    naming it and the fix, where the first job used to fail with a traceback from prepare-corpus; a dry run prints
-    the line and goes on. --list-target-rules parses the workflow and stops there: no job runs either way."""
+    interpreter under this venv without site-packages) lacks what the jobs import. A command that runs jobs stops at
+    the parse with one line naming it and the fix, where the first job used to fail with a traceback from
+    prepare-corpus; a dry run and --lint print the line and go on (no job runs under them). The run asks for the
+    corpus config alone, in a copy of the workflow: without the guard it would write that file and exit 0."""
+    from helpers import copy_workflow
+
+    wf = copy_workflow(tmp_path / "wf")
     bare = tmp_path / "bin"
     bare.mkdir()
     base = getattr(sys, "_base_executable", sys.executable)
@@ -75,14 +79,21 @@ def test_a_python_without_the_dependencies_stops_the_parse_with_one_line(tmp_pat
     env_ = {**env(), "PATH": f"{bare}{os.pathsep}{os.environ.get('PATH', '')}"}
 
     def run(*args):
-        return subprocess.run([SNAKEMAKE, *args], cwd=REPO, env=env_, capture_output=True, text=True, timeout=600)
+        return subprocess.run([SNAKEMAKE, *args], cwd=wf, env=env_, capture_output=True, text=True, timeout=600)
 
-    stopped = run("--cores", "1", "--list-target-rules")
+    target = (
+        yaml.safe_load((REPO / "config" / "config.yaml").read_text())["results"] + "/configs/corpora/wiki_offline.yaml"
+    )
+    stopped = run("--cores", "1", target)
     lines = [ln for ln in (stopped.stdout + stopped.stderr).splitlines() if ln.startswith("workflow: the rules run")]
     assert stopped.returncode != 0 and len(lines) == 1, stopped.stderr[-3000:]
     assert f"{bare / 'python'}, which lacks torch, " in lines[0] and ". .venv/bin/activate" in lines[0], lines[0]
-    dry = run("-n", "--cores", "1")
-    assert dry.returncode == 0 and "a dry run goes on" in dry.stderr, dry.stderr[-3000:]
+    assert not (wf / target).exists()
+    dry = run("-n", "--cores", "1", target)
+    assert dry.returncode == 0 and "no job runs now, so this goes on" in dry.stderr, dry.stderr[-3000:]
+    lint = run("--lint")
+    assert lint.returncode == 0 and "Congratulations" in lint.stdout + lint.stderr, lint.stderr[-3000:]
+    assert "no job runs now, so this goes on" in lint.stderr, lint.stderr[-3000:]
 
 
 @pytest.mark.workflow

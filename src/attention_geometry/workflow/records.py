@@ -63,6 +63,7 @@ __all__ = [
     "content_current",
     "drop_unfinished_markers",
     "RunMode",
+    "NO_JOB_OPTIONS",
     "run_mode",
     "run_input_sums",
     "run_record_corpus",
@@ -419,11 +420,22 @@ def drop_unfinished_markers(plan: Plan, dry_run: bool = False) -> list[str]:
     return removed
 
 
+# Snakemake's options (argparse dests) under which it parses the workflow and runs no job: it lints, lists, draws,
+# reports, touches, unlocks, cleans or deletes (tests/test_config_records.py checks each is a dest of its parser)
+NO_JOB_OPTIONS = (
+    "lint", "list_rules", "list_target_rules", "list_changes", "list_input_changes", "list_params_changes",
+    "list_untracked", "list_conda_envs", "dag", "d3dag", "rulegraph", "filegraph", "summary", "detailed_summary",
+    "report", "touch", "unlock", "cleanup_metadata", "cleanup_shadow", "delete_all_output", "delete_temp_output",
+    "archive", "containerize", "print_compilation", "export_cwl", "generate_unit_tests",
+)  # fmt: skip
+
+
 class RunMode(NamedTuple):
     """What a Snakemake command line asks that the parse-time checks depend on."""
 
     forceall: bool  # --forceall / -F: every table is remade (not read as it is); stale results still stop the parse
     dry_run: bool  # -n / --dry-run / --dryrun: the checks print their line and the parse goes on
+    runs_jobs: bool = True  # neither a dry run nor one of NO_JOB_OPTIONS (--lint, --list-rules, --report, ...)
 
 
 def run_mode(argv: Sequence[str]) -> RunMode:
@@ -438,7 +450,9 @@ def run_mode(argv: Sequence[str]) -> RunMode:
         args, _ = get_argument_parser().parse_known_args(list(argv))
     except SystemExit:
         return RunMode(forceall=False, dry_run=False)
-    return RunMode(forceall=bool(getattr(args, "forceall", False)), dry_run=bool(getattr(args, "dryrun", False)))
+    dry_run = bool(getattr(args, "dryrun", False))
+    no_jobs = dry_run or any(getattr(args, name, None) for name in NO_JOB_OPTIONS)
+    return RunMode(forceall=bool(getattr(args, "forceall", False)), dry_run=dry_run, runs_jobs=not no_jobs)
 
 
 # ------------------------------------------------------------------------------------------------ the CLI
