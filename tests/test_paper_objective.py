@@ -276,6 +276,9 @@ def test_one_update_of_the_authors_recipe_equals_the_trainers(tokenizer, tmp_pat
         torch.testing.assert_close(mine[n], grads[n], atol=1e-6, rtol=1e-5, msg=n)
 
 
+# the schedule is stepped alone to read its learning rates, so torch's warning that no optimizer step came first is
+# expected here
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before:UserWarning")
 def test_the_authors_schedule_and_param_groups_are_the_trainers(tokenizer, tmp_path):
     """The Trainer's own scheduler and AdamW (create_optimizer_and_scheduler under train.py's arguments) against
     lr_at and our optimizer under recipe authors: the learning rate of the update after scheduler step s, s in
