@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import gpu_measure as gm
+import paper_cost
 import pytest
 import torch
 import train_throughput as tt
@@ -16,6 +17,8 @@ from helpers import REPO
 from test_train_throughput import _tiny_paper_config
 
 from attention_geometry.training.hyper import resolve_hyper
+
+VIT = ("vit-tiny", "classifier")
 
 
 def test_the_plan_puts_both_paths_of_every_size_first_then_varlen_then_the_captures():
@@ -131,6 +134,15 @@ def test_the_rehearsal_measures_both_paths_and_records_what_fails(tmp_path, caps
         shared[1]["updates_per_s"] / shared[0]["updates_per_s"], rel=0.01
     )
     assert "2 at once: ms per update of each" in printed
+    # benchmarks/paper_cost.py --measured reads this very document: per size and objective the fastest row that ran,
+    # and for the ViT packed 2 runs per job that MFU times the measured gain of 2 runs at once
+    ran = [r for r in rows if r.get("mfu_paper_cost")]
+    assert {(r["size"], r["objective"]) for r in ran} == {("tiny", "encoder"), ("tiny", "decoder"), VIT}
+    best = paper_cost.measured_mfu(got)
+    for key, (mfu, _) in best.items():
+        assert mfu == max(r["mfu_paper_cost"] for r in ran if (r["size"], r["objective"]) == key)
+    packed = paper_cost.measured_mfu(got, {"vit-tiny": 2})[VIT]
+    assert packed[0] == pytest.approx(best[VIT][0] * gain["2"]) and "2 runs at once" in packed[1]
 
 
 def test_busy_time_is_the_union_of_the_kernels_intervals():
