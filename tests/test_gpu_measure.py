@@ -139,6 +139,7 @@ def test_the_rehearsal_measures_both_paths_and_records_what_fails(tmp_path, caps
     ran = [r for r in rows if r.get("mfu_paper_cost")]
     assert {(r["size"], r["objective"]) for r in ran} == {("tiny", "encoder"), ("tiny", "decoder"), VIT}
     best = paper_cost.measured_mfu(got)
+    assert set(best) == {(r["size"], r["objective"]) for r in ran}
     for key, (mfu, _) in best.items():
         assert mfu == max(r["mfu_paper_cost"] for r in ran if (r["size"], r["objective"]) == key)
     packed = paper_cost.measured_mfu(got, {"vit-tiny": 2})[VIT]
