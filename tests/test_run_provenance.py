@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from attention_geometry.errors import UserError
-from attention_geometry.formats.columns import PROVENANCE_COLUMNS
+from attention_geometry.formats.columns import PROVENANCE_COLUMNS, PROVENANCE_HOST_COLUMNS
 from attention_geometry.formats.rundir import PROVENANCE_CSV
 from attention_geometry.training.snapshots import record_provenance
 from attention_geometry.workflow.concat import concat_tables
@@ -28,7 +28,7 @@ def test_each_start_appends_a_row_with_the_checkouts_commit(tmp_path):
     record_provenance(tmp_path, "r1", 0, 100, when="2026-12-03T20:00:00Z")
     record_provenance(tmp_path, "r1", 40, 100, when="2026-12-03T21:00:00Z")
     rows = _rows(tmp_path / PROVENANCE_CSV)
-    assert list(rows[0]) == PROVENANCE_COLUMNS
+    assert list(rows[0]) == PROVENANCE_COLUMNS + PROVENANCE_HOST_COLUMNS
     assert [(r["from_step"], r["to_step"], r["started_utc"]) for r in rows] == [
         ("0", "100", "2026-12-03T20:00:00Z"),
         ("40", "100", "2026-12-03T21:00:00Z"),
@@ -50,3 +50,64 @@ def test_concat_gathers_the_runs_rows_and_refuses_a_repeated_start(tmp_path):
     dup.write_text((tmp_path / "a" / PROVENANCE_CSV).read_text())
     with pytest.raises(UserError):
         concat_tables([tmp_path / "a" / PROVENANCE_CSV, dup], tmp_path / "x.csv", kind="run_provenance")
+
+
+def _proc_flags() -> set[str]:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def test_rows_name_the_cpu_flags_and_a_host_id_that_tells_boots_apart(tmp_path, monkeypatch):
+    import hashlib
+
+    from attention_geometry.training import snapshots
+
+    record_provenance(tmp_path, "r1", 0, 10, when="2026-12-07T15:00:00Z")
+    row = _rows(tmp_path / PROVENANCE_CSV)[0]
+    flags = _proc_flags()
+    # read off /proc/cpuinfo here, independently: which of the numeric flags this host has
+    assert set(row["cpu_flags"].split()) == flags & {
+        "avx2",
+        "fma",
+        "avx512f",
+        "avx512_vnni",
+        "avx512_bf16",
+        "amx_tile",
+        "amx_bf16",
+        "amx_int8",
+    }
+    ids = [
+        Path(p).read_text().strip() for p in ("/etc/machine-id", "/proc/sys/kernel/random/boot_id") if Path(p).is_file()
+    ]
+    if len(ids) == 2:
+        assert row["host_id"] == hashlib.sha256("\n".join(ids).encode()).hexdigest()[:12]
+    assert len(row["host_id"]) == 12
+    # two hosts cloned from one image share the machine id, not the boot id
+    real_open = open
+
+    def other_boot(path, *a, **k):
+        if str(path) == "/proc/sys/kernel/random/boot_id":
+            import io
+
+            return io.StringIO("another-boot")
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr("builtins.open", other_boot)
+    assert snapshots.host_id() != row["host_id"]
+
+
+def test_a_record_begun_before_the_host_columns_keeps_its_six(tmp_path):
+    old = ",".join(PROVENANCE_COLUMNS) + "\nr1,2026-12-01T00:00:00Z,0,100,abc,Some CPU\n"
+    (tmp_path / PROVENANCE_CSV).write_text(old)
+    record_provenance(tmp_path, "r1", 50, 100, when="2026-12-07T15:00:00Z")
+    rows = _rows(tmp_path / PROVENANCE_CSV)
+    assert list(rows[1]) == PROVENANCE_COLUMNS and rows[1]["from_step"] == "50"
+    # gathered beside a new record, the old rows' host columns are empty
+    record_provenance(tmp_path / "b", "b", 0, 100, when="2026-12-07T15:00:01Z")
+    out = tmp_path / "all.csv"
+    concat_tables([tmp_path / PROVENANCE_CSV, tmp_path / "b" / PROVENANCE_CSV], out, kind="run_provenance")
+    got = _rows(out)
+    assert list(got[0]) == PROVENANCE_COLUMNS + PROVENANCE_HOST_COLUMNS
+    assert got[0]["host_id"] == "" and got[2]["host_id"] != ""

@@ -24,6 +24,7 @@ __all__ = [
     "TABLE_COLUMNS",
     "GQA_COLUMNS",
     "PROVENANCE_COLUMNS",
+    "PROVENANCE_HOST_COLUMNS",
 ]
 
 # the two scores, in the paper's convention (docs/contracts.md, "Scores")
@@ -96,6 +97,11 @@ GQA_COLUMNS = [
 # steps it went on to train, the git commit of the code (`+ uncommitted changes` where the checkout differed from
 # it) and the CPU it ran on (training/snapshots.py: record_provenance)
 PROVENANCE_COLUMNS = ["run", "started_utc", "from_step", "to_step", "code_version", "cpu"]
+# and, in the rows written since study 4 (issue 60), what tells hosts apart: the CPU flags that change a float's
+# result or a step's speed (training/snapshots.py: NUMERIC_CPU_FLAGS) and a host id (a hash of the machine id and
+# the boot id: two rows with one id ran on one host within one boot). A record begun before them keeps its six
+# columns (a resumed run appends what its header has); a gathered table leaves them empty for such rows.
+PROVENANCE_HOST_COLUMNS = ["cpu_flags", "host_id"]
 
 # table kind (`concat-tables --kind`) -> its required columns
 TABLE_COLUMNS: dict[str, list[str]] = {
@@ -108,4 +114,7 @@ TABLE_COLUMNS: dict[str, list[str]] = {
 
 # table kind -> columns some of its inputs have and others lack (left empty where lacking): a training_loss
 # table of text and image runs has the image runs' eval_accuracy, empty in the text runs' rows
-TABLE_OPTIONAL_COLUMNS: dict[str, list[str]] = {"training_loss": ["eval_accuracy"]}
+TABLE_OPTIONAL_COLUMNS: dict[str, list[str]] = {
+    "training_loss": ["eval_accuracy"],
+    "run_provenance": PROVENANCE_HOST_COLUMNS,
+}

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from attention_geometry.errors import UserError
-from attention_geometry.formats.columns import LOSS_COLUMNS, PROVENANCE_COLUMNS
+from attention_geometry.formats.columns import LOSS_COLUMNS, PROVENANCE_COLUMNS, PROVENANCE_HOST_COLUMNS
 from attention_geometry.formats.files import (
     atomic_write_text,
     fsync_path,
@@ -207,11 +207,49 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# the CPU flags a provenance row names: those that decide which kernels run, and so a float's last bits (the
+# training is bit for bit reproducible within one such kind of host) and a step's speed (bf16 natively or emulated)
+NUMERIC_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu_flags() -> str:
+    """The NUMERIC_CPU_FLAGS this CPU has, space-separated in that order ("" where /proc/cpuinfo is unreadable)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return " ".join(flag for flag in NUMERIC_CPU_FLAGS if flag in have)
+    except OSError:
+        pass
+    return ""
+
+
+def host_id() -> str:
+    """12 hex digits naming this host for its current boot: sha256 of the machine id (/etc/machine-id, which a
+    machine image may share with its copies) and the kernel's boot id (new at every boot), so two hosts of one kind
+    are told apart; where neither is readable, of the host name."""
+    import hashlib
+    import socket
+
+    parts = []
+    for path in ("/etc/machine-id", "/proc/sys/kernel/random/boot_id"):
+        try:
+            with open(path, encoding="utf-8") as f:
+                parts.append(f.read().strip())
+        except OSError:
+            parts.append("")
+    if not any(parts):
+        parts = [socket.gethostname()]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
+
+
 def record_provenance(out: Path, run: str, from_step: int, to_step: int, when: str | None = None) -> None:
     """Append one row (formats.columns.PROVENANCE_COLUMNS) to OUT/provenance.csv: the trainer started or resumed
     `run` at `from_step` to train up to `to_step`, at UTC time `when` (now), with the git commit of the checkout
-    this package runs from (formats.checkout.code_version: " + uncommitted changes" where it differed) and the
-    CPU model. The workflow gathers these rows into {results}/tables/run_provenance.csv, the committed record of
+    this package runs from (formats.checkout.code_version: " + uncommitted changes" where it differed), the
+    CPU model, and (formats.columns.PROVENANCE_HOST_COLUMNS) its numeric flags and the host id. A record begun
+    before the host columns existed keeps its six columns. The workflow gathers these rows into {results}/tables/run_provenance.csv, the committed record of
     the commit and host each run's steps were trained at."""
     import datetime
 
@@ -234,8 +272,13 @@ def record_provenance(out: Path, run: str, from_step: int, to_step: int, when: s
             "move it aside to start a new record"
         )
     row = dict(zip(PROVENANCE_COLUMNS, (run, when, int(from_step), int(to_step), version, _cpu_model())))
+    columns = PROVENANCE_COLUMNS + PROVENANCE_HOST_COLUMNS
+    if old and old.split("\n", 1)[0] == ",".join(PROVENANCE_COLUMNS):
+        columns = PROVENANCE_COLUMNS  # a record begun before the host columns
+    else:
+        row.update(cpu_flags=cpu_flags(), host_id=host_id())
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=PROVENANCE_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
     if not old:
         writer.writeheader()
     writer.writerow(row)
