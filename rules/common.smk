@@ -138,9 +138,11 @@ if workflow.is_main_process and (_stale := stale_error(PLAN, RECORDS, forceall=_
 # A committed tidy table whose sha256 is not the one {results}/config/tables.sha256 records, where what it is made
 # from (run folders, per-model scores) is not here to remake it, stops the parse with one line that says how to
 # restore it or accept the change (workflow.records.table_sums_error): a clone's tables are the record, and a hand
-# edit would otherwise redraw the claims without a word. A dry run prints it and goes on; under --forceall every
-# table is remade, so none is read as it is.
-if workflow.is_main_process and not _MODE.forceall and (_edited := checked(table_sums_error, PLAN)) is not None:
+# edit would otherwise redraw the claims without a word. A dry run prints it and goes on; under --forceall with no
+# rule filter every table is remade, so none is read as it is (workflow.records.RunMode.remakes_tables; with a filter,
+# --allowed-rules among them, the check stays: issue 59.1). Each job that draws from the tables checks them again
+# itself (run-notebook --tables-record), whatever the command line.
+if workflow.is_main_process and not _MODE.remakes_tables and (_edited := checked(table_sums_error, PLAN)) is not None:
     if not _MODE.dry_run:
         raise WorkflowError(_edited)
     print(f"{_edited} (a dry run goes on; the workflow itself stops here until then)", file=sys.stderr)
@@ -148,9 +150,9 @@ if workflow.is_main_process and not _MODE.forceall and (_edited := checked(table
 # The tidy tables the claims read hold exactly the rows this config plans (runs, snapshot and evaluation steps,
 # layers, update steps and kinds, the null's samples: attention_geometry.analysis.completeness): a truncated,
 # row-dropped or repeated-row table stops the parse with one line naming it, before any job draws a figure or a
-# claim from what is left of it (a dry run prints the line and goes on). Under --forceall every table is remade, so
-# none is read as it is.
-if workflow.is_main_process and not _MODE.forceall:
+# claim from what is left of it (a dry run prints the line and goes on). Under --forceall with no rule filter every
+# table is remade, so none is read as it is.
+if workflow.is_main_process and not _MODE.remakes_tables:
     from attention_geometry.analysis.completeness import table_error
 
     _damaged = table_error(

@@ -152,13 +152,17 @@ for _nb in NOTEBOOKS:
             # failed job prints its logs, and this one is a page of notebook JSON. The log holds one error line
             # and the failing cell's traceback (workflow/notebook.py).
             executed=res("notebooks", f"{_nb}.ipynb"),
+            # the committed tables' record: the job checks the tables it draws from against it, whatever the
+            # command line (a rule filter can keep --forceall from remaking them; workflow/notebook.py)
+            tables_record=table_sums_path(PLAN),
         log:
             res("logs", "notebooks", f"{_nb}.log"),
         conda:
             "../envs/figures.yaml"
         shell:
             "python -m attention_geometry run-notebook --no-progress {input.notebook:q} {params.executed:q}"
-            " --parameters {params.parameters:q} --input-sums {output.input_sums:q} > {log:q} 2>&1"
+            " --parameters {params.parameters:q} --input-sums {output.input_sums:q}"
+            " --tables-record {params.tables_record:q} > {log:q} 2>&1"
 
 
 # A failed job never deletes a committed result: Snakemake removes a job's outputs before it runs and those of a

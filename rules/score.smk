@@ -294,4 +294,4 @@ rule record_table_sums:
     conda:
         "../envs/score.yaml"
     shell:
-        "python -m attention_geometry input-sums --no-progress {input:q} --out {output:q} > {log:q} 2>&1"
+        "python -m attention_geometry input-sums --no-progress --tables {input:q} --out {output:q} > {log:q} 2>&1"

@@ -439,3 +439,102 @@ def test_every_committed_table_folder_has_its_recorded_sha256():
             tidy = {"pretrained_scores", "training_scores", "training_loss", "update_scores", "null_scores"}
             tidy |= {"gqa_paper_method", "run_provenance"}
             assert {f for f in present if Path(f).stem in tidy} == set(listed), record
+
+
+def test_forceall_with_a_rule_filter_does_not_skip_the_table_checks():
+    """Issue 59.1: --forceall remakes every table only where no rule filter keeps its jobs from running; with
+    --allowed-rules (or --omit-from, --until, --batch) the parse still checks the committed tables."""
+    assert run_mode(["--forceall", "--cores", "2"]).remakes_tables
+    assert run_mode(["-F"]).remakes_tables
+    for extra in (
+        ["--allowed-rules", "make_reproduction_report"],
+        ["--omit-from", "concat_training_scores"],
+        ["--until", "make_fig3_emergence"],
+        ["--batch", "all=1/2"],
+    ):
+        mode = run_mode(["--forceall", "--cores", "2", *extra])
+        assert mode.forceall and not mode.remakes_tables, extra
+    assert not run_mode(["--cores", "2"]).remakes_tables
+
+
+def _table_job_log(record, table, digest):
+    """What a table job's log ends with (concat-tables, score-null): its `sha256sum` line, written here by hand."""
+    log = os.path.join(
+        os.path.dirname(os.path.dirname(record)), "logs", "tables", os.path.basename(table)[:-4] + ".log"
+    )
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    with open(log, "w") as fh:
+        fh.write(f"wrote {table}: 1 rows from 1 tables\n{digest}  {table}\n")
+    return log
+
+
+def test_table_edits_are_the_changed_tables_their_own_job_did_not_write(tmp_path):
+    """Issue 59.1-2: a job that draws from the committed tables, and the job that records their sums, accept a
+    table whose sha256 differs from the record only where the table's own job wrote that content (its log ends with
+    the table's sha256sum line); a hand edit is refused whatever the command line."""
+    from attention_geometry.workflow.records import table_edit_error, table_edits
+
+    results = tmp_path / "r"
+    table = str(results / "tables" / "training_scores.csv")
+    other = str(results / "tables" / "training_loss.csv")
+    for path, text in ((table, "a,b\n1,2\n"), (other, "a,b\n3,4\n")):
+        atomic_write_text(path, text)
+    record = str(results / "config" / "tables.sha256")
+    atomic_write_text(record, _sha256sum_lines([table, other]))
+    assert table_edits(record, [table, other]) == []
+    atomic_write_text(table, "a,b\n1,-0.6\n")  # the hand edit
+    assert table_edits(record, [table, other]) == [table]
+    msg = table_edit_error(record, [table, other], "the report does not draw from it")
+    assert msg.startswith(f"{table}: ") and "\n" not in msg and f"rm {record}" in msg
+    new = hashlib.sha256(open(table, "rb").read()).hexdigest()
+    _table_job_log(record, table, "0" * 64)  # the job wrote another content: still an edit
+    assert table_edits(record, [table]) == [table]
+    _table_job_log(record, table, new)  # the job wrote exactly this content: remade, not edited
+    assert table_edits(record, [table]) == []
+    assert table_edits(str(tmp_path / "none.sha256"), [table]) == []  # no record: nothing to compare
+
+
+def test_input_sums_tables_refuses_to_record_a_hand_edit(tmp_path, capsys):
+    """Issue 59.2: rule record_table_sums (input-sums --tables) does not write an edited table's sha256 over the
+    committed record, whatever rule filter ran it; a table remade by its job is recorded; the record removed (the
+    documented way to accept a change) records the tables as they are."""
+    from attention_geometry.cli import main as cli_main
+
+    results = tmp_path / "r"
+    table = str(results / "tables" / "training_scores.csv")
+    atomic_write_text(table, "a,b\n1,2\n")
+    record = str(results / "config" / "tables.sha256")
+    atomic_write_text(record, _sha256sum_lines([table]))
+    before = open(record).read()
+    atomic_write_text(table, "a,b\n1,-0.6\n")
+    assert cli_main(["input-sums", "--tables", table, "--out", record]) == 2
+    assert "no job of this workflow wrote it" in capsys.readouterr().err
+    assert open(record).read() == before
+    _table_job_log(record, table, hashlib.sha256(open(table, "rb").read()).hexdigest())
+    assert cli_main(["input-sums", "--tables", table, "--out", record]) == 0
+    assert open(record).read() == _sha256sum_lines([table])
+    os.remove(_table_job_log(record, table, "0" * 64))
+    os.remove(record)
+    assert cli_main(["input-sums", "--tables", table, "--out", record]) == 0
+
+
+def test_run_notebook_checks_the_tables_it_draws_from_before_the_kernel_starts(tmp_path, capsys):
+    """Issue 59.1: run-notebook --tables-record refuses an input table the record lists with another sha256 that its
+    job did not write, before any kernel starts (the notebook file here is never executed)."""
+    import json
+
+    from attention_geometry.cli import main as cli_main
+
+    results = tmp_path / "r"
+    table = str(results / "tables" / "training_scores.csv")
+    atomic_write_text(table, "a,b\n1,2\n")
+    record = str(results / "config" / "tables.sha256")
+    atomic_write_text(record, _sha256sum_lines([table]))
+    atomic_write_text(table, "a,b\n1,-0.6\n")
+    nb = tmp_path / "n.ipynb"
+    nb.write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    argv = ["run-notebook", str(nb), str(tmp_path / "x.ipynb"), "--parameters", json.dumps({"inputs": {"t": table}})]
+    assert cli_main([*argv, "--tables-record", record]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {table}: its sha256 is not the one recorded") and "does not draw from it" in err
+    assert not (tmp_path / "x.ipynb").exists()

@@ -375,3 +375,28 @@ def test_paper_table1_rows_with_the_rebuttals_checkpoints():
         "published, training loss: a",
         "published, training loss: b",
     ]
+
+
+# ------------------------------------------------------------------------------------------- tokens axes
+
+
+def test_paper_tokens_per_step_is_the_authors_batch():
+    # the authors' train.py: 32 sequences per device, 8 accumulation steps, 512 positions; study 3's 17.4 M tokens
+    # (8500 x 32 x 64) are its step 133
+    assert frames.PAPER_TOKENS_PER_STEP == 131_072
+    assert round(8500 * 32 * 64 / frames.PAPER_TOKENS_PER_STEP) == 133
+
+
+def test_arm_tokens_per_step_one_count_per_arm_and_clear_errors():
+    runs = {"encoder": ["e0", "e1"], "decoder": ["d0"]}
+    assert frames.arm_tokens_per_step({"e0": 2048, "e1": 2048, "d0": 4096}, runs) == {"encoder": 2048, "decoder": 4096}
+    with pytest.raises(UserError, match="no count for run.*e1"):
+        frames.arm_tokens_per_step({"e0": 2048, "d0": 2048}, runs)
+    with pytest.raises(UserError, match=r"encoder runs train on different tokens per update \[2048, 4096\]"):
+        frames.arm_tokens_per_step({"e0": 2048, "e1": 4096, "d0": 2048}, runs)
+
+
+def test_tokens_text():
+    from attention_geometry.analysis.plotting import tokens_text
+
+    assert [tokens_text(x) for x in (2048, 17_408_000, 26_214_400_000, 512)] == ["2.05 k", "17.4 M", "26.2 G", "512"]

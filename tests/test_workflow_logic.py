@@ -418,6 +418,10 @@ def test_emergence_runs_null_source_and_paths():
     # an entry's own max_steps overrides its group's
     assert p.final_snapshot(f"tiny-{corpus}-encoder-fresh-s0").endswith("step-0000200")
     assert p.train_done(run) == f"{cfg['results']}/runs/{run}/train.done"
+    # the figures' tokens axes: batch x seq_len per emergence run; tiny's batch 32, the corpus's block_len
+    block = cfg["corpora"][corpus].get("block_len", 64)
+    assert p.tokens_per_step() == {r: 32 * block for rs in em.values() for r in rs}
+    assert p.notebook_param("tokens_per_step", "fig3_emergence") == p.tokens_per_step()
     assert p.run_corpus(run) == f"{cfg['results']}/corpora/{corpus}"
     cfg["training"]["groups"]["g"]["runs"] = [{**entry, "objective": "encoder", "init": "standard", "seed": 0}]
     with pytest.raises(ConfigError, match="has no decoder run with init 'standard'"):

@@ -330,6 +330,12 @@ def add_arguments_run_notebook(parser: argparse.ArgumentParser) -> None:
         help="after a successful run, write the sha256 of the notebook and of each input (the parameters' "
         "`inputs`) here, as `sha256sum` lines",
     )
+    parser.add_argument(
+        "--tables-record",
+        metavar="SUMS",
+        help="the committed tidy tables' record ({results}/config/tables.sha256): before the kernel starts, every "
+        "input it lists must have its recorded sha256 or have been written by its own job",
+    )
 
 
 def add_arguments_join_parts(parser: argparse.ArgumentParser) -> None:
@@ -366,6 +372,12 @@ def add_arguments_input_sums(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="the files to record (what a rule read)")
     parser.add_argument(
         "--out", required=True, metavar="SUMS", help="the record: one `sha256sum` line per file, sorted by path"
+    )
+    parser.add_argument(
+        "--tables",
+        action="store_true",
+        help="the files are the workflow's tidy tables and SUMS their committed record: refuse a changed sha256 "
+        "that the table's own job did not write (a hand edit)",
     )
 
 

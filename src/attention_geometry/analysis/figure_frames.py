@@ -6,7 +6,9 @@ Generic helpers for drawing:
 - `split`: a frame's groups in sorted key order (one line or marker set per group);
 - `group_keys`: the sorted keys of those groups (one row of panels per key);
 - `edge_step_rows`: the rows at each group's first and/or last step (the tables a notebook shows);
-- `counts`: the number of rows per group.
+- `counts`: the number of rows per group;
+- `arm_tokens_per_step`, `PAPER_TOKENS_PER_STEP`: the tokens one update trains on, ours per arm and the paper's,
+  for the tokens axes on which our curves meet the paper's (never at equal steps).
 
 Per figure:
 - fig_symmetric_init_loss: `init_contrasts` (each init minus the same-seed control run, per step),
@@ -39,7 +41,33 @@ from attention_geometry.analysis.summaries import (
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import SCORES
 
+# the tokens one update of the authors' training script trains on: 32 sequences per device x 8 accumulation steps
+# x 512 positions (docs/paper-code.md; padding included: a Wikipedia article, split into characters, fills its 512)
+PAPER_TOKENS_PER_STEP = 32 * 8 * 512
+
+
+def arm_tokens_per_step(tokens_per_step: Mapping[str, int], runs: Mapping[str, Sequence[str]]) -> dict[str, int]:
+    """{arm: the tokens one update of its runs trains on} from {run: tokens} (the workflow's `tokens_per_step`
+    param: batch_size x seq_len); a UserError naming the run where one lacks its count, or naming the arm where its
+    runs' counts differ (one tokens axis per arm)."""
+    out = {}
+    for arm, names in runs.items():
+        missing = [r for r in names if r not in tokens_per_step]
+        if missing:
+            raise UserError(f"tokens_per_step: no count for run(s) {', '.join(missing)} (arm {arm})")
+        counts = sorted({int(tokens_per_step[r]) for r in names})
+        if len(counts) > 1:
+            raise UserError(f"tokens_per_step: the {arm} runs train on different tokens per update {counts}")
+        if counts:
+            if counts[0] <= 0:
+                raise UserError(f"tokens_per_step: {arm}: {counts[0]} tokens per update (must be > 0)")
+            out[arm] = counts[0]
+    return out
+
+
 __all__ = [
+    "PAPER_TOKENS_PER_STEP",
+    "arm_tokens_per_step",
     "split",
     "group_keys",
     "edge_step_rows",

@@ -465,6 +465,42 @@ def subplots(nrows: int, ncols: int, width: float = 3.2, height: float = 2.6, **
     return fig, axes
 
 
+def tokens_text(tokens: float) -> str:
+    """A token count as read on an axis or in a legend: 2,048; 17.4 M; 26.2 G."""
+    t = float(tokens)
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(t) >= div:
+            return f"{t / div:.3g} {unit}"
+    return f"{t:,.0f}"
+
+
+def _steps_text(steps: float) -> str:
+    """A step count on a log axis: 10; 1,000; 10k; 1M."""
+    if steps >= 1e6:
+        return f"{steps / 1e6:g}M"
+    if steps >= 1e4:
+        return f"{steps / 1e3:g}k"
+    return f"{steps:,.0f}" if steps >= 1 else f"{steps:g}"
+
+
+def tokens_axis(ax: plt.Axes, tokens_per_step: float, whose: str, lo: float, hi: float) -> None:
+    """The x axis in tokens seen (log scale, lo to hi, one range for every panel, so ours and the paper's are read
+    at equal tokens), with `whose` steps (e.g. "our step", "paper step") on a second axis at the top. Step 0 (no
+    token seen) has no place on a log axis."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    per = float(tokens_per_step)
+    ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
+    ax.xaxis.set_major_locator(LogLocator(base=10, numticks=12))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: tokens_text(v)))
+    ax.set_xlabel("tokens seen")
+    top = ax.secondary_xaxis("top", functions=(lambda t: t / per, lambda s: s * per))
+    top.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _steps_text(v)))
+    top.set_xlabel(f"{whose} ({tokens_text(per)} tokens each)", fontsize="small")
+    top.tick_params(labelsize="small")
+
+
 def step_axis(ax: plt.Axes) -> None:
     """Training-step ticks as 50k, 100k above 10,000 (so 200k-step axes stay readable)."""
     from matplotlib.ticker import FuncFormatter, MaxNLocator

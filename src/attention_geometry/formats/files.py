@@ -38,6 +38,7 @@ from attention_geometry.errors import UserError
 
 __all__ = [
     "file_sha256",
+    "sha256_line",
     "join_files",
     "read_yaml",
     "atomic_path",
@@ -72,6 +73,12 @@ def file_sha256(path: str | os.PathLike) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def sha256_line(path: str | os.PathLike) -> str:
+    """The `sha256sum` line of a file a command just wrote (`HEX  PATH`): a table command prints it last, so the job's
+    log names the content its job wrote (workflow.records.made_by_its_job)."""
+    return f"{file_sha256(path)}  {os.fspath(path)}"
 
 
 def join_files(parts: list[str | os.PathLike], dest: str | os.PathLike, sha256: str) -> Path:

@@ -122,4 +122,8 @@ def run_score_null(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     df = score_null(args.run_config, args.inits, args.samples, num_std=args.num_std, progress=not args.quiet)
     atomic_write_table(df, args.out)
+    if args.out != "-":
+        from attention_geometry.formats.files import sha256_line
+
+        print(sha256_line(args.out))  # last: the proof that this job wrote the table (workflow.records.made_by_its_job)
     return 0

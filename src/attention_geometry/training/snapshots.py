@@ -249,8 +249,9 @@ def record_provenance(out: Path, run: str, from_step: int, to_step: int, when: s
     `run` at `from_step` to train up to `to_step`, at UTC time `when` (now), with the git commit of the checkout
     this package runs from (formats.checkout.code_version: " + uncommitted changes" where it differed), the
     CPU model, and (formats.columns.PROVENANCE_HOST_COLUMNS) its numeric flags and the host id. A record begun
-    before the host columns existed keeps its six columns. The workflow gathers these rows into {results}/tables/run_provenance.csv, the committed record of
-    the commit and host each run's steps were trained at."""
+    before the host columns existed keeps its six columns. The workflow gathers these rows into
+    {results}/tables/run_provenance.csv, the committed record of the commit and host each run's steps were trained
+    at."""
     import datetime
 
     from attention_geometry.formats.checkout import code_version

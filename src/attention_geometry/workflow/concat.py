@@ -188,6 +188,9 @@ def concat_tables(paths: list[str | Path], out: str | Path, kind: str | None = N
 
 
 def run_concat_tables(args: argparse.Namespace) -> int:
+    from attention_geometry.formats.files import sha256_line
+
     n = concat_tables(args.inputs, args.out, args.kind)
     print(f"wrote {args.out}: {n} rows from {len(args.inputs)} tables")
+    print(sha256_line(args.out))  # last: the record's proof that this job wrote it (workflow.records.made_by_its_job)
     return 0

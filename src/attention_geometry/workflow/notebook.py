@@ -11,6 +11,11 @@ With --input-sums, a run that succeeds then writes the sha256 of the notebook an
 reads it, so a fresh clone, whose checkout order leaves some inputs newer than their outputs, re-runs nothing
 whose inputs are unchanged).
 
+With --tables-record, each input that the committed tables' record lists must have the sha256 recorded there, or
+have been written by its own job (workflow.records.table_edits): the parse's checks are skipped under --forceall,
+and a rule filter (--allowed-rules) can keep the tables from being remade, so the job that draws from them checks
+them itself.
+
 Before the kernel starts, NOTEBOOK must be a notebook file (a missing file, a folder or another format is one
 line), and EXECUTED and the input sums are checked as every output is (files.check_out_location): never the
 notebook or one of its inputs, nor a device, FIFO or socket.
@@ -49,6 +54,13 @@ def run_run_notebook(args: argparse.Namespace) -> int:
             check_out_location(out, read)
     if args.input_sums is not None and os.path.abspath(args.input_sums) == os.path.abspath(args.executed):
         raise UserError(f"{args.input_sums}: is the executed copy too; give --input-sums another path")
+    if getattr(args, "tables_record", None):  # the tables a notebook draws from, checked whatever the command line
+        from attention_geometry.workflow.records import table_edit_error
+
+        tables = [p for p in inputs.values() if isinstance(p, str) and p]
+        error = table_edit_error(args.tables_record, tables, f"{args.notebook} does not draw from it")
+        if error:
+            raise UserError(error)
     if args.input_sums is not None:  # checked before the run: the sums are written after it, of files only
         for key, path in inputs.items():
             if isinstance(path, str) and path and not os.path.isfile(path):

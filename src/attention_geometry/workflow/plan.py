@@ -289,6 +289,23 @@ class Plan:
             runs.sort(key=lambda r: self.runs[r].seed)
         return out
 
+    def tokens_per_step(self) -> dict[str, int]:
+        """{run: the tokens one update trains on} of the emergence runs: batch_size x seq_len (seq_len None: the
+        corpus's block_len), padding included. The figures draw our curves and the paper's at equal tokens
+        (analysis.figure_frames.PAPER_TOKENS_PER_STEP for the paper's)."""
+        from attention_geometry.data.corpus_config import corpus_config_from_dict
+
+        out = {}
+        for run in (r for runs in self.emergence_runs().values() for r in runs):
+            spec = self.runs[run]
+            h = resolve_hyper(spec.size, spec.config.overrides)
+            seq_len = h.seq_len
+            if seq_len is None:
+                corpus = corpus_config_from_dict(self.corpora[spec.dataset], where=f"config corpora.{spec.dataset}")
+                seq_len = corpus.block_len
+            out[run] = int(h.batch_size) * int(seq_len)
+        return out
+
     def ablation_runs(self) -> list[str]:
         return list(self.groups[self.config["figures"]["ablation_group"]])
 
@@ -469,6 +486,8 @@ class Plan:
         f = self.config["figures"]
         if name == "emergence_runs":
             return self.emergence_runs()
+        if name == "tokens_per_step":
+            return self.tokens_per_step()
         if name == "ablation_runs":
             return self.ablation_runs()
         if name == "vision_runs":

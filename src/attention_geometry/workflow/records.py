@@ -58,6 +58,10 @@ __all__ = [
     "TABLE_SUMS",
     "tidy_tables",
     "table_sums_path",
+    "table_log",
+    "made_by_its_job",
+    "table_edits",
+    "table_edit_error",
     "table_sources",
     "table_sums_error",
     "content_current",
@@ -275,6 +279,63 @@ def table_sums_path(plan: Plan) -> str:
     return plan.res(RECORD_DIR, TABLE_SUMS)
 
 
+def table_log(record: str, table: str) -> str:
+    """The log of the job that makes tidy table `table` ({results}/tables/KIND.csv): {results}/logs/tables/KIND.log,
+    {results} read off the record's own path ({results}/config/tables.sha256). Each table rule ends its log with the
+    `sha256sum` line of the table it wrote (rules/score.smk)."""
+    results = os.path.dirname(os.path.dirname(os.path.abspath(record)))
+    kind = os.path.splitext(os.path.basename(table))[0]
+    return os.path.join(results, "logs", "tables", f"{kind}.log")
+
+
+def made_by_its_job(record: str, table: str, digest: str) -> bool:
+    """Whether the table's own job wrote the content of sha256 `digest`: its log (table_log) ends a line with
+    `digest  ...{table's name}` (the job's `sha256sum` of its output). A hand edit after the job, or a table no job
+    of this checkout made (a clone's logs are not committed), is not."""
+    try:
+        with open(table_log(record, table), encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return False
+    name = os.path.basename(table)
+    for line in reversed(lines):
+        got, sep, path = line.partition("  ")
+        if sep and len(got) == 64 and os.path.basename(path.strip()) == name:
+            return got == digest
+    return False
+
+
+def table_edits(record: str, tables) -> list[str]:
+    """The tables among `tables` that the record ({results}/config/tables.sha256) lists with another sha256 and that
+    their own job did not write (made_by_its_job): edited by hand, or from elsewhere. [] without a record."""
+    from attention_geometry.formats.files import file_sha256
+
+    recorded = read_input_sums(record) if os.path.isfile(record) else {}
+    out = []
+    for table in tables:
+        want = recorded.get(os.path.normpath(table))
+        if want is None or not os.path.isfile(table):
+            continue
+        got = file_sha256(table)
+        if got != want and not made_by_its_job(record, table, got):
+            out.append(table)
+    return out
+
+
+def table_edit_error(record: str, tables, what: str) -> str | None:
+    """One line naming the first of table_edits, or None: `what` says who refuses (the report, the record)."""
+    edits = table_edits(record, tables)
+    if not edits:
+        return None
+    others = f" ({len(edits) - 1} other table(s) too)" if len(edits) > 1 else ""
+    return (
+        f"{edits[0]}: its sha256 is not the one recorded in {record}{others}, and no job of this workflow wrote it "
+        f"(its log {table_log(record, edits[0])} does not end with its sha256): {what}. Restore it (git checkout -- "
+        f"{edits[0]}), remake it from its runs, or, to accept an intended change, rm {record} (the next run records "
+        "the tables as they are)"
+    )
+
+
 def table_sources(plan: Plan) -> dict[str, list[str]]:
     """Table kind -> what the workflow remakes that tidy table from (rules/score.smk): the run folders, the null
     source run's prepared corpus, the per-model score files. None of it is committed."""
@@ -436,6 +497,13 @@ class RunMode(NamedTuple):
     forceall: bool  # --forceall / -F: every table is remade (not read as it is); stale results still stop the parse
     dry_run: bool  # -n / --dry-run / --dryrun: the checks print their line and the parse goes on
     runs_jobs: bool = True  # neither a dry run nor one of NO_JOB_OPTIONS (--lint, --list-rules, --report, ...)
+    # --forceall with no rule filter (RULE_FILTER_OPTIONS): every table is remade, so the parse need not read the
+    # committed ones; a filter (--allowed-rules, --omit-from, --until, --batch) can keep them from being remade
+    remakes_tables: bool = False
+
+
+# the options that keep some of --forceall's jobs from running (Snakemake's argument names)
+RULE_FILTER_OPTIONS = ("allowed_rules", "omit_from", "until", "batch")
 
 
 def run_mode(argv: Sequence[str]) -> RunMode:
@@ -452,7 +520,9 @@ def run_mode(argv: Sequence[str]) -> RunMode:
         return RunMode(forceall=False, dry_run=False)
     dry_run = bool(getattr(args, "dryrun", False))
     no_jobs = dry_run or any(getattr(args, name, None) for name in NO_JOB_OPTIONS)
-    return RunMode(forceall=bool(getattr(args, "forceall", False)), dry_run=dry_run, runs_jobs=not no_jobs)
+    forceall = bool(getattr(args, "forceall", False))
+    filtered = any(getattr(args, name, None) for name in RULE_FILTER_OPTIONS)
+    return RunMode(forceall=forceall, dry_run=dry_run, runs_jobs=not no_jobs, remakes_tables=forceall and not filtered)
 
 
 # ------------------------------------------------------------------------------------------------ the CLI
@@ -465,12 +535,18 @@ def _check_input_files(files) -> None:
 
 def run_input_sums(args) -> int:
     """CLI `input-sums FILE... --out SUMS`: write_input_sums of the files (what a rule read), checked first: every
-    one a file, SUMS none of them."""
+    one a file, SUMS none of them. With --tables (rule record_table_sums), SUMS is the record of the committed tidy
+    tables: a table whose sha256 differs from the one SUMS records is recorded only where its own job wrote it
+    (table_edits); a hand edit is refused with one line, whatever rule filter ran this job."""
     from attention_geometry.formats.files import check_out_location, check_writable
 
     _check_input_files(args.files)
     check_writable(args.out)
     check_out_location(args.out, args.files)
+    if getattr(args, "tables", False):
+        error = table_edit_error(args.out, args.files, "its sha256 is not recorded over the committed one")
+        if error:
+            raise UserError(error)
     write_input_sums(args.out, args.files)
     print(f"{args.out}: the sha256 of {len(set(map(os.path.normpath, args.files)))} file(s)")
     return 0
