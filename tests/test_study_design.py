@@ -76,6 +76,11 @@ BERT_MINI_20K = [
     "a", "b", "b1", "b2", "b_change_enc", "b_change_dec",
     "h_gradient_1", "h_gradient_2", "h_applied_1", "h_applied_2",
 ]
+# study 4 (docs/preregistration-4.md): encoders, our decoders and the authors' decoders, standard init only
+STUDY4 = [
+    "a", "b", "b1", "b2", "b_change_enc", "b_change_dec", "a_paper", "b_paper", "p_sym", "p_dir", "anti",
+    "anti_paper", "h_gradient_1", "h_gradient_2", "h_applied_1", "h_applied_2",
+]
 # fmt: on
 DESIGNS = {
     "config.yaml": STUDY3,
@@ -90,6 +95,8 @@ DESIGNS = {
     "smoke.yaml": SMOKE,
     "study3-pilots.yaml": PILOTS,
     "exploratory-bert-mini-20k.yaml": BERT_MINI_20K,
+    "study4.yaml": STUDY4,
+    "study4-part1.yaml": STUDY4,
 }
 
 
