@@ -454,3 +454,48 @@ def test_any_out_ends_in_the_output_or_one_line_with_nothing_changed(command, ta
         assert not [k for k in new if k.startswith(READ_FOLDERS)], (command, target, new)  # nothing into a source
         new = [k for k in new if not (k == rel or k.startswith(rel + "/"))]
         assert all(rel.startswith(k + "/") for k in new), (command, target, new)  # only the folders above out
+
+
+# ------------------------------------------------------------------- outputs inside a run (issue 59.3)
+
+
+def _fake_run(root: Path) -> Path:
+    """A run folder's own files (the out check runs before anything is read)."""
+    run = root / "run"
+    (run / "checkpoints" / "step-0000100").mkdir(parents=True)
+    (run / "run.yaml").write_text("corpus: c\n")
+    (run / "loss.csv").write_text("run,step,train_loss\nr,0,7.0\n")
+    (run / "checkpoints" / "step-0000100" / "config.json").write_text("{}")
+    (root / "trainer" / "checkpoint-500").mkdir(parents=True)
+    return run
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "run/loss.csv",
+        "run/provenance.csv",
+        "run/extra.csv",
+        "run/checkpoints/step-0000100/extra.csv",
+        "trainer/checkpoint-500/scores.csv",
+    ],
+)
+def test_score_checkpoints_refuses_an_out_inside_a_run_or_snapshot(tmp_path, where):
+    run = _fake_run(tmp_path)
+    before = tree(tmp_path)
+    source = str(run) if where.startswith("run") else str(tmp_path / "trainer")
+    assert_one_line(cli(["score-checkpoints", source, "--out", str(tmp_path / where)]), r"lies inside|inside the")
+    assert tree(tmp_path) == before  # the loss log untouched, nothing added
+
+
+def test_score_refuses_an_out_inside_a_snapshot_and_the_workflows_own_tables_pass_the_check(tmp_path):
+    run = _fake_run(tmp_path)
+    snap = run / "checkpoints" / "step-0000100"
+    before = tree(tmp_path)
+    assert_one_line(cli(["score", str(snap), "--out", str(snap / "extra.csv")]), r"inside the run or snapshot")
+    assert_one_line(cli(["score", str(snap), "--out", str(run / "loss.csv")]), r"inside the run or snapshot")
+    assert tree(tmp_path) == before
+    # the workflow's own score table in the run folder is not refused by the out check (it fails later, on the
+    # fake snapshot's missing weights, for another reason)
+    code, _, err = cli(["score-checkpoints", str(run), "--out", str(run / "scores.csv")])
+    assert code != 0 and "inside the run" not in err

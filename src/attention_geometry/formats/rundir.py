@@ -70,6 +70,7 @@ STATE_JSON = "state.json"
 # a snapshot folder is complete when it holds these (it is renamed into place only once written whole)
 SNAPSHOT_FILES = ("model.safetensors", "config.json")
 _SNAPSHOT = re.compile(r"^step-([0-9]{7})$")  # ASCII digits only (\d takes any script's digits)
+_TRAINER_CHECKPOINT = re.compile(r"^checkpoint-[0-9]+$")  # a transformers Trainer's checkpoint folder
 MAX_STEP = 9_999_999  # the largest step a 7-digit snapshot name holds
 
 
@@ -93,6 +94,38 @@ def parse_snapshot(name: str) -> int | None:
     """The step of a snapshot folder name, None for any other name (a temporary one included)."""
     m = _SNAPSHOT.match(name)
     return int(m.group(1)) if m else None
+
+
+def owning_folder(path: str | os.PathLike) -> Path | None:
+    """The run or snapshot folder that `path` would lie inside, or None: the nearest folder above it (after
+    symbolic links) that holds a run.yaml (our run folder), is named step-XXXXXXX (our snapshot) or checkpoint-N (a
+    Trainer's). A command's output there would write over, or beside, what a run owns (its only loss log, its
+    weights)."""
+    real = Path(os.path.abspath(path)).resolve()
+    for folder in real.parents:
+        if (folder / RUN_YAML).is_file() or _SNAPSHOT.match(folder.name) or _TRAINER_CHECKPOINT.match(folder.name):
+            return folder
+    return None
+
+
+# the files the workflow itself writes into a run folder (rules/score.smk: score_checkpoints, score_updates): the
+# only outputs a command may put there
+WORKFLOW_RUN_OUTPUTS = ("scores.csv", "update_scores.csv")
+
+
+def check_not_in_a_run(out: str | os.PathLike, what: str = "--out") -> None:
+    """A UserError naming `out` where it lies inside a run or snapshot folder (owning_folder), but for the
+    workflow's own score tables directly in a run folder (WORKFLOW_RUN_OUTPUTS)."""
+    folder = owning_folder(out)
+    real = Path(os.path.abspath(out)).resolve()
+    if folder is not None and (folder / RUN_YAML).is_file() and real.parent == folder:
+        if real.name in WORKFLOW_RUN_OUTPUTS:
+            return
+    if folder is not None:
+        raise UserError(
+            f"{what} {out}: lies inside the run or snapshot folder {folder}, whose files a run owns (its loss log, "
+            "its weights); write the output outside it"
+        )
 
 
 def snapshot_dir(run_dir: str | os.PathLike, step: int) -> Path:

@@ -468,10 +468,19 @@ def _scoring_options(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-def _check_out(out: str) -> None:
-    """A score table's --out, checked before any work: a table path, or - (CSV on stdout)."""
-    if out != "-":
-        check_table_path(out)
+def _check_out(out: str, source: str | None = None) -> None:
+    """A score table's --out, checked before any work: a table path, or - (CSV on stdout); never inside a run or
+    snapshot folder (a run's loss.csv is its only loss log), nor inside a local `source` (what is scored)."""
+    if out == "-":
+        return
+    check_table_path(out)
+    from attention_geometry.formats.rundir import check_not_in_a_run
+
+    check_not_in_a_run(out)
+    if source is not None and os.path.exists(source):
+        from attention_geometry.formats.files import check_out_location
+
+        check_out_location(out, [source])
 
 
 def _write_scores(df, out: str) -> None:
@@ -506,7 +515,7 @@ def summary_lines(df) -> list[str]:
 
 
 def run_score(args: argparse.Namespace) -> int:
-    _check_out(args.out)
+    _check_out(args.out, args.source)
     if args.per_head and args.gqa_method != "correct":  # said with the flags typed (score_model names its keywords)
         raise UserError("--per-head: per-head rows exist for the attention's own matrices only (--gqa-method correct)")
     df = score_model(args.source, gqa_method=args.gqa_method, **_scoring_options(args), **_open_options(args))
@@ -517,7 +526,7 @@ def run_score(args: argparse.Namespace) -> int:
 
 
 def run_score_checkpoints(args: argparse.Namespace) -> int:
-    _check_out(args.out)
+    _check_out(args.out, args.run_dir)
     labels: dict[str, Any] = {}
     for item in args.label:
         key, sep, value = item.partition("=")
