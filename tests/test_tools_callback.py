@@ -163,6 +163,40 @@ def test_an_unsupported_family_turns_the_callback_off_with_one_warning(tmp_path)
     assert not any("symmetry/decoder/median" in h for h in trainer.state.log_history)
 
 
+def test_the_callback_never_ends_training_under_warnings_as_errors(tmp_path, caplog):
+    """Issue 59.7: under `-W error` (pytest's `filterwarnings = error`), turning itself off used to raise its own
+    warning as an exception and end the training it watched; now the message goes to transformers' logger."""
+    import warnings
+
+    from transformers import MambaConfig, MambaForCausalLM
+
+    torch.manual_seed(0)
+    model = MambaForCausalLM(MambaConfig(vocab_size=60, hidden_size=16, state_size=4, num_hidden_layers=1))
+    callback = SymmetryCallback(every=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=DeprecationWarning)  # the libraries' own, not the callback's
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        warnings.filterwarnings("ignore", message=".*(fast path|cuda|kernels).*")
+        trainer = _train_with(model, tmp_path, callback)
+    assert trainer.state.global_step == 4 and callback.off
+
+
+def test_non_finite_weights_are_one_error_naming_them_and_turn_the_callback_off(tmp_path):
+    """symmetry_logs' docstring and behaviour agree (issue 59, LOW): NaN weights are a UserError naming them, with
+    undefined="nan" too; in a Trainer the callback turns itself off with one warning and training goes on."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=60)
+    model = BertForMaskedLM(cfg)
+    with torch.no_grad():
+        model.bert.encoder.layer[0].attention.self.query.weight.fill_(float("nan"))
+    with pytest.raises(UserError, match="query weights .* contain NaN or Inf"):
+        symmetry_logs(model, undefined="nan")
+    assert "NaN or Inf after a divergence" in symmetry_logs.__doc__.replace("\n    ", " ")
+
+
 # ---------------------------------------------------------------------------------------- the OV circuit
 
 

@@ -51,14 +51,26 @@ def _unwrap(model: Any) -> Any:
 _PREFIX = {"qk": "", "ov": "_ov"}
 
 
+def _say(message: str) -> None:
+    """A warning that never ends the training it is about: warnings.warn where the filters let it pass, and
+    transformers' logger where a filter turns warnings into errors (`-W error`, pytest's `filterwarnings = error`)."""
+    try:
+        warnings.warn(message, stacklevel=4)
+    except Warning:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.get_logger("attention_geometry.tools.callback").warning(message)
+
+
 def symmetry_logs(
     model: Any, num_std: float = 2.0, device: Any = None, undefined: str = "raise", matrix: Any = "qk"
 ) -> dict[str, float]:
     """Per applied self-attention layer, s and d of W_qk (docs/contracts.md), and their medians per stack, keyed
     `symmetry/{component}/layer_{i:02d}`, `.../median` (and the same for directionality). `device`: where the
     float64 matrices are computed (default: the device of the model's weights). `undefined`: what a layer whose
-    scores are undefined gives (a W_qk of zeros, NaN weights after a divergence): "raise" (a ScoreError naming it)
-    or "nan" (NaN values for that layer; the medians are over the other layers). `matrix`: "qk" (the default),
+    scores are undefined gives (a W_qk of zeros): "raise" (a ScoreError naming it) or "nan" (NaN values for that
+    layer; the medians are over the other layers). Weights that are not finite (NaN or Inf after a divergence) are
+    a UserError naming them either way (SymmetryCallback then turns itself off with one warning). `matrix`: "qk" (the default),
     "ov" (the OV circuit, keyed `symmetry_ov/...`, `directionality_ov/...`) or "both"."""
     if undefined not in ("raise", "nan"):
         raise UserError(f"symmetry_logs: undefined must be 'raise' or 'nan', got {undefined!r}")
@@ -130,10 +142,9 @@ class SymmetryCallback(TrainerCallback):
                     return
         finally:
             del frame
-        warnings.warn(
+        _say(
             "SymmetryCallback: could not find the Trainer's callback list; reporters listed before it will miss "
-            "its values (add it with trainer.callback_handler.callbacks.insert(0, callback))",
-            stacklevel=3,
+            "its values (add it with trainer.callback_handler.callbacks.insert(0, callback))"
         )
         self._placed = True
 
@@ -152,8 +163,7 @@ class SymmetryCallback(TrainerCallback):
 
     def _turn_off(self, why: str) -> None:
         self.off = " ".join(why.split())
-        warnings.warn(f"SymmetryCallback: cannot score this model ({self.off}); it turns itself off and training "
-                      "goes on", stacklevel=2)  # fmt: skip
+        _say(f"SymmetryCallback: cannot score this model ({self.off}); it turns itself off and training goes on")
 
     # ------------------------------------------------------------------------------------ measuring
     def on_step_end(self, args, state, control, model=None, **kwargs):
