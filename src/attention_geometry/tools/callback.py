@@ -70,8 +70,8 @@ def symmetry_logs(
     float64 matrices are computed (default: the device of the model's weights). `undefined`: what a layer whose
     scores are undefined gives (a W_qk of zeros): "raise" (a ScoreError naming it) or "nan" (NaN values for that
     layer; the medians are over the other layers). Weights that are not finite (NaN or Inf after a divergence) are
-    a UserError naming them either way (SymmetryCallback then turns itself off with one warning). `matrix`: "qk" (the default),
-    "ov" (the OV circuit, keyed `symmetry_ov/...`, `directionality_ov/...`) or "both"."""
+    a UserError naming them either way (SymmetryCallback then turns itself off with one warning). `matrix`: "qk"
+    (the default), "ov" (the OV circuit, keyed `symmetry_ov/...`, `directionality_ov/...`) or "both"."""
     if undefined not in ("raise", "nan"):
         raise UserError(f"symmetry_logs: undefined must be 'raise' or 'nan', got {undefined!r}")
     asked = matrices(matrix)
