@@ -29,8 +29,12 @@ if not workflow.overwrite_configfiles:
 # schema's defaults.
 from snakemake.exceptions import WorkflowError
 
+from attention_geometry.formats.files import yaml_size_error
 from attention_geometry.workflow.plan import schema_error
 
+# a config whose YAML aliases expand to millions of values stops here, before the schema check walks it
+if (_bomb := yaml_size_error(config, "config")) is not None:
+    raise WorkflowError(_bomb)
 try:
     validate(config, "config/schema.yaml")
 except WorkflowError:

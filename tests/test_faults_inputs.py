@@ -764,3 +764,68 @@ def trainer_reference(seed: int) -> np.ndarray:
     att = m.bert.encoder.layer[0].attention.self
     M = att.query.weight.detach().double().T @ att.key.weight.detach().double()
     return np.array([float((M * M.T).sum() / (M * M).sum())])
+
+
+# ---------------------------------------------------------------------------- YAML alias bombs (issue 59.4)
+# nine levels of nine aliases: 9^9 = 387 M strings once expanded, 437 bytes on disk
+BOMB_LEVELS = "\n".join(
+    ["  a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    + [f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+)
+
+
+def test_a_run_yaml_alias_bomb_is_one_line_fast(tmp_path):
+    import time
+
+    from attention_geometry.formats.files import expanded_size
+
+    for where in ("run", "overrides"):
+        text = f"corpus: c\nbomb:\n{BOMB_LEVELS}\n" + ("run: *a8\n" if where == "run" else "overrides: {lr: *a8}\n")
+        path = tmp_path / f"{where}.yaml"
+        path.write_text(text)
+        t0 = time.monotonic()
+        out = tmp_path / f"out-{where}"
+        assert_one_line(
+            cli(["train", "--config", str(path), "--out", str(out)]), r"expands to more than 100,000 values"
+        )
+        assert not out.exists()
+        assert time.monotonic() - t0 < 20
+    import yaml
+
+    data = yaml.safe_load((tmp_path / "run.yaml").read_text())
+    assert expanded_size(data, limit=10**12) > 9**9  # counted, not expanded (9^9 strings, plus the lists)
+    # an ordinary config's anchors (study 3's pilots use one) stay fine
+    # by hand: the mapping, its keys a and b, [1, 2] (3), {c: [1, 2]} (1 + key + 3)
+    assert expanded_size({"a": [1, 2], "b": {"c": [1, 2]}}) == 1 + 2 + 3 + 5
+
+
+def test_a_long_bad_value_is_cut_in_the_message(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("corpus: c\nmax_steps: [" + ", ".join(["1"] * 5000) + "]\n")
+    line = assert_one_line(cli(["train", "--config", str(path), "--out", str(tmp_path / "o")]), r"max_steps")
+    assert len(line) < 400
+
+
+@pytest.mark.workflow
+def test_a_workflow_config_alias_bomb_stops_the_parse_with_one_line(tmp_path):
+    """The same bomb as the `results:` of a Snakemake configfile: one line before the schema check walks it
+    (it reached a MemoryError there after 70 s)."""
+    import subprocess
+    import time
+
+    from helpers import REPO, SNAKEMAKE, env
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(f"bombs:\n{BOMB_LEVELS}\nresults: *a8\n")
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [SNAKEMAKE, "-n", "--cores", "1", "--configfile", str(bomb)],
+        cwd=REPO,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0 and time.monotonic() - t0 < 120
+    out = proc.stdout + proc.stderr
+    assert "expands to more than 100,000 values through YAML aliases" in out and "MemoryError" not in out

@@ -39,6 +39,9 @@ from attention_geometry.errors import UserError
 __all__ = [
     "file_sha256",
     "sha256_line",
+    "MAX_YAML_VALUES",
+    "expanded_size",
+    "yaml_size_error",
     "join_files",
     "read_yaml",
     "atomic_path",
@@ -111,19 +114,71 @@ def join_files(parts: list[str | os.PathLike], dest: str | os.PathLike, sha256: 
     return dest
 
 
+# the most values a parsed YAML document may hold once its aliases are expanded: a config or RUN.yaml holds a few
+# hundred; a "billion laughs" of nested aliases holds shared references that expand to billions (and a message or a
+# validator that walks them exhausts memory: issue 59.4)
+MAX_YAML_VALUES = 100_000
+
+
+def expanded_size(value: Any, limit: int = MAX_YAML_VALUES) -> int:
+    """How many values (mappings, lists, keys and scalars) `value` holds with every shared reference counted each
+    time it is reached, as a YAML alias expands; counted once per distinct object (memoized), so a bomb costs
+    nothing to measure. A structure that contains itself counts as limit + 1."""
+    sizes: dict[int, int] = {}
+    busy: set[int] = set()
+
+    def size(v: Any) -> int:
+        if not isinstance(v, (dict, list, tuple)):
+            return 1
+        key = id(v)
+        if key in sizes:
+            return sizes[key]
+        if key in busy:  # recursive (an anchor inside itself)
+            return limit + 1
+        busy.add(key)
+        items = [x for kv in v.items() for x in kv] if isinstance(v, dict) else list(v)
+        total = 1
+        for item in items:
+            total += size(item)
+            if total > limit:
+                break
+        busy.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(value)
+
+
+def yaml_size_error(value: Any, where: str, limit: int = MAX_YAML_VALUES) -> str | None:
+    """One line where `value` (parsed YAML) expands to more than `limit` values through its aliases, else None."""
+    if expanded_size(value, limit) > limit:
+        return (
+            f"{where}: expands to more than {limit:,} values through YAML aliases (&anchor / *alias), or contains "
+            "itself; a config holds a few hundred: write the values out, or use fewer nested aliases"
+        )
+    return None
+
+
 def read_yaml(path: str | os.PathLike, what: str, error: type[UserError] = UserError) -> Any:
-    """The parsed YAML of `path`; a missing file or invalid YAML raises `error` naming the file."""
+    """The parsed YAML of `path`; a missing file, invalid YAML, or a document whose aliases expand to more than
+    MAX_YAML_VALUES values (yaml_size_error) raises `error` naming the file."""
     import yaml
 
     p = Path(path)
     if not p.is_file():
         raise error(f"{what} not found: {p}")
     try:
-        return yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise error(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise error(f"{p}: unreadable ({type(exc).__name__}: {exc})") from None
+    except RecursionError:
+        raise error(f"{p}: nested too deeply to read as YAML") from None
+    bomb = yaml_size_error(data, str(p))
+    if bomb:
+        raise error(bomb)
+    return data
 
 
 # ------------------------------------------------------------------------------------------ atomic writes

@@ -11,7 +11,28 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["VALUE_KINDS", "SCHEMA_TYPES", "expected", "checked_keys", "checked_top", "check_choice", "check_minimums"]
+__all__ = [
+    "short_repr",
+    "VALUE_KINDS",
+    "SCHEMA_TYPES",
+    "expected",
+    "checked_keys",
+    "checked_top",
+    "check_choice",
+    "check_minimums",
+]
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """repr(value) cut to about `limit` characters, each container shown by its first few items (reprlib): a
+    message never formats an unbounded value (a YAML alias bomb's repr is gigabytes: issue 59.4)."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxdict, r.maxlist, r.maxtuple, r.maxset = 3, 4, 4, 4, 4
+    r.maxstring = r.maxother = limit
+    text = r.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _is_int(v: Any) -> bool:
@@ -80,7 +101,7 @@ def checked_keys(
         if key in kinds:
             problem = expected(value, kinds[key])
             if problem is not None:
-                raise error(f"{where}: `{prefix}{key}` must be {problem}, got {value!r}")
+                raise error(f"{where}: `{prefix}{key}` must be {problem}, got {short_repr(value)}")
             out[key] = value
     return out
 
@@ -105,7 +126,7 @@ def checked_top(
 def check_choice(value: Any, key: str, choices: tuple[str, ...], where: str, error: type[Exception]) -> None:
     """`error` where `value`, of config key `key`, is not one of `choices` (naming them)."""
     if value not in choices:
-        raise error(f"{where}: unknown `{key}` {value!r} (one of {', '.join(choices)})")
+        raise error(f"{where}: unknown `{key}` {short_repr(value)} (one of {', '.join(choices)})")
 
 
 def check_minimums(

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from attention_geometry.errors import UserError
-from attention_geometry.formats.value_kinds import expected
+from attention_geometry.formats.value_kinds import expected, short_repr
 
 # the language-model objectives of BERT runs on a text corpus (docs/training.md, "Objectives"):
 # `encoder` masked LM; `decoder` next-token prediction at every position of clean text; `decoder-paper` the
@@ -255,7 +255,7 @@ def resolve_hyper(size: str, overrides: dict | None = None, where: str = "overri
             raise UserError(f"{where}.{key}: unknown hyperparameter (known: {', '.join(fields)})")
         what = expected(value, HYPER_KINDS[key])
         if what is not None:
-            raise UserError(f"{where}.{key}: expected {what}, got {value!r}")
+            raise UserError(f"{where}.{key}: expected {what}, got {short_repr(value)}")
         if HYPER_KINDS[key] == "number_pair":
             value = (float(value[0]), float(value[1]))
         elif HYPER_KINDS[key] == "number":

@@ -21,7 +21,7 @@ from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.corpus import Corpus, ImageSet, corpus_sha256, images_sha256, load_corpus, load_images
 from attention_geometry.formats.files import read_yaml
 from attention_geometry.formats.rundir import run_name, snapshot_steps
-from attention_geometry.formats.value_kinds import expected
+from attention_geometry.formats.value_kinds import expected, short_repr
 from attention_geometry.training.hyper import (
     IMAGE_OBJECTIVES,
     IMAGE_ONLY_FIELDS,
@@ -197,7 +197,7 @@ def resolved_settings(cfg: RunConfig, h: Hyper, data: Any = None) -> dict[str, A
 def _typed(value: Any, kind: str, key: str, where: str) -> Any:
     what = expected(value, kind)
     if what is not None:
-        raise UserError(f"{where}: {key}: expected {what}, got {value!r}")
+        raise UserError(f"{where}: {key}: expected {what}, got {short_repr(value)}")
     return value
 
 
