@@ -184,3 +184,41 @@ def test_fp8_prefetch_keeps_the_stored_tensors_and_their_scales(tmp_path):
         assert st.get_tensor("model.layers.0.self_attn.q_proj.weight").dtype == torch.float8_e4m3fn
     a, b = scores_of(tmp_path / "qk"), scores_of(dirs["fp8"])
     assert (a[["symmetry", "directionality"]] == b[["symmetry", "directionality"]]).all().all()
+
+
+def test_a_sparse_file_declaring_tensors_larger_than_memory_is_one_line(tmp_path):
+    """Issue 59.5: a safetensors header may declare tensors its file does not really hold (a sparse file of holes
+    passes every offset check); score says so in one line before allocating, instead of a 40 GB allocation."""
+    d = 100_000
+    cfg = {
+        "model_type": "bert",
+        "architectures": ["BertModel"],
+        "hidden_size": d,
+        "num_attention_heads": 1,
+        "num_hidden_layers": 1,
+        "intermediate_size": 4,
+        "vocab_size": 10,
+        "max_position_embeddings": 8,
+    }
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    nbytes = d * d * 4
+    header = {
+        "encoder.layer.0.attention.self.query.weight": {"dtype": "F32", "shape": [d, d], "data_offsets": [0, nbytes]},
+        "encoder.layer.0.attention.self.key.weight": {
+            "dtype": "F32",
+            "shape": [d, d],
+            "data_offsets": [nbytes, 2 * nbytes],
+        },
+    }
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path = folder / "model.safetensors"
+    with open(path, "wb") as fh:
+        fh.write(len(raw).to_bytes(8, "little") + raw)
+        fh.truncate(8 + len(raw) + 2 * nbytes)  # 80 GB of holes: no disk used
+    line = assert_one_line(
+        cli(["score", str(folder), "--out", "-", "--no-progress"]), r"declares shape \[100000, 100000\]"
+    )
+    assert "GiB of memory available" in line

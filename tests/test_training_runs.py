@@ -546,7 +546,8 @@ def test_train_out_must_be_new_empty_or_a_run(tmp_path, corpus, kind):
 def test_a_batch_that_cannot_fit_in_memory_is_refused_before_anything_is_written(tmp_path, corpus):
     """batch_size 100000 against a small corpus used to be killed by the kernel with a half-made run folder: one
     line now, naming the setting and the sizes, and no run folder."""
-    from attention_geometry.training.launch import cpu_batch_bytes, mem_available_bytes
+    from attention_geometry.formats.files import mem_available_bytes
+    from attention_geometry.training.launch import cpu_batch_bytes
 
     avail = mem_available_bytes()
     if avail is None:

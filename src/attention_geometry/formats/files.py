@@ -39,6 +39,7 @@ from attention_geometry.errors import UserError
 __all__ = [
     "file_sha256",
     "sha256_line",
+    "mem_available_bytes",
     "MAX_YAML_VALUES",
     "expanded_size",
     "yaml_size_error",
@@ -76,6 +77,18 @@ def file_sha256(path: str | os.PathLike) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def mem_available_bytes() -> int | None:
+    """The memory the kernel reports available (/proc/meminfo MemAvailable), None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def sha256_line(path: str | os.PathLike) -> str:

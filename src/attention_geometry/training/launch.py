@@ -129,14 +129,4 @@ def cpu_batch_bytes(h, micro: int) -> int:
     logits = 3 * 4 * micro * seq * int(h.vocab_size or VOCAB_BOUND)
     return int(activations + logits)
 
-
-def mem_available_bytes() -> int | None:
-    """The memory the kernel reports available (/proc/meminfo MemAvailable), None where it cannot be read."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
     return None

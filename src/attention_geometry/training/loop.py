@@ -39,7 +39,7 @@ from torch import nn
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import IMAGE_LOSS_COLUMNS, LOSS_COLUMNS
 from attention_geometry.formats.corpus import Corpus, ImageSet
-from attention_geometry.formats.files import pid_lock
+from attention_geometry.formats.files import mem_available_bytes, pid_lock
 from attention_geometry.formats.rundir import (
     CHECKPOINTS,
     PROVENANCE_CSV,
@@ -65,7 +65,7 @@ from attention_geometry.training.batches import (
 )
 from attention_geometry.training.budget import Budget, TermSignal
 from attention_geometry.training.hyper import Hyper, uses_dropout
-from attention_geometry.training.launch import cpu_batch_bytes, mem_available_bytes
+from attention_geometry.training.launch import cpu_batch_bytes
 from attention_geometry.training.models import build_model, hidden_states, lm_loss, symmetry_penalty
 from attention_geometry.training.run_config import (
     ResolvedRun,

@@ -277,11 +277,29 @@ class SafetensorsSource(TensorSource):
         # bytes read); a HubFile cannot go through safe_open at all. The header stays ours for its messages.
         f, start, entry = self._entry(key)
         begin, end = entry["data_offsets"]
+        check_fits_memory(f.where, key, entry, end - begin)
         buf = torch.empty(end - begin, dtype=torch.uint8)
         got = f.read_into(start + begin, memoryview(buf.numpy()), f"tensor {key!r}")
         if got != end - begin:
             raise LoadError(f"{f.where}: truncated: tensor {key!r} has {got} of {end - begin} bytes")
         return buf.view(SAFETENSORS_DTYPES[entry["dtype"]]).reshape(entry["shape"])
+
+
+def check_fits_memory(where: str, key: str, entry: dict, nbytes: int) -> None:
+    """A LoadError naming the tensor where its declared size, read and then held in float64 for scoring, is more than
+    the memory available: a header may declare tensors its file does not really hold (a sparse file of 80 GB of
+    holes passes every offset check), and allocating them would fail with a traceback, or worse (issue 59.5)."""
+    from attention_geometry.formats.files import mem_available_bytes
+
+    avail = mem_available_bytes()
+    itemsize = SAFETENSORS_DTYPES[entry["dtype"]].itemsize
+    need = nbytes + nbytes * 8 // max(1, itemsize)  # the bytes read, then a float64 copy
+    if avail is not None and need > avail:
+        raise LoadError(
+            f"{where}: tensor {key!r} declares shape {entry['shape']} ({entry['dtype']}, {nbytes / 2**30:.1f} GiB); "
+            f"reading and scoring it needs about {need / 2**30:.1f} GiB, more than the {avail / 2**30:.1f} GiB of "
+            "memory available"
+        )
 
 
 def _index_files(index: Path, suffix: str) -> dict[str, list[str]]:
