@@ -829,3 +829,21 @@ def test_a_workflow_config_alias_bomb_stops_the_parse_with_one_line(tmp_path):
     assert proc.returncode != 0 and time.monotonic() - t0 < 120
     out = proc.stdout + proc.stderr
     assert "expands to more than 100,000 values through YAML aliases" in out and "MemoryError" not in out
+
+
+def test_a_path_that_is_not_utf8_is_refused_before_anything_is_written(tmp_path):
+    """Issue 59.6: a non-UTF-8 path (its undecodable bytes arrive as lone surrogates) is one line, and nothing is
+    written: `train --out` wrote run.yaml, loss.csv and a snapshot before failing, every retry the same."""
+    import os
+
+    bad = os.fsdecode(os.fsencode(str(tmp_path)) + b"/caf\xe9")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    line = assert_one_line(cli(["train", "--config", str(tmp_path / "x.yaml"), "--out", bad]), r"not valid UTF-8")
+    assert "\\udce9" in line or "\\xe9" in line
+    assert_one_line(cli(["score", bad, "--out", "-"]), r"not valid UTF-8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_subcommand_typo_suggests_the_closest_command():
+    code, _, err = cli(["scroe"])
+    assert code == 2 and "did you mean 'score'?" in err

@@ -194,11 +194,35 @@ def _no_progress_bars() -> None:
         sys.modules["huggingface_hub"].utils.disable_progress_bars()
 
 
+def _is_utf8(text: str) -> bool:
+    """Whether `text` is UTF-8 text (a command-line argument holds undecodable bytes as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        import difflib
+
+        close = difflib.get_close_matches(argv[0], list(COMMANDS), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         print(
-            f"error: unknown command {argv[0]!r} (one of {', '.join(COMMANDS)}; see attention-geometry --help)",
+            f"error: unknown command {argv[0]!r} ({hint}one of {', '.join(COMMANDS)}; see attention-geometry --help)",
+            file=sys.stderr,
+        )
+        return 2
+    # a path (or any argument) that is not UTF-8 cannot be recorded in the UTF-8 files every command writes (CSV,
+    # JSON, YAML): refused here, before anything is written (issue 59.6: `train --out` failed after writing three
+    # files, and every retry failed the same way)
+    bad = next((a for a in argv if not _is_utf8(a)), None)
+    if bad is not None:
+        print(
+            f"error: {ascii(bad)}: not valid UTF-8 (the file system gave bytes no UTF-8 text has); rename the file or "
+            "folder, or give a path without them: every path a command records goes into UTF-8 files",
             file=sys.stderr,
         )
         return 2
