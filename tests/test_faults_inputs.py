@@ -847,3 +847,15 @@ def test_a_path_that_is_not_utf8_is_refused_before_anything_is_written(tmp_path)
 def test_a_subcommand_typo_suggests_the_closest_command():
     code, _, err = cli(["scroe"])
     assert code == 2 and "did you mean 'score'?" in err
+
+
+def test_a_run_plan_that_cannot_fit_the_disk_is_refused_before_anything_is_written(tmp_path):
+    """Issue 59.8: max_steps 1000000 with snapshot_every 1 plans a million snapshots; the trainer refuses it in one
+    line before writing anything (run.yaml was 104 MB and copied into every snapshot until the disk filled)."""
+    from helpers import write_random_corpus, write_run_config_file
+
+    corpus = write_random_corpus(tmp_path / "c")
+    cfg = write_run_config_file(tmp_path / "r.yaml", corpus, max_steps=1_000_000, snapshot_every=1, eval_every=10**6)
+    out = tmp_path / "run"
+    assert_one_line(cli(["train", "--config", str(cfg), "--out", str(out)]), r"plans 1,000,001 more snapshot\(s\)")
+    assert not out.exists()

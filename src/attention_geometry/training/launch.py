@@ -11,7 +11,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["TORCHRUN_PORT", "TrainLaunch", "time_limit", "train_launch", "train_mem_mb"]
+__all__ = ["TORCHRUN_PORT", "TrainLaunch", "time_limit", "train_launch", "train_mem_mb", "run_disk_bytes"]
 
 TORCHRUN_PORT = 29500  # the rendezvous port on a multi-node job's first node
 MARGIN_MINUTES = 15  # the most a training job's runtime keeps back from the trainer's --time-limit
@@ -130,3 +130,16 @@ def cpu_batch_bytes(h, micro: int) -> int:
     return int(activations + logits)
 
     return None
+
+
+def run_disk_bytes(h, vocab_size: int, n_snapshots: int, run_yaml_bytes: int) -> int:
+    """About the disk a run still needs: `n_snapshots` weight snapshots (fp32 weights, with a copy of run.yaml, the
+    tokenizer and the model card each) and two training states (weights and AdamW's two moments; the previous
+    state is kept until the new one is complete). Parameters counted from the shape: embeddings (vocabulary and
+    positions), per layer the four attention maps and the two MLP maps, the masked-LM head's transform."""
+    d, inter = int(h.hidden_size), int(h.intermediate_size)
+    positions = int(h.max_position_embeddings or 0)
+    params = (int(vocab_size) + positions + 2) * d + int(h.num_layers) * (4 * d * d + 2 * d * inter) + d * d
+    snapshot = 4 * params + int(run_yaml_bytes) + 200_000  # tokenizer, card, config
+    state = 3 * 4 * params
+    return int(n_snapshots) * snapshot + 2 * state

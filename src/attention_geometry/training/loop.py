@@ -580,6 +580,8 @@ def train(
     if threads:
         torch.set_num_threads(threads)
     out = check_run_out(out) if rank == 0 else Path(out)
+    if rank == 0:
+        _check_disk(resolved, out)
     resolved = dataclasses.replace(
         resolved, runtime=RunRuntime(threads=threads, device=str(dev.type), world_size=world)
     )
@@ -610,6 +612,33 @@ def _check_cpu_memory(h: Hyper, micro: int) -> None:
         raise UserError(
             f"overrides.batch_size: one micro-batch of {micro} sequences x {h.seq_len} tokens needs about "
             f"{need / 2**30:.1f} GiB here, {avail / 2**30:.1f} GiB are available: lower batch_size or raise grad_accum"
+        )
+
+
+def _check_disk(resolved, out: Path) -> None:
+    """One UserError, before anything is written, when the snapshots and states a run still plans cannot fit on the
+    disk that holds OUT (issue 59.8: max_steps 9999999 with snapshot_every 1 passed every check and filled the disk,
+    a 104 MB run.yaml copied into every snapshot)."""
+    import shutil
+
+    from attention_geometry.formats.rundir import snapshot_name
+    from attention_geometry.training.launch import run_disk_bytes
+
+    steps = resolved.snapshot_steps
+    folder = out / "checkpoints"
+    have = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    todo = len(steps) if not have else sum(1 for s in steps if snapshot_name(s) not in have)
+    settings = resolved.settings  # run.yaml's size, about: its step lists as numbers of 8 characters
+    run_yaml = 2_000 + 8 * sum(len(v) for v in settings.values() if isinstance(v, (list, tuple)))
+    vocab = int(resolved.hyper.vocab_size or 0) if not is_image_run(resolved.objective) else 0
+    need = run_disk_bytes(resolved.hyper, vocab, todo, run_yaml)
+    where = out if out.exists() else next(p for p in out.absolute().parents if p.exists())
+    free = shutil.disk_usage(where).free
+    if need > free:
+        raise UserError(
+            f"{out}: the run plans {todo:,} more snapshot(s) (snapshot_steps / snapshot_every) of about "
+            f"{need / max(todo, 1) / 2**20:,.1f} MiB each with its state: about {need / 2**30:,.1f} GiB, more than "
+            f"the {free / 2**30:,.1f} GiB free there; snapshot less often, or free space"
         )
 
 
