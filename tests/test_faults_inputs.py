@@ -859,3 +859,15 @@ def test_a_run_plan_that_cannot_fit_the_disk_is_refused_before_anything_is_writt
     out = tmp_path / "run"
     assert_one_line(cli(["train", "--config", str(cfg), "--out", str(out)]), r"plans 1,000,001 more snapshot\(s\)")
     assert not out.exists()
+
+
+def test_a_batch_larger_than_the_corpus_trains_with_a_warning(tmp_path):
+    """Issue 59 (LOW): batch_size 3000 against 2566 blocks trained without a word; now it says every batch repeats
+    blocks (and trains as before)."""
+    from helpers import write_random_corpus, write_run_config_file
+
+    corpus = write_random_corpus(tmp_path / "c", n_train=20)
+    cfg = write_run_config_file(tmp_path / "r.yaml", corpus, max_steps=2, overrides={"batch_size": 24})
+    code, _, err = cli(["train", "--config", str(cfg), "--out", str(tmp_path / "run"), "--no-progress"])
+    assert code == 0, err
+    assert "warning: batch_size 24 is larger than the 20 training blocks of the corpus" in err

@@ -304,6 +304,24 @@ def test_a_second_train_on_a_locked_run_stops_at_once(tmp_path, corpus):
     assert not out.exists() and time.time() - t0 < 60
 
 
+def test_a_train_through_a_symlink_takes_the_real_folders_lock(tmp_path, corpus):
+    """Issue 59 (LOW): two trainers, one naming the run through a symbolic link to the other's folder, ran at once:
+    the lock was named after the path as given. Now it is the real folder's."""
+    out = tmp_path / "out"
+    out.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(out, target_is_directory=True)
+    assert rundir.lock_path(link) == rundir.lock_path(out) == tmp_path / "out.lock"
+    holder = _holder(rundir.lock_path(out))
+    try:
+        r = _cli("train", "--config", str(_run_cfg(tmp_path, corpus, 6)), "--out", str(link), "--no-progress")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert r.returncode == 2 and "is locked by pid" in r.stderr, r.stderr
+    assert list(out.iterdir()) == []
+
+
 def test_a_stale_lock_is_taken_over_with_a_warning(tmp_path):
     lock = tmp_path / "run.lock"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

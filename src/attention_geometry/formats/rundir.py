@@ -327,8 +327,9 @@ def check_run_out(out: str | os.PathLike) -> Path:
 
 def lock_path(run_dir: str | os.PathLike) -> Path:
     """`{run_dir}.lock` beside the run dir (outside it, so it stays put when the trainer sets the run dir
-    aside): held by the `train` process writing the run (files.pid_lock)."""
-    p = Path(run_dir)
+    aside): held by the `train` process writing the run (files.pid_lock). Named after the real folder (symbolic
+    links resolved), so two commands naming one run through different paths take the same lock (issue 59)."""
+    p = Path(os.path.abspath(run_dir)).resolve()
     return p.with_name(p.name + ".lock")
 
 

@@ -791,7 +791,13 @@ def _train(run: _Run, progress: bool, term: TermSignal) -> dict:
             if run.rank == 0 and e0 is not None:
                 losses.add_eval0(e0)
 
-        order = Order(int(run.corpus.train.shape[0]), run.cfg.seed)
+        n_blocks = int(run.corpus.train.shape[0])
+        if run.rank == 0 and start == 0 and run.h.batch_size > n_blocks:
+            _warn(
+                f"batch_size {run.h.batch_size} is larger than the {n_blocks} training blocks of the corpus: "
+                "every batch repeats blocks (lower batch_size, or use a larger corpus)"
+            )
+        order = Order(n_blocks, run.cfg.seed)
         update = update_of(run)
         lam = resolved.regularizer["lambda"]
         bar = None
