@@ -10,13 +10,13 @@ import hashlib
 import zipfile
 
 import pytest
+from test_data import check_split
 
 from attention_geometry.data import sources
 from attention_geometry.data.corpus_config import corpus_config_from_dict
 from attention_geometry.data.prepare import prepare_corpus
 from attention_geometry.errors import UserError
 from attention_geometry.formats.corpus import load_corpus
-from test_data import check_split
 
 RAW = (
     " \n = Alpha Beta = \n \n Alpha is a role @-@ playing game sold 1 @,@ 000 times at 3 @.@ 5 dollars . \n"
