@@ -88,3 +88,4 @@ def test_the_parts_differ_from_the_study_only_in_their_seeds_and_never_repeat_on
         part["training"]["groups"]["main"]["runs"][0]["seed"] = all_seeds
         assert part == study, path.name
     assert len(seen) == len(set(seen))
+    assert sorted(seen) == all_seeds  # the five parts hold the twelve seeds once each

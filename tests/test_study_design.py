@@ -97,6 +97,10 @@ DESIGNS = {
     "exploratory-bert-mini-20k.yaml": BERT_MINI_20K,
     "study4.yaml": STUDY4,
     "study4-part1.yaml": STUDY4,
+    "study4-part2.yaml": STUDY4,
+    "study4-part3.yaml": STUDY4,
+    "study4-part4.yaml": STUDY4,
+    "study4-part5.yaml": STUDY4,
 }
 
 
