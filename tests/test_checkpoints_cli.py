@@ -308,6 +308,23 @@ def test_score_checkpoints_cli(tmp_path, capsys):
                 assert (row.symmetry, row.directionality) == (pytest.approx(s, abs=1e-12), pytest.approx(d, abs=1e-12))
 
 
+def test_score_checkpoints_without_out_writes_csv_on_stdout(tmp_path, capsys):
+    """Issue 58.2: `score-checkpoints RUN_DIR`, as the README shows it, writes the table on stdout (it failed with
+    "the following arguments are required: --out"); the rows are those of `--out -`."""
+    import io
+
+    run, models = fake_run(tmp_path, steps=(0, 20))
+    code, plain, err = run_cli(["score-checkpoints", run, "--no-progress"], capsys)
+    assert code == 0, err
+    df = pd.read_csv(io.StringIO(plain))
+    assert list(df.columns) == TRAINING_COLUMNS and sorted(set(df.step)) == [0, 20]
+    for step, m in models.items():
+        for layer, (M, _) in enumerate(reference(m)):
+            s, d = np_scores(M)
+            row = df[(df.step == step) & (df.layer == layer) & (df["head"].astype(str) == "all")].iloc[0]
+            assert (row.symmetry, row.directionality) == (pytest.approx(s, abs=1e-9), pytest.approx(d, abs=1e-9))
+
+
 def test_score_checkpoints_bad_runs(tmp_path, capsys):
     run, _ = fake_run(tmp_path, steps=(0,))
     (run / "run.yaml").write_text(yaml.safe_dump({"size": "tiny", "dataset": "toy"}))

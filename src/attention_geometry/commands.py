@@ -111,7 +111,11 @@ def add_arguments_score_checkpoints(parser: argparse.ArgumentParser) -> None:
         "folder with checkpoint-N/ (docs/paper-code.md)",
     )
     _scoring_arguments(parser)
-    parser._option_string_actions["--out"].help = "output table, .csv or .parquet, or - for CSV on stdout"
+    out = parser._option_string_actions["--out"]
+    # the plain call writes CSV on stdout, as `score --out -` does (issue 58.2: the README's
+    # `score-checkpoints RUN_DIR` failed with "the following arguments are required: --out")
+    out.required, out.default = False, "-"
+    out.help = "output table, .csv or .parquet, or - for CSV on stdout (the default)"
     parser.add_argument(
         "--label",
         action="append",
