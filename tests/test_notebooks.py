@@ -357,6 +357,9 @@ PARAMS = {
     "expected_tables": EXPECTED_TABLES,
     "design_claims": DESIGN_CLAIMS,
     "emergence_runs": {o: [_run(o, "standard", s) for s in SEEDS] for o in ("encoder", "decoder")},
+    # the tokens one update trains on (batch x seq_len): the figures' tokens axes; seed 9's decoder is the
+    # unpaired run of test_the_emergence_loss_figure_names_what_it_misses
+    "tokens_per_step": {**{_run(*r): 32 * 64 for r in RUNS}, _run("decoder", "standard", 9): 32 * 64},
     "paper_dataset": "wikipedia",
     "paper_models": ["bert-mini", "bert-base"],
     "ablation_runs": [_run(*r) for r in RUNS],
