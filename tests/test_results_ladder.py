@@ -28,8 +28,14 @@ def test_the_ladder_has_a_row_per_study():
 @pytest.mark.parametrize("row", _ladder(), ids=lambda r: f"study{r[0]}")
 def test_each_ladder_cell_says_what_the_committed_claims_say(row):
     claims = pd.read_csv(REPO / "results" / f"study{row[0]}" / "tables" / "claims.csv").set_index("id")
-    assert row[2] == str(int(claims.loc["a", "n"])), f"study {row[0]}: seeds"
-    for cid, cell in zip(["a", "b", "anti"], row[3:6]):
+    assert row[3] == str(int(claims.loc["a", "n"])), f"study {row[0]}: seeds"
+    # the tokens a run saw: the emergence encoders' last step in the committed loss table x 32 blocks x 64 tokens
+    # (studies 1-3's recipe), and the paper's step of 32 x 8 x 512 positions it equals
+    loss = pd.read_csv(REPO / "results" / f"study{row[0]}" / "tables" / "training_loss.csv")
+    last = int(loss.loc[(loss["objective"] == "encoder") & (loss["init"] == "standard"), "step"].max())
+    tokens = last * 32 * 64
+    assert row[2] == f"{tokens / 1e6:.1f} M ({round(tokens / (32 * 8 * 512))})", f"study {row[0]}: tokens"
+    for cid, cell in zip(["a", "b", "anti"], row[4:7]):
         if cell == "not a claim":
             assert cid not in claims.index or claims.loc[cid, "verdict"] == "not tested", (row[0], cid)
             continue
