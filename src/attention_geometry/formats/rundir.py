@@ -113,14 +113,18 @@ def owning_folder(path: str | os.PathLike) -> Path | None:
 WORKFLOW_RUN_OUTPUTS = ("scores.csv", "update_scores.csv")
 
 
+def is_workflow_run_output(out: str | os.PathLike) -> bool:
+    """Whether `out` is one of the workflow's own score tables directly in a run folder (WORKFLOW_RUN_OUTPUTS)."""
+    real = Path(os.path.abspath(out)).resolve()
+    return real.name in WORKFLOW_RUN_OUTPUTS and (real.parent / RUN_YAML).is_file()
+
+
 def check_not_in_a_run(out: str | os.PathLike, what: str = "--out") -> None:
     """A UserError naming `out` where it lies inside a run or snapshot folder (owning_folder), but for the
-    workflow's own score tables directly in a run folder (WORKFLOW_RUN_OUTPUTS)."""
+    workflow's own score tables directly in a run folder (is_workflow_run_output)."""
+    if is_workflow_run_output(out):
+        return
     folder = owning_folder(out)
-    real = Path(os.path.abspath(out)).resolve()
-    if folder is not None and (folder / RUN_YAML).is_file() and real.parent == folder:
-        if real.name in WORKFLOW_RUN_OUTPUTS:
-            return
     if folder is not None:
         raise UserError(
             f"{what} {out}: lies inside the run or snapshot folder {folder}, whose files a run owns (its loss log, "

@@ -474,10 +474,10 @@ def _check_out(out: str, source: str | None = None) -> None:
     if out == "-":
         return
     check_table_path(out)
-    from attention_geometry.formats.rundir import check_not_in_a_run
+    from attention_geometry.formats.rundir import check_not_in_a_run, is_workflow_run_output
 
     check_not_in_a_run(out)
-    if source is not None and os.path.exists(source):
+    if source is not None and os.path.exists(source) and not is_workflow_run_output(out):
         from attention_geometry.formats.files import check_out_location
 
         check_out_location(out, [source])
