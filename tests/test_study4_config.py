@@ -10,11 +10,13 @@ from pathlib import Path
 import jsonschema
 import yaml
 from helpers import config_plan, validated_config
+from test_study3_config import EARLIER as BEFORE_STUDY3
+from test_study3_config import PILOTS as STUDY3_PILOTS
 
 REPO = Path(__file__).resolve().parents[1]
-# every seed an earlier study, pilot or exploratory run used, and study 4's pilots
-EARLIER = {*range(0, 5), *range(10, 13), 777, 778, *range(900, 1000), *range(1000, 1006), 1, 2001, 2002, 2003}
-EARLIER |= {*range(3000, 3008), *range(4001, 4005), *range(5000, 5010)}
+# every seed an earlier study, pilot or exploratory run used (study 3's list, its pilots and its seeds), and
+# study 4's pilots
+EARLIER = BEFORE_STUDY3 | STUDY3_PILOTS | set(range(5000, 5010))
 PILOTS = {6001, 6002, 6003}
 
 
