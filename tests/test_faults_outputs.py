@@ -488,6 +488,22 @@ def test_score_checkpoints_refuses_an_out_inside_a_run_or_snapshot(tmp_path, whe
     assert tree(tmp_path) == before  # the loss log untouched, nothing added
 
 
+def test_a_config_named_run_yaml_beside_the_output_is_not_a_run_folder(tmp_path):
+    """A user's own config called run.yaml (what `train --config run.yaml --out out/` reads) makes its folder no run
+    folder: only a run.yaml with what a run writes beside it (train.log, loss.csv, checkpoints/, state/) does."""
+    from attention_geometry.formats.rundir import owning_folder
+
+    run = _fake_run(tmp_path)
+    (tmp_path / "run.yaml").write_text("corpus: c\n")
+    assert owning_folder(tmp_path / "ok.csv") is None
+    assert owning_folder(run / "extra.csv") == run.resolve()
+    (run / "loss.csv").unlink()
+    (run / "train.log").write_text("")
+    assert owning_folder(run / "extra.csv") == run.resolve()  # a run that has started but not ended
+    code, _, err = cli(["score-checkpoints", str(run), "--out", str(tmp_path / "ok.csv")])
+    assert "inside the run" not in err  # it fails later, on the fake snapshot's missing weights
+
+
 def test_score_refuses_an_out_inside_a_snapshot_and_the_workflows_own_tables_pass_the_check(tmp_path):
     run = _fake_run(tmp_path)
     snap = run / "checkpoints" / "step-0000100"

@@ -98,14 +98,25 @@ def parse_snapshot(name: str) -> int | None:
 
 def owning_folder(path: str | os.PathLike) -> Path | None:
     """The run or snapshot folder that `path` would lie inside, or None: the nearest folder above it (after
-    symbolic links) that holds a run.yaml (our run folder), is named step-XXXXXXX (our snapshot) or checkpoint-N (a
+    symbolic links) that is a run folder (is_run_folder), is named step-XXXXXXX (our snapshot) or checkpoint-N (a
     Trainer's). A command's output there would write over, or beside, what a run owns (its only loss log, its
     weights)."""
     real = Path(os.path.abspath(path)).resolve()
     for folder in real.parents:
-        if (folder / RUN_YAML).is_file() or _SNAPSHOT.match(folder.name) or _TRAINER_CHECKPOINT.match(folder.name):
+        if is_run_folder(folder) or _SNAPSHOT.match(folder.name) or _TRAINER_CHECKPOINT.match(folder.name):
             return folder
     return None
+
+
+# what a run writes beside its run.yaml as soon as it starts (the trainer) or ends (a finished run's loss log)
+_RUN_WRITES = (TRAIN_LOG, LOSS_CSV, CHECKPOINTS, STATE)
+
+
+def is_run_folder(folder: str | os.PathLike) -> bool:
+    """Whether `folder` is one of our run folders: its run.yaml and something a run writes beside it (train.log,
+    loss.csv, checkpoints/ or state/). A run.yaml alone is a config file a user named so, beside their outputs."""
+    folder = Path(folder)
+    return (folder / RUN_YAML).is_file() and any((folder / name).exists() for name in _RUN_WRITES)
 
 
 # the files the workflow itself writes into a run folder (rules/score.smk: score_checkpoints, score_updates): the
@@ -116,7 +127,7 @@ WORKFLOW_RUN_OUTPUTS = ("scores.csv", "update_scores.csv")
 def is_workflow_run_output(out: str | os.PathLike) -> bool:
     """Whether `out` is one of the workflow's own score tables directly in a run folder (WORKFLOW_RUN_OUTPUTS)."""
     real = Path(os.path.abspath(out)).resolve()
-    return real.name in WORKFLOW_RUN_OUTPUTS and (real.parent / RUN_YAML).is_file()
+    return real.name in WORKFLOW_RUN_OUTPUTS and is_run_folder(real.parent)
 
 
 def check_not_in_a_run(out: str | os.PathLike, what: str = "--out") -> None:
