@@ -386,6 +386,7 @@ def test_a_committed_table_that_differs_from_its_recorded_sha256_stops_with_one_
     p = config_plan(base)
     tables = tidy_tables(p)
     assert {"training_scores", "training_loss", "update_scores", "null_scores", "pretrained_scores"} <= set(tables)
+    assert {k for k in tables if k.startswith("corpus_")} == {"corpus_wiki_offline"}  # the report's corpus record
     for kind, path in tables.items():
         atomic_write_text(path, f"kind,value\n{kind},1\n")
     record = table_sums_path(p)
@@ -410,6 +411,17 @@ def test_a_committed_table_that_differs_from_its_recorded_sha256_stops_with_one_
     assert table_sums_error(p) is None
     os.rmdir(p.run_dir(next(iter(p.runs))))  # one run folder gone: the edited table cannot be remade
     assert table_sums_error(p).startswith(f"{edited}: ")
+
+    # the corpus record the report cites is in the record too (issue 59, LOW): edited without its corpus here, one
+    # line; with the prepared corpus here, the workflow's to remake
+    os.makedirs(p.run_dir(next(iter(p.runs))))  # the run folder back: the training tables are remade, not read
+    assert table_sums_error(p) is None
+    corpus_table = tables["corpus_wiki_offline"]
+    atomic_write_text(corpus_table, "kind,value\ncorpus_wiki_offline,2\n")
+    assert table_sums_error(p).startswith(f"{corpus_table}: ")
+    os.makedirs(p.corpus_dir("wiki_offline"))
+    assert table_sums_error(p) is None
+    os.rmdir(p.corpus_dir("wiki_offline"))
 
     # a record that is not sha256sum lines is one line too, never a check switched off
     atomic_write_text(record, "not a record\n")
@@ -438,7 +450,8 @@ def test_every_committed_table_folder_has_its_recorded_sha256():
         else:  # a study's: the tidy tables beside what is drawn from them (claims.csv, Table 1, ...)
             tidy = {"pretrained_scores", "training_scores", "training_loss", "update_scores", "null_scores"}
             tidy |= {"gqa_paper_method", "run_provenance"}
-            assert {f for f in present if Path(f).stem in tidy} == set(listed), record
+            recorded = {f for f in present if Path(f).stem in tidy or Path(f).stem.startswith("corpus_")}
+            assert recorded == set(listed), record  # the corpus record too (issue 59, LOW)
 
 
 def test_forceall_with_a_rule_filter_does_not_skip_the_table_checks():

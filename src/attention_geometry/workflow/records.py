@@ -118,7 +118,7 @@ def records(plan: Plan) -> dict[str, tuple[list[str], dict]]:
     }
     if gqa := plan.gqa_models():
         out["gqa_paper_method"] = ([plan.gqa_table()], {"pretrained": {k: cfg["pretrained"][k] for k in gqa}})
-    corpus = plan.runs[plan.emergence_runs()["encoder"][0]].dataset
+    corpus = report_corpus(plan)
     out[f"corpus_{corpus}"] = ([plan.corpus_record(corpus)], {"corpus": plan.corpora[corpus]})
     for role in ("encoder", "decoder"):
         run, model = plan.emergence_runs()[role][0], plan.fig1_model(role)
@@ -262,14 +262,24 @@ TABLE_SUMS = "tables.sha256"  # {results}/config/: the sha256 of each committed 
 _TIDY_TABLES = ("pretrained_scores", "training_scores", "training_loss", "update_scores", "null_scores")
 
 
+def report_corpus(plan: Plan) -> str:
+    """The corpus whose record (rule record_corpus: {results}/tables/corpus_{corpus}.csv) the report cites: the
+    first emergence encoder's."""
+    return plan.runs[plan.emergence_runs()["encoder"][0]].dataset
+
+
 def tidy_tables(plan: Plan) -> dict[str, str]:
-    """Table kind -> file of the tidy tables this config makes (rules/score.smk): the scores, losses, updates and
-    null, the grouped-query table with figures.gqa_models, the run provenance with training.provenance_table."""
+    """Table kind -> file of the committed tables this config makes from what is not committed (rules/score.smk,
+    rule record_corpus): the scores, losses, updates and null, the grouped-query table with figures.gqa_models, the
+    run provenance with training.provenance_table, and the record of the report's corpus (kind corpus_{corpus}).
+    Every one is listed in {results}/config/tables.sha256 (issue 59: a table outside it could be edited and drawn)."""
     out = {kind: plan.res("tables", f"{kind}.csv") for kind in _TIDY_TABLES}
     if plan.gqa_models():
         out["gqa_paper_method"] = plan.gqa_table()
     if plan.provenance_table:
         out["run_provenance"] = plan.res("tables", "run_provenance.csv")
+    corpus = report_corpus(plan)
+    out[f"corpus_{corpus}"] = plan.corpus_record(corpus)
     return out
 
 
@@ -348,6 +358,7 @@ def table_sources(plan: Plan) -> dict[str, list[str]]:
         "null_scores": [plan.run_corpus(plan.null_source_run())],
         "pretrained_scores": [plan.res("pretrained", f"{m}.csv") for m in plan.pretrained],
         "gqa_paper_method": [plan.res("gqa", f"{m}.csv") for m in plan.gqa_models()],
+        f"corpus_{report_corpus(plan)}": [plan.corpus_dir(report_corpus(plan))],
     }
     return {kind: known[kind] for kind in tidy_tables(plan)}
 
@@ -556,10 +567,11 @@ def run_record_corpus(args) -> int:
     """CLI `record-corpus CORPUS_DIR --corpus KEY --out FILE.csv`: the committed record of a prepared corpus
     (formats.corpus.write_corpus_record: its manifest's sha256 and counts, no machine path)."""
     from attention_geometry.formats.corpus import write_corpus_record
-    from attention_geometry.formats.files import check_out_location, check_writable
+    from attention_geometry.formats.files import check_out_location, check_writable, sha256_line
 
     check_writable(args.out)
     check_out_location(args.out, [args.corpus_dir])
     write_corpus_record(args.corpus_dir, args.corpus, args.out)
     print(f"{args.out}: the record of corpus {args.corpus} ({args.corpus_dir})")
+    print(sha256_line(args.out))  # last: the proof that this job wrote the table (made_by_its_job)
     return 0
