@@ -27,21 +27,23 @@ if not workflow.overwrite_configfiles:
 # A config that fails the schema stops with one line naming the key (attention_geometry.workflow.plan.schema_error),
 # not with Snakemake's message, which prints the whole schema and config after it. validate() also sets the
 # schema's defaults.
+# Every stop at parse time is its one line (workflow.jobs.stop), without Snakemake's WorkflowError frame.
 from snakemake.exceptions import WorkflowError
 
 from attention_geometry.formats.files import yaml_size_error
+from attention_geometry.workflow.jobs import stop
 from attention_geometry.workflow.plan import schema_error
 
 # a config whose YAML aliases expand to millions of values stops here, before the schema check walks it
 if (_bomb := yaml_size_error(config, "config")) is not None:
-    raise WorkflowError(_bomb)
+    stop(_bomb)
 try:
     validate(config, "config/schema.yaml")
 except WorkflowError:
-    raise WorkflowError(
+    stop(
         schema_error(config, os.path.join(workflow.basedir, "config", "schema.yaml"))
         or "config: does not match config/schema.yaml"
-    ) from None
+    )
 
 
 # `snakemake --report results/report.html`: this description, then every figure and table with its committed

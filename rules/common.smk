@@ -12,7 +12,6 @@ import os
 import shlex
 import sys
 
-from snakemake.exceptions import WorkflowError
 
 from attention_geometry.errors import ConfigError
 from attention_geometry.workflow.records import (
@@ -27,7 +26,7 @@ from attention_geometry.workflow.records import (
     table_sums_path,
     tidy_tables,
 )
-from attention_geometry.workflow.jobs import ONLINE_ENV, rule_python_error, shell_prefix
+from attention_geometry.workflow.jobs import ONLINE_ENV, rule_python_error, shell_prefix, stop
 from attention_geometry.workflow.plan import alternation, notebook_file, plan, yaml_text
 from attention_geometry.workflow.pretrained import scoring_mem_mb
 from attention_geometry.workflow.provenance import quiet_missing_metadata
@@ -47,16 +46,16 @@ _MODE = run_mode(sys.argv[1:])
 if workflow.is_main_process and not workflow.deployment_settings.deployment_method:
     if (_python := rule_python_error()) is not None:
         if _MODE.runs_jobs:
-            raise WorkflowError(_python)
+            stop(_python)
         print(f"{_python} (no job runs now, so this goes on; a run stops here until then)", file=sys.stderr)
 
 
 def checked(lookup, *args):
-    """lookup(*args), a cross-key config error (errors.ConfigError) as one WorkflowError line."""
+    """lookup(*args), a cross-key config error (errors.ConfigError) as one line (workflow.jobs.stop)."""
     try:
         return lookup(*args)
     except ConfigError as exc:
-        raise WorkflowError(str(exc)) from None
+        stop(str(exc))
 
 
 # The one read of `config` in the rules: everything else they use is looked up in the plan built from it here.
@@ -132,7 +131,7 @@ TABLES = checked(tidy_tables, PLAN)
 # submitting process decides: a cluster job re-parses this file while the results it remakes are still the old ones.
 if workflow.is_main_process and (_stale := stale_error(PLAN, RECORDS, forceall=_MODE.forceall)) is not None:
     if not _MODE.dry_run:
-        raise WorkflowError(_stale)
+        stop(_stale)
     print(f"{_stale} (a dry run goes on; the workflow itself stops here until then)", file=sys.stderr)
 
 # A committed tidy table whose sha256 is not the one {results}/config/tables.sha256 records, where what it is made
@@ -144,7 +143,7 @@ if workflow.is_main_process and (_stale := stale_error(PLAN, RECORDS, forceall=_
 # itself (run-notebook --tables-record), whatever the command line.
 if workflow.is_main_process and not _MODE.remakes_tables and (_edited := checked(table_sums_error, PLAN)) is not None:
     if not _MODE.dry_run:
-        raise WorkflowError(_edited)
+        stop(_edited)
     print(f"{_edited} (a dry run goes on; the workflow itself stops here until then)", file=sys.stderr)
 
 # The tidy tables the claims read hold exactly the rows this config plans (runs, snapshot and evaluation steps,
@@ -161,7 +160,7 @@ if workflow.is_main_process and not _MODE.remakes_tables:
         PLAN.notebook_param("config_name", "reproduction_report"),
     )
     if _damaged is not None and not _MODE.dry_run:
-        raise WorkflowError(_damaged)
+        stop(_damaged)
     if _damaged is not None:
         print(f"{_damaged} (a dry run goes on; the workflow itself stops here until then)", file=sys.stderr)
 

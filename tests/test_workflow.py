@@ -341,12 +341,16 @@ def test_a_bad_config_stops_the_parse_with_one_line(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "config training.groups.main.settings: " in out and "max_stpes" in out
     assert "additionalProperties" not in out  # not Snakemake's message with the whole schema after it
+    # the line alone, without Snakemake's `WorkflowError in file ..., line N:` frame and stack (issue 59, LOW)
+    assert [ln for ln in proc.stderr.splitlines() if "max_stpes" in ln][0].startswith("config training.")
+    assert "WorkflowError" not in out and 'File "' not in out, out[-2000:]
 
     cfg = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
     cfg["updates"]["steps"] = [0, 7]
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(cfg))
     proc = snakemake("-n", "--configfile", str(tmp_path / "bad.yaml"), check=False)
     assert proc.returncode != 0 and "updates.steps" in proc.stdout + proc.stderr
+    assert "WorkflowError" not in proc.stdout + proc.stderr and 'File "' not in proc.stderr, proc.stderr[-2000:]
 
 
 def test_every_path_in_a_shell_command_is_quoted():

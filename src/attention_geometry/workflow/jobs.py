@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NoReturn
 
 from attention_geometry.training.launch import TrainLaunch, train_launch, train_mem_mb
 from attention_geometry.workflow.runs import Run
@@ -26,6 +27,7 @@ __all__ = [
     "slurm_resources",
     "shell_prefix",
     "rule_python_error",
+    "stop",
     "JOB_DISTRIBUTIONS",
     "OFFLINE_ENV",
     "ONLINE_ENV",
@@ -169,3 +171,11 @@ def rule_python_error(path: str | None = None) -> str | None:
         f"workflow: the rules run `python` from PATH, {exe}, which lacks {', '.join(missing)} (Snakemake itself runs "
         f"from {sys.executable}): {fix}"
     )
+
+
+def stop(message: str) -> NoReturn:
+    """A workflow stop at parse time as its one line, the message alone on stderr, and exit status 1. Raising
+    Snakemake's WorkflowError would print the line inside a `WorkflowError in file ..., line N:` frame and the
+    Snakefile's stack after it (issue 59): Snakemake catches an Exception, not SystemExit."""
+    print(message, file=sys.stderr, flush=True)
+    raise SystemExit(1)
