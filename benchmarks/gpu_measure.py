@@ -8,8 +8,8 @@ recipe, in one run that fits a time budget. benchmarks/gpu_measure.sh runs it wi
         [--budget-s 210] [--json PATH] [--config config/paper.yaml] [--group paper] [--block-len 512] [--no-profile]
         [--share-sizes vit-tiny bert-mini] [--share-runs 1 8] [--share-seconds 3]
 
-What is timed: the training loop's own update (benchmarks/train_throughput.py loop_updates: loop._update on the
-host path, the DeviceUpdate with `batch_path: device`), each between two synchronizations, the median of --steps
+What is timed: the training loop's own update (benchmarks/train_throughput.py loop_updates: training/step.Step, the
+host source or the device source with `batch_path: device`), each between two synchronizations, the median of --steps
 after --warmup untimed ones (the first of which holds a compile or a graph capture: its time is in `first_ms`), on
 random data of the recipe's shapes (train_throughput: vocabulary 30,522, 10 % of the documents padded; 32 x 32 RGB
 images for the ViT). First `varlen_check`: the device path's variable-length flash attention (`padded_attention:
@@ -245,12 +245,12 @@ def share_worker(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     torch.set_num_threads(spec["threads"])
     dev = torch.device(spec["device"])
-    update, run, order, _ = tt.prepared_update(
+    run, order, _ = tt.prepared_update(
         spec["size"], spec["objective"], Path(spec["data"]), spec["overrides"], 10**6, Path(spec["out"]), dev
     )
     step = 0
     for step in range(1, spec["warmup"] + 1):
-        update(run, order, step, 0.0)
+        run.update(order, step)
     tt._sync(dev)
     Path(spec["ready"]).touch()
     deadline = time.monotonic() + spec["wait_s"]
@@ -261,7 +261,7 @@ def share_worker(spec_path: str) -> int:
     t0, n = time.perf_counter(), 0
     while True:
         step += 1
-        update(run, order, step, 0.0)
+        run.update(order, step)
         tt._sync(dev)
         n += 1
         if time.perf_counter() - t0 >= spec["seconds"]:

@@ -38,9 +38,9 @@ e.g. vit-tiny: the first group that does): that group's overrides (the authors' 
 `--block-len` tokens (vocabulary 30,522, layout documents; a `--pad-rows` fraction of its documents shorter,
 so that most micro-batches carry a key-padding mask, as the paper's corpora do) or random 32 x 32 RGB images,
 for each of `--objectives` (text; default encoder, decoder-paper, decoder). Each update is the training
-loop's own (loop._update: batch assembly and masking on the host, copies, forward and backward of every
-micro-batch, unscale, clip, optimizer step), eager, timed between CUDA synchronizations; the median of
-`--steps` updates after `--warmup`. FLOPs per update = 6 * (non-embedding params) * tokens + 12 * layers *
+loop's own (training/step.Step fed by the host source: batch assembly and masking on the host, copies, forward
+and backward of every micro-batch, unscale, clip, optimizer step), eager, timed between CUDA synchronizations;
+the median of `--steps` updates after `--warmup`. FLOPs per update = 6 * (non-embedding params) * tokens + 12 * layers *
 hidden * seq * tokens (attention scores) + 6 * hidden * vocab * predicted tokens (output layer; a ViT: none);
 peak = --peak-tflops (default: looked up from the device name, bf16 dense; fp16 dense is the same). MFU(cost):
 the same with benchmarks/paper_cost.py's FLOP count (the one its GPU-hours divide by an MFU). --json PATH: the
@@ -525,12 +525,10 @@ def _sync(dev: torch.device) -> None:
 
 def prepared_update(size: str, objective: str, data: Path, overrides: dict, max_steps: int, out: Path, dev):
     """The training loop's own update of a run of (size, objective) on `data` with `overrides`, built as the loop
-    builds it (model, optimizer, scaler from seed 0; schedule over `max_steps`): (update, run, order, precision),
-    called as update(run, order, step, 0.0) (loop.update_of: loop._update on the host path, the DeviceUpdate with
-    `batch_path: device`)."""
-    from attention_geometry.training import loop
-    from attention_geometry.training.batches import Order
-    from attention_geometry.training.run_config import read_run_data, resolve_run
+    builds it (training.loop.Trainer: model, optimizer, scaler from seed 0; schedule over `max_steps`): (trainer,
+    order, precision); `trainer.update(order, step)` is one update (training/step.Step, fed by the host source or,
+    with `batch_path: device`, the device source)."""
+    from attention_geometry.training.loop import Trainer
 
     cfg = run_config_from_dict(
         {
@@ -547,10 +545,9 @@ def prepared_update(size: str, objective: str, data: Path, overrides: dict, max_
             "overrides": overrides,
         }
     )
-    corpus = read_run_data(cfg.corpus, cfg.objective)
-    run = loop._Run(cfg, corpus, resolve_run(cfg, corpus), out, dev, 1, 0, None)
-    precision = loop._build(run, None)
-    return loop.update_of(run), run, Order(int(corpus.train.shape[0]), cfg.seed), precision
+    trainer = Trainer(cfg, out, device=dev.type)
+    precision = trainer.build()
+    return trainer, trainer.order(), precision
 
 
 def loop_updates(
@@ -570,12 +567,12 @@ def loop_updates(
     dict) receives the first update's seconds (a compile or a graph capture included: `first_s`), each update's
     mean loss (`losses`) and on CUDA the host synchronizations of one more update (`syncs`: sync_count); with
     `profile`, where one more update's time goes (`profile`: profile_update)."""
-    update, run, order, precision = prepared_update(size, objective, data, overrides, warmup + steps, out, dev)
+    run, order, precision = prepared_update(size, objective, data, overrides, warmup + steps, out, dev)
     times, sums = [], []
     for step in range(1, warmup + steps + 1):
         _sync(dev)
         t = time.perf_counter()
-        total, _, n_tokens = update(run, order, step, 0.0)
+        total, _, n_tokens = run.update(order, step)
         _sync(dev)
         times.append(time.perf_counter() - t)
         sums.append((total.detach(), n_tokens))
@@ -583,9 +580,9 @@ def loop_updates(
         record["first_s"] = times[0]
         record["losses"] = [float(s) / max(int(n), 1) for s, n in sums]
         if dev.type == "cuda":  # the host synchronizations of one more update
-            record["syncs"] = sync_count(lambda: update(run, order, warmup + steps + 1, 0.0))
+            record["syncs"] = sync_count(lambda: run.update(order, warmup + steps + 1))
         if profile:
-            record["profile"] = profile_update(lambda: update(run, order, warmup + steps + 2, 0.0), dev)
+            record["profile"] = profile_update(lambda: run.update(order, warmup + steps + 2), dev)
     return times[warmup:], precision, run.h, body_params(run.model)
 
 

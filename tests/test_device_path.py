@@ -18,7 +18,7 @@ from attention_geometry.errors import UserError
 from attention_geometry.formats.corpus import load_corpus
 from attention_geometry.training.batches import IGNORE_INDEX, make_batch, n_loss_tokens
 from attention_geometry.training.device_path import (
-    DeviceUpdate,
+    DeviceBatches,
     capacity,
     device_mask_seed,
     device_masks,
@@ -26,9 +26,10 @@ from attention_geometry.training.device_path import (
     real_first,
 )
 from attention_geometry.training.hyper import resolve_hyper
-from attention_geometry.training.loop import _LossModule, _Run, accumulate, train
+from attention_geometry.training.loop import train
 from attention_geometry.training.models import build_model, segment_bounds, segment_mask
 from attention_geometry.training.run_config import load_run_config
+from attention_geometry.training.step import HostBatches, LossModule, Step
 
 torch.set_num_threads(1)
 
@@ -153,25 +154,20 @@ def test_the_masks_are_keyed_by_seed_and_step_and_the_cap_keeps_the_first_select
 # ------------------------------------------------------------------------ one batch of passes vs the accumulate loop
 
 
-def _run(objective: str, h, model):
-    run = _Run(
-        cfg=SimpleNamespace(objective=objective, seed=0),
-        corpus=SimpleNamespace(special_tokens=SPECIAL),
-        resolved=SimpleNamespace(hyper=h),
-        out=None,
-        dev=torch.device("cpu"),
-        world=1,
-        rank=0,
-        dist=None,
-    )
-    run.model, run.fwd = model, _LossModule(model, objective, False)
-    run.opt = torch.optim.AdamW(model.parameters())
-    return run
+def _step(path: str, objective: str, h, model, corpus=None) -> Step:
+    """The one update of `model` fed by the host source or the device source (`path`), on the CPU, one process."""
+    corpus = corpus if corpus is not None else SimpleNamespace(special_tokens=SPECIAL)
+    dev = torch.device("cpu")
+    if path == "host":
+        source = HostBatches(corpus, h, objective, 0, dev, LossModule(model, objective))
+    else:
+        source = DeviceBatches(corpus, h, objective, 0, model, dev)
+    return Step(model, torch.optim.AdamW(model.parameters()), h, source, dev)
 
 
 def _passes_against_accumulate(objective: str, loss_mean: str, passes: int, recipe: str, attention: str) -> None:
     """One update of 4 micro-batches of 2 documents (every third padded at its end) through the host path's
-    accumulate() (the key-padding mask) and through the device path's passes with `padded_attention` =
+    Step.accumulate (the key-padding mask) and through the device path's passes with `padded_attention` =
     `attention`, the same inputs and labels: the gradients agree to 1e-6 in fp32, the summed loss to 1e-6
     relative."""
     V, L, B = 61, 24, 8
@@ -186,20 +182,19 @@ def _passes_against_accumulate(objective: str, loss_mean: str, passes: int, reci
     grads, totals = [], []
     for path in ("host", "device"):
         model = build_model("tiny", objective, "standard", 3, special_tokens=SPECIAL, _hyper=h).train()
-        run = _run(objective, h, model)
+        step = _step(path, objective, h, model)
         if path == "host":
-            total = accumulate(
-                run, inp, lab, n_loss_tokens(lab, objective), SPECIAL, 0.0, real if recipe == "authors" else None
-            )
+            n = n_loss_tokens(lab, objective)
+            total = step.accumulate(step.source.pieces(inp, lab, n, SPECIAL, real if recipe == "authors" else None))
         else:
             x, y = torch.from_numpy(inp), torch.from_numpy(lab)
             keys = torch.from_numpy(real) if recipe == "authors" else x != SPECIAL["pad"]
             padded = (~keys.numpy()).reshape(passes, -1).any(axis=1).tolist()
-            batch = DeviceUpdate(run).passes(x, y, keys, padded, varlen=[attention == "varlen"] * passes)
+            batch = step.source.passes(x, y, keys, padded, varlen=[attention == "varlen"] * passes)
             if attention == "varlen":  # every pass is padded here: segments, or no mask for a causal one
                 assert batch.keys() == ["segments" if objective == "encoder" else "none"] * passes
             assert int(batch.n_tokens) == n_loss_tokens(lab, objective)
-            total = DeviceUpdate(run).backward(batch)
+            total = step.accumulate(batch.pieces)
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
         totals.append(float(total))
     assert set(grads[0]) == set(grads[1])
@@ -286,9 +281,9 @@ def test_a_varlen_run_trains_as_the_masked_run_and_a_pass_with_inner_padding_kee
     h = resolve_hyper(
         "tiny", dict(SHAPE, vocab_size=128, seq_len=16, batch_size=8, **AUTHORS_DEVICE, padded_attention="varlen")
     )
-    run = _run("encoder", h, build_model("tiny", "encoder", "standard", 3, special_tokens=SPECIAL, _hyper=h))
-    run.corpus = load_corpus(corpus)
-    kinds = DeviceUpdate(run).batch(1, np.arange(8)).keys()  # rows 0-3 (0, 3 padded at the end; 1 with the hole)
+    model = build_model("tiny", "encoder", "standard", 3, special_tokens=SPECIAL, _hyper=h)
+    step = _step("device", "encoder", h, model, corpus=load_corpus(corpus))
+    kinds = step.source.batch_passes(1, np.arange(8)).keys()  # rows 0-3 (0, 3 padded at the end; 1 with the hole)
     assert kinds == ["mask", "segments"]  # and 4-7 (6 padded at its end)
     assert pass_kind(None) == "none"
 

@@ -172,24 +172,16 @@ def _authors_args(out, **kw):
     return TrainingArguments(**{**base, **kw})
 
 
-def _our_run(model, objective: str, h):
-    """What our loop's accumulate() needs of a run: one process on the CPU, fp32."""
+def _our_step(model, objective: str, h, pad: int):
+    """Our one update (training/step.Step) of `model` fed by the host source: one process on the CPU, fp32."""
     from types import SimpleNamespace
 
-    from attention_geometry.training.loop import _LossModule, _Run
+    from attention_geometry.training.step import HostBatches, LossModule, Step
 
-    run = _Run(
-        cfg=SimpleNamespace(objective=objective),
-        corpus=None,
-        resolved=SimpleNamespace(hyper=h),
-        out=None,
-        dev=torch.device("cpu"),
-        world=1,
-        rank=0,
-        dist=None,
-    )
-    run.model, run.fwd = model, _LossModule(model, objective, False)
-    return run
+    dev = torch.device("cpu")
+    corpus = SimpleNamespace(special_tokens={"pad": pad})
+    source = HostBatches(corpus, h, objective, 0, dev, LossModule(model, objective))
+    return Step(model, torch.optim.AdamW(model.parameters()), h, source, dev)
 
 
 @pytest.mark.parametrize(
@@ -199,15 +191,13 @@ def _our_run(model, objective: str, h):
 def test_one_update_of_the_authors_recipe_equals_the_trainers(tokenizer, tmp_path, objective, loss_mean):
     """One optimizer update of 2 micro-batches of 2 padded documents: transformers' Trainer (train() for one
     step, the collator's batches recorded, the gradient read after its clipping, before its optimizer step)
-    against our accumulate() and clipping on the same batches, under recipe authors. `micro_batches` is the
+    against our Step.accumulate and clipping on the same batches, under recipe authors. `micro_batches` is the
     Trainer of transformers 4.39.1 (the authors' pin), which divided each micro-batch's mean by the
     accumulation steps: the installed Trainer with model_accepts_loss_kwargs off takes that path. `tokens` is the
     installed Trainer as it is for BertLMHeadModel, whose loss takes num_items_in_batch (the token mean over the
     update). The installed Trainer's encoder is neither: BertForMaskedLM accepts **kwargs but ignores
     num_items_in_batch, so the Trainer neither counts nor divides, and sums the micro-batch means."""
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback
-
-    from attention_geometry.training.loop import accumulate
 
     enc = tokenizer(DOCS, truncation=True, padding="max_length", max_length=24)
     features = [{k: enc[k][i] for k in ("input_ids", "attention_mask")} for i in range(len(DOCS))]
@@ -252,9 +242,9 @@ def test_one_update_of_the_authors_recipe_equals_the_trainers(tokenizer, tmp_pat
     lab = torch.cat([b["labels"] for b in seen]).numpy()
     real = torch.cat([b["attention_mask"] for b in seen]).numpy().astype(bool)
     n_tokens = n_loss_tokens(lab, objective)
-    run = _our_run(ours, objective, h)
+    step = _our_step(ours, objective, h, pad)
     ours.train()
-    total = accumulate(run, inp, lab, n_tokens, {"pad": pad}, 0.0, real)
+    total = step.accumulate(step.source.pieces(inp, lab, n_tokens, {"pad": pad}, real))
     torch.nn.utils.clip_grad_norm_(ours.parameters(), h.grad_clip)
     if loss_mean == "tokens":
         loss = total.item() / n_tokens
@@ -286,7 +276,7 @@ def test_the_authors_schedule_and_param_groups_are_the_trainers(tokenizer, tmp_p
     from transformers import Trainer
 
     from attention_geometry.training.batches import lr_at
-    from attention_geometry.training.loop import _optimizer
+    from attention_geometry.training.step import build_optimizer
 
     h = _authors_hyper(len(tokenizer), "micro_batches", fused_optimizer="fused")
     for objective in ("encoder", "decoder-paper"):
@@ -301,7 +291,7 @@ def test_the_authors_schedule_and_param_groups_are_the_trainers(tokenizer, tmp_p
             done = s
             assert lr_at(h, s + 1) == pytest.approx(sched.get_last_lr()[0], rel=1e-12, abs=1e-20), s
         assert lr_at(h, 1) == 0.0 and lr_at(h, 201) == 5e-5 and lr_at(h, 200_001) == 0.0
-        ours = _optimizer(model, h, torch.device("cpu"))
+        ours = build_optimizer(model, h)
         for group in (ours, opt):
             assert [g["weight_decay"] for g in group.param_groups] == [0.01, 0.0]
         for g_ours, g_ref in zip(ours.param_groups, opt.param_groups):
@@ -310,7 +300,7 @@ def test_the_authors_schedule_and_param_groups_are_the_trainers(tokenizer, tmp_p
                 assert tuple(np.atleast_1d(g_ours[key])) == tuple(np.atleast_1d(g_ref[key])), key
         assert opt.defaults.get("fused") is True  # the installed Trainer's default optim, adamw_torch_fused
         # for BERT the Trainer's selection (no bias, no LayerNorm) is ours by dimension (>= 2-d) too
-        ndim = _optimizer(model, resolve_hyper("tiny", {"weight_decay_params": "ndim"}), torch.device("cpu"))
+        ndim = build_optimizer(model, resolve_hyper("tiny", {"weight_decay_params": "ndim"}))
         assert [{id(p) for p in g["params"]} for g in ndim.param_groups] == [
             {id(p) for p in g["params"]} for g in ours.param_groups
         ]

@@ -1,4 +1,4 @@
-"""The per-run provenance record (training.snapshots.record_provenance -> {run}/provenance.csv ->
+"""The per-run provenance record (training.provenance.record_provenance -> {run}/provenance.csv ->
 concat-tables --kind run_provenance): each start or resume of the trainer appends one row with the commit of the
 checkout, read here independently with git."""
 
@@ -13,7 +13,7 @@ import pytest
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import PROVENANCE_COLUMNS, PROVENANCE_HOST_COLUMNS
 from attention_geometry.formats.rundir import PROVENANCE_CSV
-from attention_geometry.training.snapshots import record_provenance
+from attention_geometry.training.provenance import record_provenance
 from attention_geometry.workflow.concat import concat_tables
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def _proc_flags() -> set[str]:
 def test_rows_name_the_cpu_flags_and_a_host_id_that_tells_boots_apart(tmp_path, monkeypatch):
     import hashlib
 
-    from attention_geometry.training import snapshots
+    from attention_geometry.training import provenance
 
     record_provenance(tmp_path, "r1", 0, 10, when="2026-12-07T15:00:00Z")
     row = _rows(tmp_path / PROVENANCE_CSV)[0]
@@ -95,7 +95,7 @@ def test_rows_name_the_cpu_flags_and_a_host_id_that_tells_boots_apart(tmp_path, 
         return real_open(path, *a, **k)
 
     monkeypatch.setattr("builtins.open", other_boot)
-    assert snapshots.host_id() != row["host_id"]
+    assert provenance.host_id() != row["host_id"]
 
 
 def test_a_record_begun_before_the_host_columns_keeps_its_six(tmp_path):

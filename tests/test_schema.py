@@ -194,8 +194,8 @@ def _new_setting_config():
 
     @dataclasses.dataclass(frozen=True)
     class WithNew(run_cfg.RunConfig):
-        probe_every: int = run_cfg._key("int", 7, minimum=1, setting=True)
-        probe_steps: int = run_cfg._key(
+        probe_every: int = run_cfg.run_key("int", 7, minimum=1, setting=True)
+        probe_steps: int = run_cfg.run_key(
             "int", 0, setting=True, resolve=lambda cfg, h, data: [s for s in range(0, h.max_steps + 1, 2) if s > 2]
         )
 
@@ -247,7 +247,7 @@ def test_a_new_setting_declared_as_a_field_alone_reaches_run_yaml_and_show_run(t
 
 def test_run_yaml_field_declarations_refuse_an_unknown_record():
     with pytest.raises(ValueError, match="sometimes"):
-        run_cfg._key("int", 1, setting=True, run_yaml="sometimes")
+        run_cfg.run_key("int", 1, setting=True, run_yaml="sometimes")
 
 
 def test_run_identity_enums():

@@ -13,8 +13,8 @@ import train_throughput as tt
 import yaml
 from helpers import REPO
 
-from attention_geometry.training import loop
 from attention_geometry.training.hyper import resolve_hyper
+from attention_geometry.training.loop import Trainer
 from attention_geometry.training.models import build_model
 
 
@@ -38,13 +38,13 @@ def _tiny_paper_config(tmp_path):
 def test_the_recipe_measurement_runs_the_loops_update_on_the_cpu(tmp_path, monkeypatch):
     config, recipe = _tiny_paper_config(tmp_path)
     calls = []
-    update = loop._update
+    update = Trainer.update
 
-    def counted(run, order, step, lam):
+    def counted(run, order, step, lam=0.0):
         calls.append((run.cfg.objective, step, run.h.grad_accum, run.h.precision, run.scaler is not None))
         return update(run, order, step, lam)
 
-    monkeypatch.setattr(loop, "_update", counted)
+    monkeypatch.setattr(Trainer, "update", counted)
     timing = tt.Timing(steps=2, warmup=1, block_len=32, pad_rows=0.5)
     rows = tt.recipe_rows(
         ["tiny", "vit-tiny"], ["encoder", "decoder-paper", "decoder"], config, "paper", timing, torch.device("cpu"), 1.0

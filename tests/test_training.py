@@ -18,7 +18,7 @@ from attention_geometry.errors import UserError
 from attention_geometry.training.batches import Order, global_indices, lr_at, mask_tokens
 from attention_geometry.training.hyper import resolve_hyper
 from attention_geometry.training.models import (
-    _SumCrossEntropy,
+    SumCrossEntropy,
     build_model,
     lm_loss,
     self_attentions,
@@ -200,7 +200,7 @@ def test_fast_cross_entropy_matches_torch_value_and_gradient():
     x[7, y[7]] = -75.0
     a = x.clone().requires_grad_()
     b = x.clone().double().requires_grad_()  # the reference in float64
-    la = _SumCrossEntropy.apply(a, y)
+    la = SumCrossEntropy.apply(a, y)
     lb = F.cross_entropy(b, y, reduction="sum")
     (la * 0.7).backward()
     (lb * 0.7).backward()
@@ -209,7 +209,7 @@ def test_fast_cross_entropy_matches_torch_value_and_gradient():
     rows = torch.tensor([3, 7, 0])  # the underflow rows on their own, against the float64 per-row losses
     per_row = F.cross_entropy(x[rows].double(), y[rows], reduction="none")
     for r, want in zip(rows, per_row):
-        assert _SumCrossEntropy.apply(x[r : r + 1], y[r : r + 1]).item() == pytest.approx(want.item(), rel=1e-6)
+        assert SumCrossEntropy.apply(x[r : r + 1], y[r : r + 1]).item() == pytest.approx(want.item(), rel=1e-6)
 
 
 def test_causal_model_position_i_never_sees_later_tokens():

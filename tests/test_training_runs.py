@@ -499,16 +499,16 @@ def test_a_batch_without_labels_or_a_diverged_loss_stops_with_one_line(tmp_path,
     with pytest.raises(UserError, match=r"^step 1: the training loss is not finite: no position of its batch"):
         train(load_run_config(few), tmp_path / "few", progress=False)
     assert [r["step"] for r in _rows(tmp_path / "few")] == ["0"]  # step 0's evaluation only
-    from attention_geometry.training import loop
+    from attention_geometry.training.step import Step
 
-    real = loop.accumulate
+    real = Step.accumulate
 
-    def diverging(run, *a, **k):  # the loss turns NaN from the 4th update on
-        s = real(run, *a, **k)
+    def diverging(step, *a, **k):  # the loss turns NaN from the 4th update on
+        s = real(step, *a, **k)
         return s * float("nan") if len(calls) >= 4 else s
 
     calls: list = []
-    monkeypatch.setattr(loop, "accumulate", lambda *a, **k: (calls.append(1), diverging(*a, **k))[1])
+    monkeypatch.setattr(Step, "accumulate", lambda *a, **k: (calls.append(1), diverging(*a, **k))[1])
     cfg = write_run(tmp_path / "nan.yaml", corpus, log_every=1)
     with pytest.raises(UserError, match=r"^step 4: the training loss is not finite: the loss is nan \(diverged\)"):
         train(load_run_config(cfg), tmp_path / "nan", progress=False)

@@ -15,8 +15,8 @@ from test_vision_training import digits, write_run  # noqa: F401  (digits: the f
 from attention_geometry.formats.columns import TRAINING_COLUMNS
 from attention_geometry.formats.corpus import load_images
 from attention_geometry.training.loop import train
+from attention_geometry.training.model_card import DATA_TERMS, usage_section
 from attention_geometry.training.run_config import load_run_config
-from attention_geometry.training.snapshots import DATA_TERMS, _usage
 
 
 def test_score_checkpoints_to_stdout(tmp_path, capsys):
@@ -71,7 +71,7 @@ def test_vit_snapshot_card_example_runs(tmp_path, digits, monkeypatch):  # noqa:
 
 
 def test_rgb_card_example_imports_what_it_uses():
-    code = _card_code(_usage("image-classification", "AutoModelForImageClassification", "AutoImageProcessor", 3))
+    code = _card_code(usage_section("image-classification", "AutoModelForImageClassification", "AutoImageProcessor", 3))
     assert "from PIL import Image" in code and 'pipeline("image-classification"' in code
     compile(code, "README.md", "exec")
 

@@ -24,9 +24,8 @@ from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import IMAGE_LOSS_COLUMNS
 from attention_geometry.formats.corpus import load_images
 from attention_geometry.scoring.scorer import score_checkpoints
-from attention_geometry.training import loop as loop_mod
 from attention_geometry.training.hyper import IMAGE_ONLY_FIELDS, OMITTED_AT_DEFAULT, TEXT_ONLY_FIELDS, Hyper
-from attention_geometry.training.loop import train
+from attention_geometry.training.loop import Trainer, train
 from attention_geometry.training.models import symmetry_penalty
 from attention_geometry.training.run_config import load_run_config, run_config_from_dict
 from attention_geometry.training.vit import build_vit, pixel_batch, qk_layers, vit_attentions
@@ -208,17 +207,17 @@ def test_resume_after_an_interruption_is_bitwise_equal(tmp_path, digits, monkeyp
     train(cfg, ref, progress=False)
 
     out = tmp_path / "out"
-    real = loop_mod._checkpoint
+    real = Trainer.checkpoint
 
     def interrupt_after_state(run, step, is_snap, is_state, *held_out):  # killed right after the state of step 9
         real(run, step, is_snap, is_state, *held_out)
         if step == 9:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(loop_mod, "_checkpoint", interrupt_after_state)
+    monkeypatch.setattr(Trainer, "checkpoint", interrupt_after_state)
     with pytest.raises(KeyboardInterrupt):
         train(cfg, out, progress=False)
-    monkeypatch.setattr(loop_mod, "_checkpoint", real)
+    monkeypatch.setattr(Trainer, "checkpoint", real)
     torch.manual_seed(999)  # the resumed run restores the RNG from the state
     assert train(cfg, out, progress=False)["status"] == "resumed"
     assert "at step 9" in (out / "train.log").read_text()

@@ -95,7 +95,7 @@ GQA_COLUMNS = [
 
 # a run's provenance.csv, run_provenance.csv: one row each time the trainer started or resumed a run, with the
 # steps it went on to train, the git commit of the code (`+ uncommitted changes` where the checkout differed from
-# it) and the CPU it ran on (training/snapshots.py: record_provenance)
+# it) and the CPU it ran on (training/provenance.py: record_provenance)
 PROVENANCE_COLUMNS = ["run", "started_utc", "from_step", "to_step", "code_version", "cpu"]
 # and, in the rows written since study 4 (issue 60), what tells hosts apart: the CPU flags that change a float's
 # result or a step's speed (training/snapshots.py: NUMERIC_CPU_FLAGS) and a host id (a hash of the machine id and

@@ -7,10 +7,16 @@ initializations, with weight snapshots, a loss log and bitwise resume; the same 
     models.py      the model, the four initializations, the training forward and loss
     vit.py         the ViT image classifier: model, the same inits on its q/k/v, image batches, loss, accuracy
     batches.py     learning-rate schedule, example order, masked-LM batches
+    step.py        the one update (Step) and its host source (HostBatches); the optimizer
+    device_path.py the device source (batch_path: device): batches and masks on the GPU, few static passes
+    loop.py        the thin driver (Trainer) and train(): checks, resume, stop, logging, evaluation, DDP
+    losslog.py     loss.csv as the loop fills it
+    evaluate.py    the held-out loss
+    cost.py        model FLOPs of an update, the peak, tokens/s and MFU in train.log
     snapshots.py   what a run writes: run.yaml, loss.csv, weight snapshots, the resumable state
+    model_card.py  a snapshot's README.md
+    provenance.py  provenance.csv: the code, the steps, the host of each start
     runtime.py     device, precision, threads, the heap setting for large temporaries
-    loop.py        train(): the loop, DDP, resume
-    device_path.py the device path (batch_path: device): batches and masks on the GPU, few static passes
     budget.py      stopping early with the state saved: the time limit (--time-limit), SIGTERM, exit status 75
     launch.py      how the workflow starts the trainer (torchrun per GPU, srun + torchrun per node; torch-free)
     command.py     CLI `attention-geometry train`

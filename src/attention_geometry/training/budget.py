@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["EXIT_STOPPED", "Budget", "TermSignal", "is_process_command", "out_of_time"]
+__all__ = ["EXIT_STOPPED", "Budget", "StopVote", "TermSignal", "is_process_command", "out_of_time"]
 
 EXIT_STOPPED = 75  # os.EX_TEMPFAIL: "try again later"; the state is saved and the same command resumes
 
@@ -105,3 +105,27 @@ def is_process_command(name: str) -> bool:
     `attention-geometry NAME ...`, under torchrun too), not a call of the CLI inside another program (a test):
     only then may it hold a signal handler to the end of the process."""
     return sys.argv[1:2] == [name]
+
+
+class StopVote:
+    """Whether the loop stops before its next update: SIGTERM received (`term`) or the time budget spent (`budget`),
+    by any process (under DDP, `dist`, one all-reduce per update over a CPU group, so all stop after the same step).
+    `why()`: NO, TIME or SIGNAL."""
+
+    NO, TIME, SIGNAL = 0, 1, 2
+
+    def __init__(self, budget: Budget, term: TermSignal, dist=None):
+        self.budget, self.term, self.dist = budget, term, dist
+        self.group = None
+        if dist is not None and dist.get_backend() != "gloo":  # nccl: a CPU flag needs a gloo group
+            self.group = dist.new_group(backend="gloo")
+
+    def why(self) -> int:
+        local = self.SIGNAL if self.term.received else self.TIME if self.budget.exhausted() else self.NO
+        if self.dist is None:
+            return local
+        import torch
+
+        flag = torch.tensor([local], dtype=torch.int32)
+        self.dist.all_reduce(flag, op=self.dist.ReduceOp.MAX, group=self.group)
+        return int(flag.item())

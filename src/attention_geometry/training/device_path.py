@@ -1,6 +1,7 @@
-"""The device path of the training loop (`batch_path: device`; docs/training.md, "The device path (GPU)"): what a
-GPU run needs so that an update is a few large launches without a host synchronization, beside the host path of
-loop.py, which stays the default and what every CPU study trained.
+"""The device source of the one update (`batch_path: device`; training/step.py, docs/training.md, "The device
+path (GPU)"): what a GPU run needs so that an update is a few large launches without a host synchronization. The
+update itself (autocast, the loss scaler, the regularizer, the optimizer step) is training/step.Step's, as for the
+host source, which stays the default and what every CPU study trained.
 
 - The train split lives on the device (`DeviceData`), in the narrowest integer type that holds the vocabulary;
   where it would take more than a quarter of the device's memory it stays on the host and each update's rows go
@@ -22,15 +23,18 @@ loop.py, which stays the default and what every CPU study trained.
   (models.segment_bounds: variable-length flash attention on CUDA), and a causal one without a mask (no real token
   sees a later position, so none sees the padding).
 - The passes run eagerly, through torch.compile (`capture: compile`), or replayed from CUDA graphs captured at
-  the first update that needs them (`capture: cuda-graphs`; CUDA, one process); the optimizer step (the loss
-  scaler's unscale, clipping, fused AdamW, the scaler's update) stays eager and synchronization-free.
+  the first update that needs them (`capture: cuda-graphs`; CUDA, one process); the Step's optimizer step (the
+  loss scaler's unscale, clipping, fused AdamW, the scaler's update) stays eager and synchronization-free.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,22 +42,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_geometry.errors import UserError
-from attention_geometry.training.batches import (
-    IGNORE_INDEX,
-    NEVER_MASKED,
-    NEVER_MASKED_AUTHORS,
-    dropout_seed,
-    global_indices,
-    lr_at,
-)
-from attention_geometry.training.hyper import CAUSAL_OBJECTIVES, MASKED_OBJECTIVES, Hyper, uses_dropout
-from attention_geometry.training.models import _head, hidden_states, segment_bounds, symmetry_penalty
-from attention_geometry.training.runtime import _precision
+from attention_geometry.training.batches import IGNORE_INDEX, NEVER_MASKED, NEVER_MASKED_AUTHORS
+from attention_geometry.training.hyper import CAUSAL_OBJECTIVES, MASKED_OBJECTIVES, Hyper
+from attention_geometry.training.models import _head, hidden_states, segment_bounds
 
 __all__ = [
     "DEVICE_MASK_STREAM",
+    "DeviceBatches",
     "DeviceData",
-    "DeviceUpdate",
+    "Pass",
+    "Passes",
     "capacity",
     "check_device_run",
     "device_mask_seed",
@@ -211,12 +209,30 @@ def real_first(is_pad: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class Passes:
-    """One update's passes on this process: per pass (x, key_padding or None, pos or None, targets, weights), and
-    the global count of positions with a loss (a tensor on the device; an int for images)."""
+class Pass:
+    """One pass of the device path, a piece of training/step.Step's update: `args` (x, key_padding or None, pos or
+    None, targets, weights); `replay` is set where the pass runs as a captured CUDA graph."""
 
-    args: list[tuple]
+    module: Any
+    args: tuple
+    replay: Callable[[], torch.Tensor] | None = None
+
+    def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the weighted loss to backpropagate, the detached token-summed loss) of the pass."""
+        return self.module(*self.args)
+
+
+@dataclass
+class Passes:
+    """One update's passes on this process (`pieces`), and the global count of positions with a loss (a tensor on
+    the device; an int for images)."""
+
+    pieces: list[Pass]
     n_tokens: torch.Tensor | int
+
+    @property
+    def args(self) -> list[tuple]:
+        return [p.args for p in self.pieces]
 
     def keys(self) -> list[str]:
         """Per pass its kind of attention (pass_kind; a CUDA graph per kind)."""
@@ -246,59 +262,64 @@ def check_device_run(h: Hyper, dev: torch.device, world: int) -> None:
         )
 
 
-class DeviceUpdate:
-    """The device path's update of a run (loop._Run): `update(run, order, step, lam)` is what loop._update is to the
-    host path, (this process's token-summed loss, learning rate, global loss-token count). Built by loop._build
-    after the model, optimizer and loss scaler (and their resumed state); the train split goes to the device at the
-    first update."""
+class DeviceBatches:
+    """The device source of training/step.Step (`batch_path: device`): `batch(step, idx)` -> (this process's passes
+    of update `step`, whose global batch is train examples `idx`, and the global loss-token count). The train split
+    goes to the device at the first update."""
 
-    def __init__(self, run):
-        self.run, h = run, run.h
-        self.h: Hyper = h
-        self.objective = run.cfg.objective
-        self.image = self.objective == "classifier"
-        self.dev, self.world, self.rank = run.dev, run.world, run.rank
-        check_device_run(h, self.dev, self.world)
-        self.rows = h.batch_size // self.world  # this process's sequences per update
+    def __init__(self, corpus, h: Hyper, objective: str, seed: int, model, dev: torch.device, world: int = 1, rank=0):
+        self.corpus, self.h, self.objective, self.seed = corpus, h, objective, seed
+        self.image = objective == "classifier"
+        self.dev, self.world, self.rank = dev, world, rank
+        check_device_run(h, dev, world)
+        self.rows = h.batch_size // world  # this process's sequences per update
         self.n_pass = h.device_passes
         self.pass_rows = self.rows // self.n_pass
-        self.params = [p for p in run.model.parameters() if p.requires_grad]
         fn = torch.compile(pass_loss, dynamic=False) if h.capture == "compile" else pass_loss
-        self.fwd = _Pass(run.model, self.objective, fn)
-        if self.world > 1:
+        self.fwd = _Pass(model, objective, fn)
+        if world > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            self.fwd = DDP(self.fwd, device_ids=[self.dev.index] if self.dev.type == "cuda" else None)
-        amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(_precision(h, self.dev))
-        self.amp = amp
+            self.fwd = DDP(self.fwd, device_ids=[dev.index] if dev.type == "cuda" else None)
         L = h.seq_len or 0
-        self.width = L - 1 if self.objective in CAUSAL_OBJECTIVES else L  # positions with a label per row
-        self.cap = (
-            capacity(self.pass_rows * self.width, h.mlm_probability) if self.objective in MASKED_OBJECTIVES else None
-        )
-        self.gen = torch.Generator(device=self.dev)
-        self.graphs = _Graphs(self) if h.capture == "cuda-graphs" else None
+        self.width = L - 1 if objective in CAUSAL_OBJECTIVES else L  # positions with a label per row
+        self.cap = capacity(self.pass_rows * self.width, h.mlm_probability) if objective in MASKED_OBJECTIVES else None
+        self.gen = torch.Generator(device=dev)
+        self.replays = h.capture == "cuda-graphs"
+        self.graphs: _Graphs | None = None
         self.data: DeviceData | None = None
 
-    def autocast(self):
-        if self.amp is None:
-            return contextlib.nullcontext()
-        # no cast cache: a captured graph must cast the weights it reads at every replay
-        return torch.autocast(self.dev.type, dtype=self.amp, cache_enabled=False)
+    def bind(self, step) -> None:
+        """Bound to the Step it feeds: the graphs run its autocast and backward."""
+        self.step = step
+        self.graphs = _Graphs(step, self) if self.replays else None
+
+    def no_sync(self, skip: bool):
+        """DDP's gradient synchronization skipped for all but the last pass."""
+        return self.fwd.no_sync() if self.world > 1 and skip else contextlib.nullcontext()
+
+    def prepare(self, passes: list[Pass]) -> None:
+        """Under CUDA graphs: each kind of pass captured at the first update that needs it, then replayed."""
+        if self.graphs is not None:
+            self.graphs.ensure(passes)
 
     # the batch ------------------------------------------------------------------------------------------------
-    def batch(self, step: int, idx: np.ndarray) -> Passes:
-        """This process's passes of update `step`, whose global batch is train examples `idx` (batches.Order)."""
-        run = self.run
+    def batch(self, step: int, idx: np.ndarray) -> tuple[list[Pass], torch.Tensor | int]:
+        """This process's passes of update `step`, whose global batch is train examples `idx` (batches.Order), and
+        the global count of loss positions."""
+        passes = self.batch_passes(step, idx)
+        return passes.pieces, passes.n_tokens
+
+    def batch_passes(self, step: int, idx: np.ndarray) -> Passes:
         if self.data is None:
-            self.data = DeviceData(run.corpus, self.dev, self.image)
+            self.data = DeviceData(self.corpus, self.dev, self.image)
         if self.image:
             x, y = self.data.image_rows(idx)
             return self.passes(x, y, None, [False] * self.n_pass, n_tokens=len(idx))
-        special, h = run.special, self.h
+        special, h = self.corpus.special_tokens, self.h
         ids = self.data.token_rows(idx)
         if self.objective in MASKED_OBJECTIVES:
-            self.gen.manual_seed(device_mask_seed(run.cfg.seed, step))
+            self.gen.manual_seed(device_mask_seed(self.seed, step))
             chunks = self.world * self.n_pass
             inputs, labels = device_masks(ids, self.gen, h, special, h.vocab_size, chunks, self.cap)
         else:
@@ -321,7 +342,7 @@ class DeviceUpdate:
         if self.image:  # the mean over the global batch's images (as the host path)
             w = torch.full((P, R), self.world / max(int(n_tokens), 1), device=self.dev)
             y = labels[mine].reshape(P, R)
-            return Passes([(x[j], None, None, y[j], w[j]) for j in range(P)], int(n_tokens))
+            return Passes([Pass(self.fwd, (x[j], None, None, y[j], w[j])) for j in range(P)], int(n_tokens))
         lab = labels[:, 1:] if self.objective in CAUSAL_OBJECTIVES else labels
         valid = lab != IGNORE_INDEX
         count = valid.sum()
@@ -354,93 +375,34 @@ class DeviceUpdate:
                 return None if causal else segment_bounds(kp[j])
             return kp[j]
 
-        args = [(x[j], keys(j), pos[j], tgt[j], wt[j]) for j in range(P)]
-        return Passes(args, count)
-
-    # forward, backward, step -------------------------------------------------------------------------------
-    def backward(self, passes: Passes, lam: float = 0.0) -> torch.Tensor:
-        """Forward and backward of every pass (gradients accumulated), the regularizer's once; this process's
-        token-summed loss."""
-        run, total = self.run, torch.zeros((), device=self.dev)
-        for j, args in enumerate(passes.args):
-            if self.graphs is not None:
-                total = total + self.graphs.replay(args)
-                continue
-            last = j == len(passes.args) - 1
-            sync = self.fwd.no_sync() if self.world > 1 and not last else contextlib.nullcontext()
-            with sync:
-                with self.autocast():
-                    weighted, plain = self.fwd(*args)
-                self._backward(weighted)
-            total = total + plain
-        if lam > 0:  # as the host path adds it to the last micro-batch's loss: the same gradient
-            with self.autocast():
-                penalty = lam * symmetry_penalty(run.model, run.qk_pairs)
-            self._backward(penalty)
-        return total
-
-    def _backward(self, loss: torch.Tensor) -> None:
-        (self.run.scaler.scale(loss) if self.run.scaler is not None else loss).backward()
-
-    def step(self) -> None:
-        """The optimizer step (loop._optimizer_step's): unscale, clip, AdamW, the scaler's update; then the
-        gradients are cleared (zeroed in place under CUDA graphs, whose captured backward writes them)."""
-        run, h = self.run, self.h
-        if run.scaler is not None:
-            run.scaler.unscale_(run.opt)
-        if h.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.params, h.grad_clip, foreach=True)
-        if run.scaler is not None:
-            run.scaler.step(run.opt)
-            run.scaler.update()
-        else:
-            run.opt.step()
-        if self.graphs is not None:
-            torch._foreach_zero_([p.grad for p in self.params if p.grad is not None])
-        else:
-            run.opt.zero_grad(set_to_none=True)
-
-    def __call__(self, run, order, step: int, lam: float):
-        """One optimizer update (loop._update's contract)."""
-        h = self.h
-        idx = order(global_indices(step, h.batch_size))
-        passes = self.batch(step, idx)
-        lr = lr_at(h, step)
-        for group in run.opt.param_groups:
-            group["lr"] = lr
-        if self.graphs is not None:  # captured before the dropout seed: capturing draws nothing the update sees
-            self.graphs.ensure(passes)
-        if uses_dropout(h):
-            torch.manual_seed(dropout_seed(run.cfg.seed, step, run.rank))
-        total = self.backward(passes, lam)
-        self.step()
-        return total, lr, passes.n_tokens
+        return Passes([Pass(self.fwd, (x[j], keys(j), pos[j], tgt[j], wt[j])) for j in range(P)], count)
 
 
 class _Graphs:
     """The passes as CUDA graphs, one per kind of attention (pass_kind): static input buffers, a forward and
-    backward that accumulates into the parameters' gradients, and the pass's plain loss sum."""
+    backward (the Step's autocast and backward) that accumulates into the parameters' gradients, and the pass's
+    plain loss sum. After `ensure`, each pass of the update carries its `replay`."""
 
-    def __init__(self, update: DeviceUpdate):
-        self.update = update
+    def __init__(self, step, source: DeviceBatches):
+        self.step, self.source = step, source
         self.graphs: dict[str, tuple] = {}
 
-    def ensure(self, passes: Passes) -> None:
+    def ensure(self, passes: list[Pass]) -> None:
         """Capture the graph of each kind of pass in `passes` not captured yet (warm-up passes first, on a side
-        stream, whose gradients are cleared afterwards)."""
-        for key, args in zip(passes.keys(), passes.args):
+        stream, whose gradients are cleared afterwards), and set each pass's replay."""
+        for p in passes:
+            key = pass_kind(p.args[1])
             if key not in self.graphs:
-                self.graphs[key] = self._capture(args)
+                self.graphs[key] = self._capture(p.args)
+            p.replay = functools.partial(self.replay, p.args)
 
     def _run(self, statics):
-        u = self.update
-        with u.autocast():
-            weighted, plain = u.fwd(*statics)
-        u._backward(weighted)
+        with self.step.autocast():
+            weighted, plain = self.source.fwd(*statics)
+        self.step.backward(weighted)
         return plain
 
     def _capture(self, args) -> tuple:
-        u = self.update
         statics = tuple(None if a is None else a.clone() for a in args)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -454,7 +416,7 @@ class _Graphs:
         pool = next(iter(self.graphs.values()))[0].pool() if self.graphs else None
         with torch.cuda.graph(graph, pool=pool):
             plain = self._run(statics)
-        torch._foreach_zero_([p.grad for p in u.params if p.grad is not None])
+        torch._foreach_zero_([p.grad for p in self.step.params if p.grad is not None])
         return graph, statics, plain
 
     def replay(self, args) -> torch.Tensor:

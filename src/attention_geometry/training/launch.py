@@ -11,7 +11,16 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["TORCHRUN_PORT", "TrainLaunch", "time_limit", "train_launch", "train_mem_mb", "run_disk_bytes"]
+__all__ = [
+    "TORCHRUN_PORT",
+    "TrainLaunch",
+    "time_limit",
+    "train_launch",
+    "train_mem_mb",
+    "run_disk_bytes",
+    "check_cpu_memory",
+    "check_disk",
+]
 
 TORCHRUN_PORT = 29500  # the rendezvous port on a multi-node job's first node
 MARGIN_MINUTES = 15  # the most a training job's runtime keeps back from the trainer's --time-limit
@@ -143,3 +152,47 @@ def run_disk_bytes(h, vocab_size: int, n_snapshots: int, run_yaml_bytes: int) ->
     snapshot = 4 * params + int(run_yaml_bytes) + 200_000  # tokenizer, card, config
     state = 3 * 4 * params
     return int(n_snapshots) * snapshot + 2 * state
+
+
+def check_cpu_memory(h, micro: int) -> None:
+    """One UserError, before anything is written, when one micro-batch cannot fit in the memory available (a batch
+    of 100,000 sequences used to be killed by the kernel halfway into writing its run folder)."""
+    from attention_geometry.errors import UserError
+    from attention_geometry.formats.files import mem_available_bytes
+
+    need, avail = cpu_batch_bytes(h, micro), mem_available_bytes()
+    if avail is not None and need > avail:
+        raise UserError(
+            f"overrides.batch_size: one micro-batch of {micro} sequences x {h.seq_len} tokens needs about "
+            f"{need / 2**30:.1f} GiB here, {avail / 2**30:.1f} GiB are available: lower batch_size or raise grad_accum"
+        )
+
+
+def check_disk(resolved, out) -> None:
+    """One UserError, before anything is written, when the snapshots and states a run (`resolved`: a ResolvedRun)
+    still plans cannot fit on the disk that holds OUT (issue 59.8: max_steps 9999999 with snapshot_every 1 passed
+    every check and filled the disk, a 104 MB run.yaml copied into every snapshot)."""
+    import shutil
+    from pathlib import Path
+
+    from attention_geometry.errors import UserError
+    from attention_geometry.formats.rundir import snapshot_name
+    from attention_geometry.training.hyper import IMAGE_OBJECTIVES
+
+    out = Path(out)
+    steps = resolved.snapshot_steps
+    folder = out / "checkpoints"
+    have = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    todo = len(steps) if not have else sum(1 for s in steps if snapshot_name(s) not in have)
+    settings = resolved.settings  # run.yaml's size, about: its step lists as numbers of 8 characters
+    run_yaml = 2_000 + 8 * sum(len(v) for v in settings.values() if isinstance(v, (list, tuple)))
+    vocab = int(resolved.hyper.vocab_size or 0) if resolved.objective not in IMAGE_OBJECTIVES else 0
+    need = run_disk_bytes(resolved.hyper, vocab, todo, run_yaml)
+    where = out if out.exists() else next(p for p in out.absolute().parents if p.exists())
+    free = shutil.disk_usage(where).free
+    if need > free:
+        raise UserError(
+            f"{out}: the run plans {todo:,} more snapshot(s) (snapshot_steps / snapshot_every) of about "
+            f"{need / max(todo, 1) / 2**20:,.1f} MiB each with its state: about {need / 2**30:,.1f} GiB, more than "
+            f"the {free / 2**30:,.1f} GiB free there; snapshot less often, or free space"
+        )

@@ -304,11 +304,11 @@ def lm_loss(
     if logits.is_cuda:  # the fused kernel is fast there and does not keep the [N, V] softmax
         loss = F.cross_entropy(logits.float(), target, reduction="sum")
     else:
-        loss = _SumCrossEntropy.apply(logits.float(), target)
+        loss = SumCrossEntropy.apply(logits.float(), target)
     return loss if reduction == "sum" else loss / max(int(target.numel()), 1)
 
 
-class _SumCrossEntropy(torch.autograd.Function):
+class SumCrossEntropy(torch.autograd.Function):
     """sum_i (logsumexp(logits_i) - logits_i[label_i]), with the softmax kept for the backward pass: the
     same value and gradient as F.cross_entropy(..., reduction="sum") (tested). On one CPU thread at
     [2016, 2048] it is several times faster than F.cross_entropy: it skips log_softmax's slow backward

