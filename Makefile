@@ -59,6 +59,7 @@ dryrun-paper: setup
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks envs
 	$(VENV)/bin/ruff format --check src tests benchmarks envs
+	$(VENV)/bin/lint-imports
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/snakemake --lint
 
 clean-venv:
