@@ -332,13 +332,13 @@ def test_the_readers_refuse_the_other_kind_and_damage(tmp_path, fake_digits):
     "raw, message",
     [
         ({"dataset": "mnist"}, "unknown `dataset`"),
-        ({"dataset": "digits", "seeds": 1}, "unknown key `seeds`"),
+        ({"dataset": "digits", "seeds": 1}, r"unknown key `seeds` \(did you mean `seed`\?\)"),
         ({"dataset": "digits", "hub": {"path": "x"}}, "`hub` is for the hub datasets"),
         ({"dataset": "digits", "channels": 3}, "digits are grayscale"),
         ({"dataset": "cifar10", "channels": 2}, "`channels` must be 1, 3 or null"),
         ({"dataset": "digits", "heldout_fraction": 1.0}, r"`heldout_fraction` must be in \[0, 1\)"),
         ({"dataset": "cifar10", "hub": {"n_images": 0}}, "`hub.n_images` must be >= 1 or null"),
-        ({"dataset": "cifar10", "hub": {"revison": "x"}}, "unknown key `hub.revison`"),
+        ({"dataset": "cifar10", "hub": {"revison": "x"}}, r"unknown key `hub.revison` \(did you mean `hub.revision`"),
         ({"dataset": "digits", "image_size": "8"}, "`image_size` must be null or an integer"),
     ],
 )

@@ -780,6 +780,47 @@ def test_bad_configs_stop_with_one_line(mutate, expected):
         assert _run_name_of(cfg, "encoder", "standard") in message
 
 
+def _typo_top(cfg):
+    cfg["reslts"] = cfg.pop("results")
+
+
+def _typo_settings(cfg):  # the typo hides a required key: named as the typo, not as the missing key
+    settings = cfg["training"]["groups"]["main"]["settings"]
+    settings["max_step"] = settings.pop("max_steps")
+
+
+def _typo_run(cfg):
+    cfg["training"]["groups"]["main"]["runs"][0]["sed"] = 3
+
+
+def _typo_overrides(cfg):
+    cfg["training"]["groups"]["main"]["settings"]["overrides"] = {"batch_sise": 4}
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (_typo_top, "config (top level): unknown key `reslts` (did you mean `results`?)"),
+        (_typo_settings, "config training.groups.main.settings: unknown key `max_step` (did you mean `max_steps`?)"),
+        (_typo_run, "config training.groups.main.runs[0]: unknown key `sed` (did you mean `seed`?)"),
+        (
+            _typo_overrides,
+            "config training.groups.main.settings.overrides: unknown key `batch_sise` (did you mean `batch_size`?)",
+        ),
+    ],
+    ids=["top", "settings", "run entry", "overrides"],
+)
+def test_a_config_typo_at_any_depth_names_the_key_and_the_closest_known_one(mutate, expected):
+    """Issue 58.6: a typo at the top and in a group's settings used to say "Additional properties are not allowed"
+    and "'max_steps' is a required property"; now one line names the unknown key and the closest known one, as
+    RUN.yaml's and show-run's check does."""
+    assert _refused(mutate) == expected
+    with pytest.raises(UserError, match=r"^run config: unknown key `max_step` \(did you mean `max_steps`\?\)$"):
+        from attention_geometry.training.run_config import run_config_from_dict
+
+        run_config_from_dict({"corpus": "c", "max_step": 3})
+
+
 def _run_name_of(cfg, objective, init):
     runs, _ = expand_runs(cfg["training"]["groups"], cfg["corpora"], cfg.get("images") or {})
     return next(n for n, r in sorted(runs.items()) if r.objective == objective and r.init == init)

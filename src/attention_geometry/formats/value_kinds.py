@@ -8,11 +8,13 @@ choice and of the minimums here."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = [
     "short_repr",
+    "unknown_key",
     "VALUE_KINDS",
     "SCHEMA_TYPES",
     "expected",
@@ -21,6 +23,16 @@ __all__ = [
     "check_choice",
     "check_minimums",
 ]
+
+
+def unknown_key(key: Any, known, prefix: str = "") -> str:
+    """``unknown key `PREFIXKEY` (did you mean `PREFIXCLOSEST`?)``, or with the known keys listed where none is close:
+    the one wording of a config typo at any depth (the workflow's schema check, RUN.yaml, show-run, the corpus and
+    image configs); `prefix`: the dotted path of the mapping the key is in (`tokenizer.`)."""
+    names = sorted(str(k) for k in known)
+    close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+    hint = f"did you mean `{prefix}{close[0]}`?" if close else f"known: {', '.join(names)}"
+    return f"unknown key `{prefix}{key}` ({hint})"
 
 
 def short_repr(value: Any, limit: int = 80) -> str:
@@ -95,7 +107,7 @@ def checked_keys(
     known = {f.name for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in known:
-            raise error(f"{where}: unknown key `{prefix}{key}` (known: {', '.join(sorted(known))})")
+            raise error(f"{where}: {unknown_key(key, known, prefix)}")
     out = {}
     for key, value in raw.items():
         if key in kinds:

@@ -21,7 +21,7 @@ from attention_geometry.formats.columns import RUN_KEYS
 from attention_geometry.formats.corpus import Corpus, ImageSet, corpus_sha256, images_sha256, load_corpus, load_images
 from attention_geometry.formats.files import read_yaml
 from attention_geometry.formats.rundir import run_name, snapshot_steps
-from attention_geometry.formats.value_kinds import expected, short_repr
+from attention_geometry.formats.value_kinds import expected, short_repr, unknown_key
 from attention_geometry.training.hyper import (
     IMAGE_OBJECTIVES,
     IMAGE_ONLY_FIELDS,
@@ -206,7 +206,7 @@ def run_config_from_dict(raw: Any, where: str = "run config") -> RunConfig:
         raise UserError(f"{where}: expected a mapping of keys, got {type(raw).__name__}")
     unknown = sorted(set(raw) - set(TYPES))
     if unknown:
-        raise UserError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(TYPES)})")
+        raise UserError(f"{where}: {unknown_key(unknown[0], TYPES)}")
     if "corpus" not in raw:
         raise UserError(f"{where}: corpus: missing (a directory written by prepare-corpus)")
     kw = {k: _typed(v, TYPES[k], k, where) for k, v in raw.items()}
@@ -247,7 +247,7 @@ def run_config_from_dict(raw: Any, where: str = "run config") -> RunConfig:
     if cfg.regularizer is not None:
         extra = sorted(set(cfg.regularizer) - set(REGULARIZER_MINIMUMS))
         if extra:
-            raise UserError(f"{where}: regularizer.{extra[0]}: unknown key (known: {', '.join(REGULARIZER_MINIMUMS)})")
+            raise UserError(f"{where}: {unknown_key(extra[0], REGULARIZER_MINIMUMS, 'regularizer.')}")
         for key, minimum in REGULARIZER_MINIMUMS.items():
             v = cfg.regularizer.get(key, 0.0)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < minimum:

@@ -55,6 +55,7 @@ from attention_geometry.errors import ConfigError, UserError
 from attention_geometry.formats.checkout import code_version
 from attention_geometry.formats.files import csv_text, read_yaml
 from attention_geometry.formats.rundir import snapshot_dir
+from attention_geometry.formats.value_kinds import unknown_key
 from attention_geometry.training.hyper import IMAGE_OBJECTIVES, resolve_hyper
 from attention_geometry.training.run_config import run_steps
 from attention_geometry.workflow.jobs import jobs
@@ -567,14 +568,50 @@ def schema_error(config: Mapping, schema_path: str, limit: int = 300) -> str | N
 
     schema = read_yaml(schema_path, "config schema", ConfigError)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    error = jsonschema.exceptions.best_match(cls(schema).iter_errors(config))
-    if error is None:
+    errors = list(cls(schema).iter_errors(config))
+    if not errors:
         return None
-    where = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in error.absolute_path).replace(".[", "[")
+    # an unknown key, at any depth, is named with the closest known one: a typo (`max_step:`) otherwise shows as
+    # the required key it hides ("'max_steps' is a required property"), elsewhere in the schema's error tree
+    unknown = [u for e in _all_errors(errors) if (u := _unknown_key(e, schema)) is not None]
+    if unknown:
+        path, key, known = min(unknown, key=lambda u: len(u[0]))
+        return f"config {_where(path) or '(top level)'}: {unknown_key(key, known)}"
+    error = jsonschema.exceptions.best_match(errors)
     message = " ".join(error.message.split())
     if len(message) > limit:
         message = message[:limit] + " ..."
-    return f"config {where or '(top level)'}: {message}"
+    return f"config {_where(error.absolute_path) or '(top level)'}: {message}"
+
+
+def _where(path) -> str:
+    return ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in path).replace(".[", "[")
+
+
+def _all_errors(errors):
+    """Every error of a jsonschema error tree (the errors of anyOf / oneOf branches included)."""
+    for e in errors:
+        yield e
+        yield from _all_errors(e.context or [])
+
+
+def _unknown_key(error, root: Mapping) -> tuple[tuple, str, list[str]] | None:
+    """(path, the first unknown key, the known keys) of an additionalProperties or unevaluatedProperties error, else
+    None. The known keys are the object's properties and those of a local $ref it takes them from."""
+    if error.validator not in ("additionalProperties", "unevaluatedProperties"):
+        return None
+    if not isinstance(error.instance, Mapping):
+        return None
+    known = list((error.schema.get("properties") or {}).keys())
+    ref = error.schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target: object = root
+        for part in ref[2:].split("/"):
+            target = target.get(part, {}) if isinstance(target, Mapping) else {}
+        known += [k for k in ((target or {}).get("properties") or {}) if k not in known]
+    patterns = list((error.schema.get("patternProperties") or {}).keys())
+    extra = [k for k in error.instance if k not in known and not any(re.search(p, str(k)) for p in patterns)]
+    return (tuple(error.absolute_path), str(extra[0]), known) if extra else None
 
 
 # ------------------------------------------------------------------------------ report and committed facts
