@@ -1,5 +1,6 @@
 """The dispatcher's own switches (the subcommands are tested with their modules)."""
 
+import os
 import re
 import subprocess
 import sys
@@ -99,3 +100,18 @@ def test_no_subcommands_help_imports_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_score_help_names_every_source_kind_and_the_matrix():
+    """Issue 58.7: `score --help` named neither `pkg:` nor the OV view. Every kind of SOURCE the loader takes
+    (weights.loading: a folder, a .gguf file, pkg:PACKAGE/PATH, a hub id) and --matrix's three values are named."""
+    out = subprocess.run(
+        [sys.executable, "-m", "attention_geometry.cli", "score", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "COLUMNS": "200"},
+    ).stdout
+    flat = " ".join(out.split())
+    for needle in ("model folder", ".gguf file", "pkg:PACKAGE/PATH", "hub id", "--matrix", "qk", "ov", "both"):
+        assert needle in flat, needle

@@ -135,3 +135,22 @@ def test_it_reads_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_list_prints_every_planned_run_and_nothing_else():
+    """Issue 58.7: `show-run --list` prints the config's planned runs, one per line; here against the names
+    written out from the config's run entries (each entry the product of its lists; the corpus key is the dataset
+    part, which in this config is the corpus key itself)."""
+    import itertools
+
+    cfg = yaml.safe_load(CONFIG.read_text())
+    names = set()
+    for group in cfg["training"]["groups"].values():
+        for entry in group["runs"]:
+            lists = [entry[k] if isinstance(entry[k], list) else [entry[k]] for k in ("size", "corpus", "objective")]
+            lists += [entry[k] if isinstance(entry[k], list) else [entry[k]] for k in ("init", "seed")]
+            names |= {f"{s}-{c}-{o}-{i}-s{n}" for s, c, o, i, n in itertools.product(*lists)}
+    code, out, err = cli_in_process(["show-run", "--list", "--configfile", CONFIG])
+    assert code == 0 and err == "" and out.splitlines() == sorted(names)
+    code, out, err = cli_in_process(["show-run", "--configfile", CONFIG])
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--list" in err

