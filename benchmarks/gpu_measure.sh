@@ -16,7 +16,7 @@
 # missing. PYTHON: the interpreter (default: python, else python3).
 # GPU_MEASURE_PARTS (default "measure check"): the steps to run, for a rerun of one that failed within a lease's
 # last minutes ("check" alone takes at most 5 minutes); a step left out is recorded with exit status null.
-# Without CUDA it prints one line and exits 0.
+# Without CUDA it prints one line and exits 0; where PYTHON is missing or cannot import torch, one line and exit 2.
 set -uo pipefail
 
 PARTS=" ${GPU_MEASURE_PARTS:-measure check} "
@@ -26,7 +26,17 @@ for part in $PARTS; do
         exit 2 ;; esac
 done
 PY=${PYTHON:-$(command -v python || command -v python3)}
-if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+[[ -n $PY ]] || { echo "gpu_measure: no python here (PYTHON unset, neither python nor python3 on PATH)"; exit 2; }
+# "no CUDA" only where torch imports and says so: a missing interpreter, a torch that does not import or a failing
+# import is an error (exit 2, one line), never a machine without a GPU (issue 57.6)
+PROBE=$("$PY" -c 'import torch; print("cuda" if torch.cuda.is_available() else "no-cuda")' 2>&1)
+PROBE_RC=$?
+if (( PROBE_RC != 0 )); then
+    echo "gpu_measure: $PY cannot import torch (exit $PROBE_RC: $(printf '%s' "$PROBE" | tail -n 1)):" \
+        "install the project's dependencies there, or set PYTHON"
+    exit 2
+fi
+if [[ $(printf '%s' "$PROBE" | tail -n 1) != cuda ]]; then
     echo "gpu_measure: no CUDA device here (torch.cuda.is_available() is not True): nothing run"
     exit 0
 fi

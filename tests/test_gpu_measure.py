@@ -216,6 +216,32 @@ def test_the_script_without_cuda_runs_nothing(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("case", ["no interpreter", "no torch", "failing import"])
+def test_the_script_never_reads_a_broken_python_as_no_cuda(tmp_path, case):
+    """Issue 57.6: a wrong interpreter, a python without torch or a failing import used to print "no CUDA device
+    here" and exit 0; each is now one line and exit status 2, and nothing runs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python"
+    if case == "no interpreter":
+        python = str(tmp_path / "missing" / "python")
+    elif case == "no torch":  # the interpreter without site-packages
+        fake.write_text(f'#!/bin/sh\nexec "{getattr(sys, "_base_executable", sys.executable)}" -S -I "$@"\n')
+        fake.chmod(0o755)
+        python = str(fake)
+    else:
+        fake.write_text('#!/bin/sh\necho "ImportError: libcuda.so.1: cannot open shared object file" >&2\nexit 1\n')
+        fake.chmod(0o755)
+        python = str(fake)
+    env = {**os.environ, "OUT": str(tmp_path / "o"), "PYTHON": python}
+    script = REPO / "benchmarks" / "gpu_measure.sh"
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, (done.returncode, done.stdout, done.stderr)
+    assert lines[0].startswith(f"gpu_measure: {python} cannot import torch") and "no CUDA" not in done.stdout
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("parts", ["measure chek", "  "])
 def test_the_script_refuses_an_unknown_step_before_anything_runs(tmp_path, parts):
     env = {**os.environ, "OUT": str(tmp_path / "o"), "PYTHON": sys.executable, "GPU_MEASURE_PARTS": parts}
