@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from attention_geometry.errors import UserError
-from attention_geometry.formats.columns import PROVENANCE_COLUMNS, PROVENANCE_HOST_COLUMNS
+from attention_geometry.formats.columns import PROVENANCE_COLUMNS, PROVENANCE_HOST_COLUMNS, PROVENANCE_SPEED_COLUMNS
 from attention_geometry.formats.rundir import PROVENANCE_CSV
 from attention_geometry.training.provenance import record_provenance
 from attention_geometry.workflow.concat import concat_tables
@@ -28,7 +28,8 @@ def test_each_start_appends_a_row_with_the_checkouts_commit(tmp_path):
     record_provenance(tmp_path, "r1", 0, 100, when="2026-12-03T20:00:00Z")
     record_provenance(tmp_path, "r1", 40, 100, when="2026-12-03T21:00:00Z")
     rows = _rows(tmp_path / PROVENANCE_CSV)
-    assert list(rows[0]) == PROVENANCE_COLUMNS + PROVENANCE_HOST_COLUMNS
+    assert list(rows[0]) == PROVENANCE_COLUMNS + PROVENANCE_HOST_COLUMNS + PROVENANCE_SPEED_COLUMNS
+    assert all(r["tokens_per_s"] == r["mfu"] == "" for r in rows)  # filled in when a start ends
     assert [(r["from_step"], r["to_step"], r["started_utc"]) for r in rows] == [
         ("0", "100", "2026-12-03T20:00:00Z"),
         ("40", "100", "2026-12-03T21:00:00Z"),
@@ -109,5 +110,47 @@ def test_a_record_begun_before_the_host_columns_keeps_its_six(tmp_path):
     out = tmp_path / "all.csv"
     concat_tables([tmp_path / PROVENANCE_CSV, tmp_path / "b" / PROVENANCE_CSV], out, kind="run_provenance")
     got = _rows(out)
-    assert list(got[0]) == PROVENANCE_COLUMNS + PROVENANCE_HOST_COLUMNS
+    assert list(got[0]) == PROVENANCE_COLUMNS + PROVENANCE_HOST_COLUMNS + PROVENANCE_SPEED_COLUMNS
     assert got[0]["host_id"] == "" and got[2]["host_id"] != ""
+
+
+def test_a_record_begun_with_the_host_columns_keeps_its_eight(tmp_path):
+    """Study 4's records (eight columns, no speed) keep their header when a run resumes, and the speed of the
+    resumed start is not written into a column they lack."""
+    from attention_geometry.training.provenance import record_speed
+
+    head = ",".join(PROVENANCE_COLUMNS + PROVENANCE_HOST_COLUMNS)
+    row = "r1,2026-12-07T16:00:00Z,0,3500,abc,AMD EPYC,avx2 fma,0123456789ab"
+    (tmp_path / PROVENANCE_CSV).write_text(f"{head}\n{row}\n")
+    record_provenance(tmp_path, "r1", 250, 3500, when="2026-12-07T17:00:00Z")
+    record_speed(tmp_path, 1234.5, 0.5)
+    rows = _rows(tmp_path / PROVENANCE_CSV)
+    assert [list(r) for r in rows] == [PROVENANCE_COLUMNS + PROVENANCE_HOST_COLUMNS] * 2
+
+
+def test_a_finished_start_records_its_tokens_per_second_and_mfu(tmp_path):
+    """Issue 57.4: a run's provenance row gets the positions per second and the MFU of its start. Checked against
+    train.log's own loop time (the `done:` line: steps and seconds) and the cost model's FLOPs per position
+    (training/cost.py, itself checked against FlopCounterMode) over this process's measured peak."""
+    import re
+
+    from helpers import write_random_corpus, write_run_config_file
+
+    from attention_geometry.formats.corpus import load_corpus
+    from attention_geometry.training.cost import measured_cpu_peak, update_flops
+    from attention_geometry.training.loop import train
+    from attention_geometry.training.run_config import load_run_config, resolve_run
+
+    corpus = write_random_corpus(tmp_path / "c", n_train=64, block_len=16, vocab=50)
+    cfg = load_run_config(write_run_config_file(tmp_path / "run.yaml", corpus, max_steps=12, eval_blocks=0))
+    train(cfg, tmp_path / "out", threads=1, progress=False)
+    row = _rows(tmp_path / "out" / PROVENANCE_CSV)[-1]
+    tokens_s, mfu = float(row["tokens_per_s"]), float(row["mfu"])
+    h = resolve_run(cfg, load_corpus(corpus)).hyper
+    log = (tmp_path / "out" / "train.log").read_text()
+    steps, seconds = re.findall(r"done: (\d+) steps in [\d.]+ s \(([\d.]+) s/step", log)[-1]
+    per_update = h.batch_size * h.seq_len
+    assert int(steps) == 12
+    assert tokens_s == pytest.approx(per_update / float(seconds), rel=0.05)
+    flops_per_position = update_flops(h, "encoder", h.seq_len) / per_update
+    assert mfu == pytest.approx(tokens_s * flops_per_position / measured_cpu_peak(1), rel=1e-4)

@@ -25,6 +25,7 @@ __all__ = [
     "GQA_COLUMNS",
     "PROVENANCE_COLUMNS",
     "PROVENANCE_HOST_COLUMNS",
+    "PROVENANCE_SPEED_COLUMNS",
 ]
 
 # the two scores, in the paper's convention (docs/contracts.md, "Scores")
@@ -98,10 +99,14 @@ GQA_COLUMNS = [
 # it) and the CPU it ran on (training/provenance.py: record_provenance)
 PROVENANCE_COLUMNS = ["run", "started_utc", "from_step", "to_step", "code_version", "cpu"]
 # and, in the rows written since study 4 (issue 60), what tells hosts apart: the CPU flags that change a float's
-# result or a step's speed (training/snapshots.py: NUMERIC_CPU_FLAGS) and a host id (a hash of the machine id and
+# result or a step's speed (training/provenance.py: NUMERIC_CPU_FLAGS) and a host id (a hash of the machine id and
 # the boot id: two rows with one id ran on one host within one boot). A record begun before them keeps its six
 # columns (a resumed run appends what its header has); a gathered table leaves them empty for such rows.
 PROVENANCE_HOST_COLUMNS = ["cpu_flags", "host_id"]
+# and, since the one update (issue 57), how fast the start's steps ran: the positions per second and the model FLOP
+# utilization (training/cost.py) over the updates it ran, filled in when it ends (done or stopped; empty where it
+# was killed). A record begun before them keeps the columns its header has.
+PROVENANCE_SPEED_COLUMNS = ["tokens_per_s", "mfu"]
 
 # table kind (`concat-tables --kind`) -> its required columns
 TABLE_COLUMNS: dict[str, list[str]] = {
@@ -116,5 +121,5 @@ TABLE_COLUMNS: dict[str, list[str]] = {
 # table of text and image runs has the image runs' eval_accuracy, empty in the text runs' rows
 TABLE_OPTIONAL_COLUMNS: dict[str, list[str]] = {
     "training_loss": ["eval_accuracy"],
-    "run_provenance": PROVENANCE_HOST_COLUMNS,
+    "run_provenance": PROVENANCE_HOST_COLUMNS + PROVENANCE_SPEED_COLUMNS,
 }

@@ -155,6 +155,10 @@ class Throughput:
         """The means over every update from the start to `step`."""
         return self.describe(step - self.first, self.clock() - self.started)
 
+    def mean_rates(self, step: int) -> tuple[float, float | None]:
+        """(tokens/s, MFU) over every update from the start to `step` (rates)."""
+        return self.rates(step - self.first, self.clock() - self.started)
+
     def rates(self, n: int, seconds: float) -> tuple[float, float | None]:
         """(tokens/s, MFU as a fraction or None) of `n` updates in `seconds`."""
         seconds = max(seconds, 1e-9)

@@ -4,9 +4,8 @@ drawn from the generators when), stop signals and the time budget, train.log, ev
 The update itself is training/step.Step's, fed by the host source (step.HostBatches, the CPU default) or the device
 source (device_path.DeviceBatches); DDP under torchrun. What is written where: training/snapshots.py.
 
-Each process takes its contiguous slice of the global batch (training/batches.py says which examples and masks an
-update sees). An image classifier (objective `classifier`, training/vit.py) goes through the same driver: example
-g of update t is train image perm_e[g mod n] (the same Order), and the held-out rows also carry the accuracy.
+Each process takes its contiguous slice of the global batch (training/batches.py: which examples and masks an
+update sees). An image classifier (`classifier`, training/vit.py) goes through the same driver and Order.
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ from attention_geometry.training.hyper import Hyper
 from attention_geometry.training.launch import check_cpu_memory, check_disk
 from attention_geometry.training.losslog import LossLog, fmt_held_out
 from attention_geometry.training.models import build_model
-from attention_geometry.training.provenance import record_provenance
+from attention_geometry.training.provenance import record_provenance, record_speed
 from attention_geometry.training.run_config import (
     RunConfig,
     RunRuntime,
@@ -325,12 +324,15 @@ def _resume_state(run: Trainer) -> Path | None:
     return state if run.rank == 0 else find_state(run.out, warn=lambda _m: None)
 
 
-def _stopped(run: Trainer, losses: LossLog, step: int, saved: int, why: int, t_start: float) -> dict:
+def _stopped(run: Trainer, losses: LossLog, step: int, saved: int, why: int, t_start: float, speed) -> dict:
     """Stop after update `step` (time limit or SIGTERM): its state is saved as a periodic one is (with the loss
-    window since the last row) unless it is on disk already, and the summary says `stopped`."""
+    window since the last row) unless it is on disk already, the start's speed goes into provenance.csv, and the
+    summary says `stopped`."""
     if step > saved:
         losses.flush(step, None)
         run.save_state(step, window=losses.window)
+    if run.rank == 0:
+        record_speed(run.out, *speed.mean_rates(step))
     reason = "on SIGTERM" if why == StopVote.SIGNAL else f"for the {run.budget.describe()}"
     if run.rank == 0:
         log.warning(
@@ -459,7 +461,7 @@ def _train(run: Trainer, progress: bool, term: TermSignal) -> dict:
             if why != StopVote.NO:
                 if bar is not None:
                     bar.close()
-                return _stopped(run, losses, step - 1, saved, why, t_start)
+                return _stopped(run, losses, step - 1, saved, why, t_start, speed)
             budget.start_step()
             step_sum, lr, n_tokens = run.update(order, step, lam)
             losses.pending.append((step, step_sum, lr, n_tokens))
@@ -484,6 +486,7 @@ def _train(run: Trainer, progress: bool, term: TermSignal) -> dict:
         if run.rank == 0:
             log.info("run %s done: %d steps in %.1f s (%.4f s/step in the loop)", name, n_steps, seconds, per_step)
             log.info("run %s: %s in the loop on average", name, speed.mean(max_steps))
+            record_speed(out, *speed.mean_rates(max_steps))
         return {
             "run": name,
             "step": max_steps,

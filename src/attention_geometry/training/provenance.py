@@ -10,11 +10,11 @@ import io
 from pathlib import Path
 
 from attention_geometry.errors import UserError
-from attention_geometry.formats.columns import PROVENANCE_COLUMNS, PROVENANCE_HOST_COLUMNS
+from attention_geometry.formats.columns import PROVENANCE_COLUMNS, PROVENANCE_HOST_COLUMNS, PROVENANCE_SPEED_COLUMNS
 from attention_geometry.formats.files import atomic_write_text
 from attention_geometry.formats.rundir import PROVENANCE_CSV
 
-__all__ = ["NUMERIC_CPU_FLAGS", "cpu_flags", "host_id", "record_provenance"]
+__all__ = ["NUMERIC_CPU_FLAGS", "cpu_flags", "host_id", "record_provenance", "record_speed"]
 
 
 def _cpu_model() -> str:
@@ -96,14 +96,35 @@ def record_provenance(out: Path, run: str, from_step: int, to_step: int, when: s
             "move it aside to start a new record"
         )
     row = dict(zip(PROVENANCE_COLUMNS, (run, when, int(from_step), int(to_step), version, _cpu_model())))
-    columns = PROVENANCE_COLUMNS + PROVENANCE_HOST_COLUMNS
-    if old and old.split("\n", 1)[0] == ",".join(PROVENANCE_COLUMNS):
-        columns = PROVENANCE_COLUMNS  # a record begun before the host columns
-    else:
+    columns = PROVENANCE_COLUMNS + PROVENANCE_HOST_COLUMNS + PROVENANCE_SPEED_COLUMNS
+    header = old.split("\n", 1)[0] if old else ""
+    for older in (PROVENANCE_COLUMNS, PROVENANCE_COLUMNS + PROVENANCE_HOST_COLUMNS):
+        if header == ",".join(older):
+            columns = older  # a record begun before the host (or the speed) columns keeps its header
+    if "host_id" in columns:
         row.update(cpu_flags=cpu_flags(), host_id=host_id())
+    row.update({c: "" for c in PROVENANCE_SPEED_COLUMNS if c in columns})  # filled in when the start ends
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
     if not old:
         writer.writeheader()
     writer.writerow(row)
     atomic_write_text(path, old + buf.getvalue())
+
+
+def record_speed(out: Path, tokens_per_s: float, mfu: float | None) -> None:
+    """Fill in the speed columns (formats.columns.PROVENANCE_SPEED_COLUMNS) of OUT/provenance.csv's last row, the
+    start now ending: its positions per second and MFU (None: the peak is unknown, left empty). A record whose
+    header has no speed columns (begun before them) is left as it is."""
+    path = out / PROVENANCE_CSV
+    text = path.read_text(encoding="utf-8")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    header = text.split("\n", 1)[0].split(",")
+    if not rows or not set(PROVENANCE_SPEED_COLUMNS) <= set(header):
+        return
+    rows[-1].update(tokens_per_s=f"{tokens_per_s:.6g}", mfu="" if mfu is None else f"{mfu:.6g}")
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=header, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
