@@ -222,7 +222,12 @@ def ours(
             "eval_steps": [],
             "eval_blocks": 0,
             "state_every": None,
-            "overrides": {**(overrides or {}), "compile": compile_, "warmup_steps": 10, "precision": precision},
+            "overrides": {
+                **(overrides or {}),
+                "capture": "compile" if compile_ else "eager",
+                "warmup_steps": 10,
+                "precision": precision,
+            },
         }
     )
     out = tmp / f"{objective}-{int(compile_)}-{precision}"

@@ -386,12 +386,24 @@ def test_without_random_masks_the_device_path_trains_as_the_host_path(tmp_path, 
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
 
 
+def test_one_compile_setting_for_both_paths():
+    """Issue 57.1: `capture` is the one compile setting. On the host path `capture: compile` compiles the
+    transformer stack (run.yaml's `compile`, which every run.yaml records, is derived from it); on the device path
+    it compiles the whole pass; `compile` itself is refused with the new name (tested below)."""
+    host = resolve_hyper("tiny", {"capture": "compile"})
+    assert host.compile is True and host.capture == "compile"
+    device = resolve_hyper("tiny", {"batch_path": "device", "capture": "compile"})
+    assert device.compile is False and device.capture == "compile"
+    assert resolve_hyper("tiny", {}).compile is False
+
+
 @pytest.mark.parametrize(
     "overrides, match",
     [
         ({"device_passes": 2}, r"overrides\.device_passes: only the device path reads it"),
-        ({"capture": "compile"}, r"overrides\.capture: only the device path reads it"),
-        ({"batch_path": "device", "compile": True}, r"overrides\.compile: the device path compiles with"),
+        ({"batch_path": "device", "compile": True}, r"overrides\.compile: renamed: give `capture: compile`"),
+        ({"compile": True}, r"overrides\.compile: renamed: give `capture: compile`"),
+        ({"capture": "cuda-graphs"}, r"overrides\.capture: cuda-graphs only on the device path"),
         ({"batch_path": "device", "device_passes": 3}, r"overrides\.device_passes: batch_size 8 is not a multiple"),
         ({"batch_path": "gpu"}, r"overrides\.batch_path: unknown value 'gpu'"),
         ({"padded_attention": "varlen"}, r"overrides\.padded_attention: only the device path reads it"),

@@ -244,7 +244,7 @@ def test_regularizer_on_a_vit_run(tmp_path, digits):
         ({"objective": "encoder"}, "size: unknown size 'vit-tiny' for objective encoder"),
         ({"overrides": {"vocab_size": 50}}, "overrides.vocab_size: only a text model has it"),
         ({"overrides": {"patch_size": 0}}, r"overrides.patch_size: must be >= 1"),
-        ({"overrides": {"compile": True}}, "overrides.compile: not supported for objective classifier"),
+        ({"overrides": {"capture": "compile"}}, "overrides.capture: compile is not supported for objective classifier"),
         ({"objective": "regression"}, "objective: unknown objective 'regression'"),
     ],
 )

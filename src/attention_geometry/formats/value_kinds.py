@@ -14,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "short_repr",
+    "closest_hint",
     "unknown_key",
     "VALUE_KINDS",
     "SCHEMA_TYPES",
@@ -25,14 +26,18 @@ __all__ = [
 ]
 
 
+def closest_hint(key: Any, known, prefix: str = "") -> str:
+    """``did you mean `PREFIXCLOSEST`?``, or the known names listed where none is close (difflib, cutoff 0.6)."""
+    names = sorted(str(k) for k in known)
+    close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+    return f"did you mean `{prefix}{close[0]}`?" if close else f"known: {', '.join(names)}"
+
+
 def unknown_key(key: Any, known, prefix: str = "") -> str:
     """``unknown key `PREFIXKEY` (did you mean `PREFIXCLOSEST`?)``, or with the known keys listed where none is close:
     the one wording of a config typo at any depth (the workflow's schema check, RUN.yaml, show-run, the corpus and
     image configs); `prefix`: the dotted path of the mapping the key is in (`tokenizer.`)."""
-    names = sorted(str(k) for k in known)
-    close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
-    hint = f"did you mean `{prefix}{close[0]}`?" if close else f"known: {', '.join(names)}"
-    return f"unknown key `{prefix}{key}` ({hint})"
+    return f"unknown key `{prefix}{key}` ({closest_hint(key, known, prefix)})"
 
 
 def short_repr(value: Any, limit: int = 80) -> str:

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from attention_geometry.errors import UserError
-from attention_geometry.formats.value_kinds import expected, short_repr
+from attention_geometry.formats.value_kinds import closest_hint, expected, short_repr
 
 # the language-model objectives of BERT runs on a text corpus (docs/training.md, "Objectives"):
 # `encoder` masked LM; `decoder` next-token prediction at every position of clean text; `decoder-paper` the
@@ -45,7 +45,8 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 # `device` the corpus on the device, the masks drawn there from a torch generator keyed by (seed, step), and the
 # micro-batches run together in `device_passes` passes (training/device_path.py)
 BATCH_PATHS = ("host", "device")
-# how the device path runs its passes: eagerly, through torch.compile, or replayed from a captured CUDA graph
+# the one compile setting: eagerly, through torch.compile (the host path: its transformer stack; the device path: its
+# whole pass), or replayed from a captured CUDA graph (the device path only)
 CAPTURES = ("eager", "compile", "cuda-graphs")
 # how the device path attends in a pass with padded rows: `mask` the key-padding mask (SDPA's masked kernel);
 # `varlen` each row's real tokens and its padding as two segments of variable-length flash attention on CUDA
@@ -156,7 +157,7 @@ class Hyper:
     precision: str = (
         "auto"  # auto (bf16 autocast on a GPU with bf16, else fp16 there; fp32 on CPU) | fp32 | bf16 | fp16
     )
-    compile: bool = False  # torch.compile the training forward
+    compile: bool = False  # derived (resolve_hyper): the host path's `capture: compile`; run.yaml records it
     fused_optimizer: str = "auto"  # auto (= fused) | fused | foreach | none
     # the fields below came with the authors' recipe; at their defaults (today's behaviour) run.yaml leaves them
     # out (ResolvedRun.as_run_yaml), so a run.yaml of the packed recipe is what it was before they existed
@@ -169,7 +170,7 @@ class Hyper:
     # the device path (GPU runs; training/device_path.py); at their defaults run.yaml leaves these out too
     batch_path: str = "host"  # host | device (BATCH_PATHS)
     device_passes: int = 1  # the device path's forward and backward passes per update (1: the whole batch at once)
-    capture: str = "eager"  # the device path's passes: eager | compile | cuda-graphs (CAPTURES)
+    capture: str = "eager"  # eager | compile (both paths) | cuda-graphs (the device path) (CAPTURES)
     padded_attention: str = "mask"  # the device path's attention in a padded pass: mask | varlen (PADDED_ATTENTIONS)
 
 
@@ -250,9 +251,14 @@ def resolve_hyper(size: str, overrides: dict | None = None, where: str = "overri
         raise UserError(f"size: unknown size {size!r} (known: {', '.join([*SIZES, *IMAGE_SIZES])})")
     values = dict(SIZES.get(size) or IMAGE_SIZES[size])
     fields = {f.name: f for f in dataclasses.fields(Hyper)}
+    if "compile" in (overrides or {}):  # one compile setting for both batch paths (issue 57)
+        raise UserError(
+            f"{where}.compile: renamed: give `capture: compile` (one setting for both batch paths: the host path "
+            "compiles its transformer stack, the device path its whole pass)"
+        )
     for key, value in (overrides or {}).items():
         if key not in fields:
-            raise UserError(f"{where}.{key}: unknown hyperparameter (known: {', '.join(fields)})")
+            raise UserError(f"{where}.{key}: unknown hyperparameter ({closest_hint(key, fields)})")
         what = expected(value, HYPER_KINDS[key])
         if what is not None:
             raise UserError(f"{where}.{key}: expected {what}, got {short_repr(value)}")
@@ -263,7 +269,8 @@ def resolve_hyper(size: str, overrides: dict | None = None, where: str = "overri
         values[key] = value
     h = Hyper(**values)
     _check_hyper(h, where)
-    return h
+    # run.yaml's `compile` (every run.yaml records it) is the host path's `capture: compile`, derived
+    return dataclasses.replace(h, compile=h.batch_path == "host" and h.capture == "compile")
 
 
 def _check_hyper(h: Hyper, where: str) -> None:
@@ -306,12 +313,10 @@ def _check_hyper(h: Hyper, where: str) -> None:
     if h.batch_path == "host":  # the device path's settings mean nothing on the host path: refused, not ignored
         if h.device_passes != 1:
             bad("device_passes", "only the device path reads it (batch_path: device)")
-        if h.capture != "eager":
-            bad("capture", "only the device path reads it (batch_path: device; the host path has `compile`)")
+        if h.capture == "cuda-graphs":
+            bad("capture", "cuda-graphs only on the device path (batch_path: device); the host path: eager or compile")
         if h.padded_attention != "mask":
             bad("padded_attention", "only the device path reads it (batch_path: device)")
     else:
-        if h.compile:
-            bad("compile", "the device path compiles with `capture: compile` (`compile` is the host path's)")
         if h.batch_size % h.device_passes:
             bad("device_passes", f"batch_size {h.batch_size} is not a multiple of device_passes {h.device_passes}")

@@ -256,7 +256,8 @@ def run_config_from_dict(raw: Any, where: str = "run config") -> RunConfig:
     h = resolve_hyper(cfg.size, cfg.overrides, where=f"{where}: overrides")
     if image and h.compile:
         raise UserError(
-            f"{where}: overrides.compile: not supported for objective {cfg.objective} (the ViT runs eagerly)"
+            f"{where}: overrides.capture: compile is not supported for objective {cfg.objective} on the host path "
+            "(the ViT runs eagerly there)"
         )
     run_steps(cfg, cfg.max_steps or h.max_steps, where)
     return cfg
