@@ -178,6 +178,12 @@ TINY_SHAPE = {
 }
 
 
+def run_keys(run: str, objective: str, init: str, seed: int, dataset: str = "wiki", size: str = "tiny") -> dict:
+    """The run key columns of a tidy table's row (formats.columns.RUN_KEYS, after `run`), in the contract's order:
+    what the synthetic tables of the analysis, claims and notebook tests put in every row."""
+    return dict(run=run, size=size, dataset=dataset, objective=objective, init=init, seed=seed)
+
+
 def write_random_corpus(d: Path, n_train=64, n_heldout=16, block_len=16, vocab=50, seed=0) -> Path:
     """A prepared-corpus dir in the prepare-corpus format, with random token ids."""
     d.mkdir(parents=True, exist_ok=True)

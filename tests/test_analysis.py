@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import run_keys
 from scipy import stats
 
 from attention_geometry.analysis import summaries as A
@@ -26,12 +27,7 @@ def _loss_table(curves: dict[tuple[str, str, int], list[tuple[int, float]]]) -> 
         for step, ev in pts:
             rows.append(
                 dict(
-                    run=run,
-                    size="tiny",
-                    dataset="wiki",
-                    objective=objective,
-                    init=init,
-                    seed=seed,
+                    **run_keys(run, objective, init, seed, dataset="wiki"),
                     step=step,
                     train_loss=ev + 0.1,
                     eval_loss=ev,
@@ -41,12 +37,7 @@ def _loss_table(curves: dict[tuple[str, str, int], list[tuple[int, float]]]) -> 
             # a train-only row in between (eval_loss empty) must be ignored
             rows.append(
                 dict(
-                    run=run,
-                    size="tiny",
-                    dataset="wiki",
-                    objective=objective,
-                    init=init,
-                    seed=seed,
+                    **run_keys(run, objective, init, seed, dataset="wiki"),
                     step=step + 5,
                     train_loss=ev,
                     eval_loss=np.nan,
@@ -300,12 +291,7 @@ def _training_scores(spec: dict[str, tuple[str, str, int, dict[int, list[float]]
                     rows.append(
                         dict(
                             model=run,
-                            run=run,
-                            size="tiny",
-                            dataset="wiki",
-                            objective=objective,
-                            init=init,
-                            seed=seed,
+                            **run_keys(run, objective, init, seed, dataset="wiki"),
                             step=step,
                             layer=layer,
                             head=head,

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import run_keys
 from scipy import stats as sps
 
 from attention_geometry.analysis import claim_effects as E
@@ -52,12 +53,7 @@ def score_rows(seeds, values=None):
                     # step 0 is far off: it must not enter the horizon (k = 3: steps 100, 200, 300)
                     rows.append(
                         dict(
-                            run=run_name(obj, init, s),
-                            size="tiny",
-                            dataset="w",
-                            objective=obj,
-                            init=init,
-                            seed=s,
+                            **run_keys(run_name(obj, init, s), obj, init, s, dataset="w"),
                             step=step,
                             layer=layer,
                             head="all",
@@ -83,12 +79,7 @@ def loss_rows(seeds):
             for step, ev in zip(STEPS, f(s)):
                 rows.append(
                     dict(
-                        run=run_name(obj, init, s),
-                        size="tiny",
-                        dataset="w",
-                        objective=obj,
-                        init=init,
-                        seed=s,
+                        **run_keys(run_name(obj, init, s), obj, init, s, dataset="w"),
                         step=step,
                         train_loss=ev,
                         eval_loss=ev,
@@ -109,12 +100,7 @@ def update_rows(seeds):
                     for layer in (0, 1):
                         rows.append(
                             dict(
-                                run=run_name(obj, "standard", s),
-                                size="tiny",
-                                dataset="w",
-                                objective=obj,
-                                init="standard",
-                                seed=s,
+                                **run_keys(run_name(obj, "standard", s), obj, "standard", s, dataset="w"),
                                 step=step,
                                 layer=layer,
                                 kind=kind,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from helpers import run_keys
 
 from attention_geometry.analysis import claims as C
 
@@ -21,12 +22,7 @@ def _training():
     return pd.DataFrame(
         [
             dict(
-                run=_run(o, s),
-                size="tiny",
-                dataset="w",
-                objective=o,
-                init="standard",
-                seed=s,
+                **run_keys(_run(o, s), o, "standard", s, dataset="w"),
                 step=step,
                 layer=layer,
                 head="all",
@@ -52,12 +48,7 @@ def _updates():
                         sym = (0.3 if step == 0 else 0.5) if o == "encoder" else 0.1
                         rows.append(
                             dict(
-                                run=_run(o, s),
-                                size="tiny",
-                                dataset="w",
-                                objective=o,
-                                init="standard",
-                                seed=s,
+                                **run_keys(_run(o, s), o, "standard", s, dataset="w"),
                                 step=step,
                                 layer=layer,
                                 kind=kind,

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from helpers import assert_has_content
+from helpers import assert_has_content, run_keys
 
 from attention_geometry import cli
 from attention_geometry.analysis import figdata
@@ -118,12 +118,7 @@ def _tables(folder: Path) -> dict[str, str]:
                             symmetry=_unit(s + 0.02 * rng.normal()),
                             directionality=_unit(-0.5 * t + 0.02 * rng.normal()),
                             n_params=1_000_000,
-                            run=run,
-                            size="tiny",
-                            dataset="wiki",
-                            objective=objective,
-                            init=init,
-                            seed=seed,
+                            **run_keys(run, objective, init, seed, dataset="wiki"),
                             step=step,
                             **SCORE_META,
                         )
@@ -135,12 +130,7 @@ def _tables(folder: Path) -> dict[str, str]:
             for sub in (0, 10):  # a train-only row between evaluations
                 lrows.append(
                     dict(
-                        run=run,
-                        size="tiny",
-                        dataset="wiki",
-                        objective=objective,
-                        init=init,
-                        seed=seed,
+                        **run_keys(run, objective, init, seed, dataset="wiki"),
                         step=step + sub,
                         train_loss=ev + 0.1,
                         eval_loss=(ev if sub == 0 else np.nan),
@@ -154,12 +144,7 @@ def _tables(folder: Path) -> dict[str, str]:
                         enc = objective == "encoder"
                         urows.append(
                             dict(
-                                run=run,
-                                size="tiny",
-                                dataset="wiki",
-                                objective=objective,
-                                init=init,
-                                seed=seed,
+                                **run_keys(run, objective, init, seed, dataset="wiki"),
                                 step=step,
                                 layer=layer,
                                 kind=kind,

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import run_keys
 from statsmodels.stats import weightstats as smw
 
 from attention_geometry.analysis import stats as S
@@ -299,12 +300,7 @@ def _scores():
                 for head in ("all", "0"):
                     rows.append(
                         dict(
-                            run=run,
-                            size="tiny",
-                            dataset="w",
-                            objective=obj,
-                            init="standard",
-                            seed=seed,
+                            **run_keys(run, obj, "standard", seed, dataset="w"),
                             step=step,
                             layer=layer,
                             head=head,
