@@ -453,7 +453,7 @@ def test_a_schema_error_is_one_line_with_the_key_path():
     bad = copy.deepcopy(good)
     bad["training"]["groups"]["main"]["settings"]["max_stpes"] = 3
     assert schema_error(bad, schema) == (
-        "config training.groups.main.settings: Unevaluated properties are not allowed ('max_stpes' was unexpected)"
+        "config training.groups.main.settings: unknown key `max_stpes` (did you mean `max_steps`?)"
     )
     bad = copy.deepcopy(good)
     bad["training"]["groups"]["main"]["runs"][0]["size"] = 7

@@ -1,4 +1,4 @@
-"""The per-run provenance record (training.provenance.record_provenance -> {run}/provenance.csv ->
+"""The per-run provenance record (training.run_provenance.record_provenance -> {run}/provenance.csv ->
 concat-tables --kind run_provenance): each start or resume of the trainer appends one row with the commit of the
 checkout, read here independently with git."""
 
@@ -13,7 +13,7 @@ import pytest
 from attention_geometry.errors import UserError
 from attention_geometry.formats.columns import PROVENANCE_COLUMNS, PROVENANCE_HOST_COLUMNS, PROVENANCE_SPEED_COLUMNS
 from attention_geometry.formats.rundir import PROVENANCE_CSV
-from attention_geometry.training.provenance import record_provenance
+from attention_geometry.training.run_provenance import record_provenance
 from attention_geometry.workflow.concat import concat_tables
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,7 +63,7 @@ def _proc_flags() -> set[str]:
 def test_rows_name_the_cpu_flags_and_a_host_id_that_tells_boots_apart(tmp_path, monkeypatch):
     import hashlib
 
-    from attention_geometry.training import provenance
+    from attention_geometry.training import run_provenance as provenance
 
     record_provenance(tmp_path, "r1", 0, 10, when="2026-12-07T15:00:00Z")
     row = _rows(tmp_path / PROVENANCE_CSV)[0]
@@ -117,7 +117,7 @@ def test_a_record_begun_before_the_host_columns_keeps_its_six(tmp_path):
 def test_a_record_begun_with_the_host_columns_keeps_its_eight(tmp_path):
     """Study 4's records (eight columns, no speed) keep their header when a run resumes, and the speed of the
     resumed start is not written into a column they lack."""
-    from attention_geometry.training.provenance import record_speed
+    from attention_geometry.training.run_provenance import record_speed
 
     head = ",".join(PROVENANCE_COLUMNS + PROVENANCE_HOST_COLUMNS)
     row = "r1,2026-12-07T16:00:00Z,0,3500,abc,AMD EPYC,avx2 fma,0123456789ab"

@@ -96,10 +96,10 @@ GQA_COLUMNS = [
 
 # a run's provenance.csv, run_provenance.csv: one row each time the trainer started or resumed a run, with the
 # steps it went on to train, the git commit of the code (`+ uncommitted changes` where the checkout differed from
-# it) and the CPU it ran on (training/provenance.py: record_provenance)
+# it) and the CPU it ran on (training/run_provenance.py: record_provenance)
 PROVENANCE_COLUMNS = ["run", "started_utc", "from_step", "to_step", "code_version", "cpu"]
 # and, in the rows written since study 4 (issue 60), what tells hosts apart: the CPU flags that change a float's
-# result or a step's speed (training/provenance.py: NUMERIC_CPU_FLAGS) and a host id (a hash of the machine id and
+# result or a step's speed (training/run_provenance.py: NUMERIC_CPU_FLAGS) and a host id (a hash of the machine id and
 # the boot id: two rows with one id ran on one host within one boot). A record begun before them keeps its six
 # columns (a resumed run appends what its header has); a gathered table leaves them empty for such rows.
 PROVENANCE_HOST_COLUMNS = ["cpu_flags", "host_id"]

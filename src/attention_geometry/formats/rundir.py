@@ -418,7 +418,7 @@ def state_step(state_dir: str | os.PathLike) -> int:
         ) from None
 
 
-# the trainer's record of each start (training.provenance.record_provenance; formats.columns.PROVENANCE_COLUMNS)
+# the trainer's record of each start (training.run_provenance.record_provenance; formats.columns.PROVENANCE_COLUMNS)
 PROVENANCE_CSV = "provenance.csv"
 
 

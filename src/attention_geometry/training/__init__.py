@@ -15,7 +15,7 @@ initializations, with weight snapshots, a loss log and bitwise resume; the same 
     cost.py        model FLOPs of an update, the peak, tokens/s and MFU in train.log
     snapshots.py   what a run writes: run.yaml, loss.csv, weight snapshots, the resumable state
     model_card.py  a snapshot's README.md
-    provenance.py  provenance.csv: the code, the steps, the host of each start
+    run_provenance.py  provenance.csv: the code, the steps, the host and the speed of each start
     runtime.py     device, precision, threads, the heap setting for large temporaries
     budget.py      stopping early with the state saved: the time limit (--time-limit), SIGTERM, exit status 75
     launch.py      how the workflow starts the trainer (torchrun per GPU, srun + torchrun per node; torch-free)

@@ -45,7 +45,6 @@ from attention_geometry.training.hyper import Hyper
 from attention_geometry.training.launch import check_cpu_memory, check_disk
 from attention_geometry.training.losslog import LossLog, fmt_held_out
 from attention_geometry.training.models import build_model
-from attention_geometry.training.provenance import record_provenance, record_speed
 from attention_geometry.training.run_config import (
     RunConfig,
     RunRuntime,
@@ -53,6 +52,7 @@ from attention_geometry.training.run_config import (
     read_run_data,
     resolve_run,
 )
+from attention_geometry.training.run_provenance import record_provenance, record_speed
 from attention_geometry.training.runtime import (
     _autocast,
     _dist_env,
