@@ -41,7 +41,7 @@ FAMILIES = {
         ["sentencepiece", "pillow"],
     ),
     "figures": (
-        "tabulate_symmetry_speedup, record_corpus, one papermill notebook per figure or table",
+        "tabulate_symmetry_speedup, record_corpus, record_table_sums, one papermill notebook per figure or table",
         [],
         ["papermill", "ipykernel", "nbformat", "matplotlib", "seaborn", "scipy", "tabulate", "jinja2"],
     ),

@@ -113,6 +113,24 @@ rule record_corpus:
         " > {log:q} 2>&1"
 
 
+# The sha256 of every tidy table, committed with them ({results}/config/tables.sha256; workflow.records): a clone has
+# no run folders to remake its tables from, so a table that no longer has its recorded sha256 stops the parse
+# (records.table_sums_error) instead of being drawn into the claims. Remade whenever a table is; current by content
+# in a fresh clone (records.content_current). A record like record_corpus, whose output it reads, so it runs in the
+# figures env: a rule of an earlier family reading a later family's output runs outside its stage (tests/test_envs.py).
+rule record_table_sums:
+    input:
+        list(TABLES.values()),
+    output:
+        table_sums_path(PLAN),
+    log:
+        res("logs", "tables", "tables_sha256.log"),
+    conda:
+        "../envs/figures.yaml"
+    shell:
+        "python -m attention_geometry input-sums --no-progress --tables {input:q} --out {output:q} > {log:q} 2>&1"
+
+
 # The config that made each committed result (attention_geometry.workflow.records), written from the config
 # alone (no inputs: where results exist they were checked against it at parse time, and missing results
 # are made from the current config).

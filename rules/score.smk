@@ -278,20 +278,3 @@ rule concat_update_scores:
         "../envs/score.yaml"
     shell:
         "python -m attention_geometry concat-tables --no-progress {input:q} --kind update_scores --out {output:q} > {log:q} 2>&1"
-
-
-# The sha256 of every tidy table, committed with them ({results}/config/tables.sha256; workflow.records): a clone has
-# no run folders to remake its tables from, so a table that no longer has its recorded sha256 stops the parse
-# (records.table_sums_error) instead of being drawn into the claims. Remade whenever a table is; current by content
-# in a fresh clone (records.content_current).
-rule record_table_sums:
-    input:
-        list(TABLES.values()),
-    output:
-        table_sums_path(PLAN),
-    log:
-        res("logs", "tables", "tables_sha256.log"),
-    conda:
-        "../envs/score.yaml"
-    shell:
-        "python -m attention_geometry input-sums --no-progress --tables {input:q} --out {output:q} > {log:q} 2>&1"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import assert_has_content, config_plan, copy_workflow, job_counts, validated_config
+from helpers import assert_has_content, config_plan, copy_workflow, job_counts, snakemake, validated_config
 from helpers import env as _env
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -211,6 +211,32 @@ def family_of(rule: str, families: dict[str, str]) -> str | None:
     )
 
 
+STAGES = ["data", "train", "score", "figures"]  # the order a conda user's envs are built and their rules run in
+
+
+@pytest.mark.workflow
+def test_no_rule_reads_the_output_of_a_later_familys_rule(tmp_path):
+    """Planned from nothing, each family's stage (every rule of a later family omitted, with what follows it) holds
+    the same jobs of the earlier families as the stage before: a rule that reads a later family's output would
+    first run in a later stage, in an env that is not its own (rule record_table_sums, a score rule reading
+    record_corpus's output, did so at the figures stage of the venv test below)."""
+    families = rule_families()
+    wf = copy_workflow(tmp_path / "wf")
+    listed = snakemake("--configfile", "config/smoke.yaml", "--list-rules", cwd=wf).stdout.split()
+    assert {family_of(r, families) for r in listed if r != "all"} == set(STAGES), listed
+    before: dict[str, int] = {}
+    for i, family in enumerate(STAGES):
+        later = sorted(r for r in listed if family_of(r, families) in STAGES[i + 1 :])
+        omit = ["--omit-from", *later] if later else []
+        counts = job_counts(snakemake("--configfile", "config/smoke.yaml", "-n", *omit, cwd=wf).stdout)
+        earlier = {r: n for r, n in counts.items() if r != "all" and family_of(r, families) in STAGES[:i]}
+        assert earlier == before, (
+            f"the {family} stage would run earlier families' jobs: {set(earlier.items()) - set(before.items())}"
+        )
+        before = {r: n for r, n in counts.items() if r != "all"}
+        assert before, family
+
+
 @pytest.mark.venv
 def test_each_env_builds_a_venv_that_runs_its_rules(tmp_path):
     """For each family in the workflow's order: a venv from the env file's pip section alone (torch from its
@@ -222,7 +248,7 @@ def test_each_env_builds_a_venv_that_runs_its_rules(tmp_path):
     workflow is made this way."""
     families = rule_families()
     assert set(families.values()) == set(FAMILIES) and "make_*" in families
-    order = ["data", "train", "score", "figures"]
+    order = STAGES
     wf = copy_workflow(tmp_path / "wf")
     shutil.copytree(REPO / "src", wf / "src", ignore=shutil.ignore_patterns("__pycache__"))
     base = ["--configfile", "config/smoke.yaml", "--cores", "2"]
