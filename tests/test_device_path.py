@@ -365,9 +365,9 @@ def test_without_random_masks_the_device_path_trains_as_the_host_path(tmp_path, 
     """The clean decoder and the ViT draw no masks: their device-path runs see the host path's batches (the same
     data order) and train to the same losses up to float rounding."""
     if objective == "classifier":
-        import train_throughput
+        from attention_geometry.training.measure import write_random_images
 
-        data = train_throughput.write_random_images(tmp_path / "img", image_size=8, channels=1, classes=4, n_train=64)
+        data = write_random_images(tmp_path / "img", image_size=8, channels=1, classes=4, n_train=64)
         vit = dict(num_layers=1, hidden_size=16, num_heads=2, intermediate_size=32, patch_size=4, batch_size=8)
         kw = dict(size="vit-tiny", overrides=dict(vit, warmup_steps=2))
     else:

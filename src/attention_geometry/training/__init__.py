@@ -13,6 +13,8 @@ initializations, with weight snapshots, a loss log and bitwise resume; the same 
     losslog.py     loss.csv as the loop fills it
     evaluate.py    the held-out loss
     cost.py        model FLOPs of an update, the peak, tokens/s and MFU in train.log
+    measure.py     timing the loop's own update for the benchmarks: random data, the recipe's rows, profiles
+    measure_device.py  the two batch sources side by side on a device, runs sharing it, the varlen check
     snapshots.py   what a run writes: run.yaml, loss.csv, weight snapshots, the resumable state
     model_card.py  a snapshot's README.md
     run_provenance.py  provenance.csv: the code, the steps, the host and the speed of each start

@@ -25,6 +25,7 @@ import time
 __all__ = [
     "GPU_PEAK_TFLOPS",
     "update_flops",
+    "update_flops_parts",
     "expected_predicted",
     "sequence_positions",
     "gpu_peak_flops",
@@ -62,7 +63,7 @@ def expected_predicted(h, objective: str, n: int) -> float:
     return h.mlm_probability * (n - 2)
 
 
-def update_flops(
+def update_flops_parts(
     h,
     objective: str,
     n: int,
@@ -71,20 +72,32 @@ def update_flops(
     sequences: int | None = None,
     num_channels: int = 3,
     num_labels: int = 10,
-) -> float:
-    """Model FLOPs of one update of `sequences` (default h.batch_size) sequences of `n` positions, forward and
-    backward; `predicted`: positions through the output layer in all of them (default: expected_predicted)."""
+) -> dict[str, float]:
+    """update_flops by where they go: `layers` (the attention and MLP maps), `attention` (Q K^T and P V), `output`
+    (the output layer at the predicted positions: a text model's head and vocabulary map, a ViT's classifier) and
+    `patches` (a ViT's patch embedding; 0 for text)."""
     B = h.batch_size if sequences is None else sequences
     d, i, layers = h.hidden_size, h.intermediate_size, h.num_layers
     if predicted is None:
         predicted = B * expected_predicted(h, objective, n)
-    per_position = layers * (2 * (4 * d * d + 2 * d * i) + 4 * n * d)
-    forward = B * n * per_position
+    out = {
+        "layers": 3.0 * B * n * layers * 2 * (4 * d * d + 2 * d * i),
+        "attention": 3.0 * B * n * layers * 4 * n * d,
+        "patches": 0.0,
+    }
     if objective == "classifier":  # the patch embedding's backward is its weights' alone (pixels need no gradient)
-        forward += predicted * 2 * d * num_labels
-        return 3.0 * forward + 2.0 * B * (n - 1) * 2 * num_channels * h.patch_size**2 * d
-    forward += predicted * 2 * (d * d + d * h.vocab_size)
-    return 3.0 * forward
+        out["output"] = 3.0 * predicted * 2 * d * num_labels
+        out["patches"] = 2.0 * B * (n - 1) * 2 * num_channels * h.patch_size**2 * d
+    else:
+        out["output"] = 3.0 * predicted * 2 * (d * d + d * h.vocab_size)
+    return out
+
+
+def update_flops(h, objective: str, n: int, predicted: float | None = None, **shape) -> float:
+    """Model FLOPs of one update of `sequences` (default h.batch_size) sequences of `n` positions, forward and
+    backward; `predicted`: positions through the output layer in all of them (default: expected_predicted); `shape`:
+    update_flops_parts's keywords (sequences, a ViT's num_channels and num_labels)."""
+    return sum(update_flops_parts(h, objective, n, predicted, **shape).values())
 
 
 def gpu_peak_flops(device_name: str, amp: bool = True) -> float | None:
