@@ -14,14 +14,15 @@ evaluation: eval_blocks x n tokens forward (1/3 of a training token) every eval_
 
 The speed: by default the ms per update measured on one H200, 2026-12-04 (MS_PER_UPDATE: `benchmarks/
 train_throughput.py --device cuda`, the training loop's own update under config/paper.yaml's recipe, eager, on
-random data of its shapes; the medians of docs/experiment-design.md's table), so the MFU shown is that time against the count and --peak-tflops.
---mfu SIZE=F sets every objective of a size, SIZE/OBJECTIVE=F one: the ms per step then follow from FLOPs / (MFU x
-peak). --measured PATH: the MFUs of benchmarks/gpu_measure.py's JSON (measured_mfu): per size and objective the
-fastest row (host or device path, any capture; a `padded_attention: varlen` row only where the document's
-varlen_check passed) by its MFU; for a size the config packs (training.runs_per_job: k runs per job), that MFU times
-the gain of k runs sharing the device over one (its rounds of shared runs; the nearest measured k at or below the
-config's), since k runs then take one GPU's time together, but only where the round of one run agreed with the
-eager row (gpu_measure's shared_summary: `one_run_vs_eager_row.agrees`); otherwise the gain is refused and said so.
+random data of its shapes; the medians of docs/experiment-design.md's table), so the MFU shown is that time against
+the count and --peak-tflops. --mfu SIZE=F sets every objective of a size, SIZE/OBJECTIVE=F one: the ms per step then
+follow from FLOPs / (MFU x peak). --measured PATH: the MFUs of benchmarks/gpu_measure.py's JSON (measured_mfu): per
+size and objective the fastest row (host or device path, any capture; a `padded_attention: varlen` row only where
+the document's varlen_check passed) by its MFU; for a size the config packs (training.runs_per_job: k runs per job),
+that MFU times the gain of k runs sharing the device over one (its rounds of shared runs; the nearest measured k at
+or below the config's), since k runs then take one GPU's time together, but only where the round of one run agreed
+with the eager row (gpu_measure's shared_summary: `one_run_vs_eager_row.agrees`); otherwise the gain is refused and
+said so.
 """
 
 from __future__ import annotations

@@ -40,16 +40,18 @@ class Case:
     rotary: bool = False  # pass position_ids = 0 so that rotary embeddings are the identity
     prepare: Callable[[torch.nn.Module], None] | None = None
     raw_layout: str | None = None  # fused layouts: "per_head" | "contiguous" | "conv1d", for the wrong reading
+    n_kv: int | None = None  # key/value heads where the config has no num_key_value_heads (GPT-BigCode's MQA)
 
 
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 GQA = dict(SMALL, num_key_value_heads=2)
 EAGER = dict(attn_implementation="eager", vocab_size=VOCAB)
+MOE = dict(experts_implementation="eager")
 
 
 def _identity_qk_norms(model: torch.nn.Module) -> None:
     for mod in model.modules():
-        if type(mod).__name__ == "Gemma3Attention":
+        if type(mod).__name__ in ("Gemma3Attention", "Qwen3Attention", "Qwen3MoeAttention", "Olmo2Attention"):
             mod.q_norm = torch.nn.Identity()
             mod.k_norm = torch.nn.Identity()
 
@@ -195,6 +197,93 @@ CASES = [
         rotary=True,
         prepare=_identity_qk_norms,
     ),
+    Case(
+        "gemma2",
+        lambda: tf.Gemma2Config(
+            **GQA, head_dim=8, query_pre_attn_scalar=8, sliding_window=4, attn_logit_softcapping=None, **EAGER
+        ),
+        "Gemma2Attention",
+        causal=True,
+        rotary=True,
+    ),
+    Case(
+        "qwen3",
+        lambda: tf.Qwen3Config(**GQA, head_dim=8, **EAGER),
+        "Qwen3Attention",
+        causal=True,
+        rotary=True,
+        prepare=_identity_qk_norms,
+    ),
+    Case(
+        "qwen3_moe",
+        lambda: tf.Qwen3MoeConfig(
+            **GQA, head_dim=8, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, **MOE, **EAGER
+        ),
+        "Qwen3MoeAttention",
+        causal=True,
+        rotary=True,
+        prepare=_identity_qk_norms,
+    ),
+    Case(
+        "qwen2_moe",
+        lambda: tf.Qwen2MoeConfig(
+            **GQA,
+            num_experts=2,
+            num_experts_per_tok=1,
+            moe_intermediate_size=16,
+            shared_expert_intermediate_size=16,
+            **MOE,
+            **EAGER,
+        ),
+        "Qwen2MoeAttention",
+        causal=True,
+        rotary=True,
+    ),
+    # olmo2 normalizes after attention, not before: its attention sees the embeddings as they are, so they are drawn
+    # large enough (initializer_range) that the logits' differences stand above the float32 softmax's rounding
+    Case(
+        "olmo2",
+        lambda: tf.Olmo2Config(**GQA, initializer_range=0.2, **EAGER),
+        "Olmo2Attention",
+        causal=True,
+        rotary=True,
+        prepare=_identity_qk_norms,
+    ),
+    Case("starcoder2", lambda: tf.Starcoder2Config(**GQA, **EAGER), "Starcoder2Attention", causal=True, rotary=True),
+    Case("stablelm", lambda: tf.StableLmConfig(**GQA, **EAGER), "StableLmAttention", causal=True, rotary=True),
+    Case("cohere", lambda: tf.CohereConfig(**GQA, **EAGER), "CohereAttention", causal=True, rotary=True),
+    Case(
+        "granite",
+        lambda: tf.GraniteConfig(**GQA, attention_multiplier=0.3, **EAGER),
+        "GraniteAttention",
+        causal=True,
+        rotary=True,
+    ),
+    Case(
+        "smollm3",
+        lambda: tf.SmolLM3Config(**GQA, pad_token_id=0, **EAGER),
+        "SmolLM3Attention",
+        causal=True,
+        rotary=True,
+    ),
+    Case("camembert", lambda: tf.CamembertConfig(**SMALL, **EAGER), "CamembertSelfAttention"),
+    Case(
+        "opt",
+        lambda: tf.OPTConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=64, word_embed_proj_dim=32, **EAGER
+        ),
+        "OPTAttention",
+        causal=True,
+    ),
+    # gpt_bigcode: multi-query, one key/value head (its default, as in StarCoder and SantaCoder)
+    Case(
+        "gpt_bigcode",
+        lambda: tf.GPTBigCodeConfig(n_embd=32, n_layer=2, n_head=4, **EAGER),
+        "GPTBigCodeAttention",
+        causal=True,
+        raw_layout="contiguous",
+        n_kv=1,
+    ),
 ]
 BY_TYPE = {c.model_type: c for c in CASES}
 
@@ -280,6 +369,9 @@ def _wrong_layouts(case: Case, sd, layer, n_heads: int, n_kv: int) -> dict[str, 
         if case.raw_layout == "contiguous" and n_kv == n_heads:  # read as per-head interleaved instead
             w4 = w.reshape(n_heads, 3, dh, -1)
             q, k = w4[:, 0], w4[:, 1]
+        elif case.raw_layout == "contiguous" and n_kv == 1:  # multi-query: the value rows read as the key
+            q = w[: n_heads * dh].reshape(n_heads, dh, -1)
+            k = w[(n_heads + 1) * dh : (n_heads + 2) * dh].reshape(1, dh, -1).repeat(n_heads, 1, 1)
         elif case.raw_layout == "contiguous":  # grouped split read as if every query head had its own key
             q, k = (
                 w[: n_heads * dh].reshape(n_heads, dh, -1),
@@ -323,6 +415,20 @@ REQUIRED = {
     "gemma",
     "gemma3_text",
     "imagegpt",
+    # issue 58.3
+    "gemma2",
+    "qwen3",
+    "qwen3_moe",
+    "qwen2_moe",
+    "olmo2",
+    "starcoder2",
+    "stablelm",
+    "cohere",
+    "granite",
+    "smollm3",
+    "camembert",
+    "opt",
+    "gpt_bigcode",
 }
 
 
@@ -365,7 +471,7 @@ def test_proof(model_type):
         assert all(k.startswith(module_name + ".") for k in L.keys), (L.keys, module_name)
 
     n_heads = attentions[0].shape[1]
-    kv_expected = getattr(config, "num_key_value_heads", None) or n_heads
+    kv_expected = case.n_kv or getattr(config, "num_key_value_heads", None) or n_heads
     for L, (name, x), p in zip(layers, inputs, attentions):
         _check_mask(case, p)
         assert (L.n_heads, L.n_kv_heads) == (n_heads, kv_expected)
@@ -435,7 +541,7 @@ def test_proof_ov(model_type):
     for L, (x, p, (o_name, y)) in zip(layers, observed):
         what = f"{model_type} layer {L.layer} ({o_name})"
         assert L.keys[-1] == o_name + ".weight", (L.keys, o_name)  # the module that ran at this position
-        kv = getattr(config, "num_key_value_heads", None) or p.shape[1]
+        kv = case.n_kv or getattr(config, "num_key_value_heads", None) or p.shape[1]
         assert (L.n_heads, L.n_kv_heads) == (p.shape[1], kv)
         M = wqk(L, per_head=True)
         assert_ov(p, x, M, y, what=what)
@@ -465,9 +571,13 @@ def test_wrong_readings_are_exercised():
         "deberta",
         "modernbert",
         "phi3",
+        "gpt_bigcode",
     }
     grouped = [t for t in BY_TYPE if get_family(t).stacks[0].n_kv_heads is not None]
-    assert set(grouped) == {"llama", "mistral", "mixtral", "qwen2", "phi", "phi3", "gemma", "gemma3_text"}
+    assert set(grouped) == {"llama", "mistral", "mixtral", "qwen2", "phi", "phi3", "gemma", "gemma3_text"} | {
+        "gemma2", "qwen3", "qwen3_moe", "qwen2_moe", "olmo2", "starcoder2", "stablelm", "cohere", "granite",
+        "smollm3", "gpt_bigcode",
+    }  # fmt: skip
 
 
 # ------------------------------------------------------------------------- what the proof switches off

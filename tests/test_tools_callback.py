@@ -11,6 +11,7 @@ import os
 
 import pytest
 import torch
+from test_families_cli import NEW_FAMILIES
 from test_tools_inits import _built
 
 from attention_geometry.errors import UserError
@@ -87,7 +88,7 @@ def test_trainer_run_writes_symmetry_to_tensorboard(tmp_path):
     assert [h["step"] for h in logged] == [2, 4, 6]
 
 
-@pytest.mark.parametrize("model_type", ["llama", "gpt2", "t5", "albert"])
+@pytest.mark.parametrize("model_type", ["llama", "gpt2", "t5", "albert", *NEW_FAMILIES])
 def test_symmetry_logs_agree_with_the_scorer(model_type):
     model, _ = _built(model_type)
     logs = symmetry_logs(model)

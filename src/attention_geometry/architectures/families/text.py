@@ -35,7 +35,7 @@ _BERT_Q = "encoder.layer.{i}.attention.self.query.weight"
 _BERT_K = "encoder.layer.{i}.attention.self.key.weight"
 _BERT_OV = dict(v="encoder.layer.{i}.attention.self.value.weight", o="encoder.layer.{i}.attention.output.dense.weight")
 
-for _type in ("bert", "roberta", "xlm-roberta", "electra"):
+for _type in ("bert", "roberta", "xlm-roberta", "electra", "camembert"):
     register(Family(_type, "encoder-only", "text", (Stack("encoder", _BERT_Q, _BERT_K, **_BERT_OV),)))
 
 register(
@@ -199,6 +199,16 @@ for _type, _note in (
     ("phi", _ROPE + " (partial); optional q/k LayerNorm (qk_layernorm)"),
     ("gemma", _ROPE),
     ("gemma3_text", _ROPE + "; RMSNorm on every query and key head (q_norm, k_norm); sliding-window layers"),
+    ("gemma2", _ROPE + "; tanh soft-capping of the logits (attn_logit_softcapping); sliding-window layers"),
+    ("qwen3", _ROPE + "; RMSNorm on every query and key head (q_norm, k_norm); optional sliding window"),
+    ("qwen3_moe", _ROPE + "; RMSNorm on every query and key head (q_norm, k_norm); the MoE is in the MLP only"),
+    ("qwen2_moe", _ROPE + "; q/k biases; the MoE is in the MLP only"),
+    ("olmo2", _ROPE + "; RMSNorm over all query heads and over all key heads together (q_norm, k_norm)"),
+    ("starcoder2", _ROPE + "; q/k biases; optional sliding window"),
+    ("stablelm", _ROPE + " (partial); optional LayerNorm on every query and key head (qk_layernorm)"),
+    ("cohere", _ROPE + " (interleaved pairs); optional LayerNorm on q and k (use_qk_norm)"),
+    ("granite", _ROPE + "; the logits scaled by attention_multiplier instead of 1/sqrt(d_head)"),
+    ("smollm3", _ROPE + " except in the NoPE layers (no position term there)"),
 ):
     register(
         Family(
@@ -235,5 +245,53 @@ register(
             ),
         ),
         note=_ROPE + " (partial); optional sliding-window attention",
+    )
+)
+
+register(
+    Family(
+        "opt",
+        "decoder-only",
+        "text",
+        (
+            Stack(
+                "decoder",
+                "decoder.layers.{i}.self_attn.q_proj.weight",
+                "decoder.layers.{i}.self_attn.k_proj.weight",
+                n_heads="num_attention_heads",
+                v="decoder.layers.{i}.self_attn.v_proj.weight",
+                o="decoder.layers.{i}.self_attn.out_proj.weight",
+            ),
+        ),
+        note="learned absolute positions (part of x); q/k biases",
+    )
+)
+
+
+def _bigcode_kv_heads(config: Any) -> int:
+    """GPT-BigCode's key/value heads: one under multi-query attention (its default), else one per query head."""
+    multi = config_field(config, "multi_query")
+    return 1 if multi is None or multi else int(config_field(config, "n_head"))
+
+
+register(
+    Family(
+        "gpt_bigcode",
+        "decoder-only",
+        "text",
+        (
+            Stack(
+                "decoder",
+                "h.{i}.attn.c_attn.weight",
+                layout="fused_qkv",
+                n_layers="n_layer",
+                n_heads="n_head",
+                n_kv_heads=_bigcode_kv_heads,
+                d_model="n_embd",
+                o="h.{i}.attn.c_proj.weight",
+            ),
+        ),
+        note="multi-query (one key/value head) by default: nn.Linear c_attn with q | k | v along the output; "
+        "learned absolute positions (part of x); q/k biases",
     )
 )

@@ -1,0 +1,68 @@
+"""Issue 58.3: the families added for the tools' users (registry rows in architectures/families/text.py, each proven
+against the model's own attention in tests/test_proof_text.py, symmetric_init in tests/test_tools_inits.py, the
+callback in tests/test_tools_callback.py) are scored by `attention-geometry score` from a saved folder, as a user
+scores a checkpoint: a small random model of each is saved with save_pretrained and scored from disk, and every
+layer's symmetry and directionality equal a numpy computation from the proven per-layer W_qk of the model in
+memory."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import cli_in_process
+from test_tools_inits import _built
+
+from attention_geometry.architectures.keys import get_family
+from attention_geometry.scoring.extract import iter_layer_qk, wqk
+
+NEW_FAMILIES = [
+    "gemma2",
+    "qwen3",
+    "qwen3_moe",
+    "qwen2_moe",
+    "olmo2",
+    "starcoder2",
+    "stablelm",
+    "cohere",
+    "granite",
+    "smollm3",
+    "camembert",
+    "opt",
+    "gpt_bigcode",
+]
+
+
+def symmetry(M: np.ndarray) -> float:
+    """s = (||M_s||^2 - ||M_n||^2) / ||M||^2 (the paper's definition)."""
+    sym, anti = (M + M.T) / 2, (M - M.T) / 2
+    return float((np.sum(sym**2) - np.sum(anti**2)) / np.sum(M**2))
+
+
+def directionality(M: np.ndarray) -> float:
+    """d = (R - C) / (R + C): the summed excess of row and of column norms over their mean + 2 std (the sample std,
+    n - 1, as the authors' code takes it)."""
+    rows, cols = np.linalg.norm(M, axis=1), np.linalg.norm(M, axis=0)
+    R = np.sum(np.clip(rows - (rows.mean() + 2 * rows.std(ddof=1)), 0, None))
+    C = np.sum(np.clip(cols - (cols.mean() + 2 * cols.std(ddof=1)), 0, None))
+    return float((R - C) / (R + C)) if R + C > 0 else 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", NEW_FAMILIES)
+def test_score_reads_a_saved_model_of_each_new_family(model_type, tmp_path):
+    model, _ = _built(model_type)
+    model.float().save_pretrained(tmp_path / "model")
+    code, out, err = cli_in_process(["score", tmp_path / "model", "--name", model_type, "--out", "-"])
+    assert code == 0, err
+    got = pd.read_csv(io.StringIO(out)).set_index("layer")
+    assert set(got["component"]) == {"decoder" if model_type not in ("camembert",) else "encoder"}
+    sd = {k: v.float() for k, v in model.state_dict().items()}
+    layers = list(iter_layer_qk(get_family(model_type), model.config, sd.keys(), sd.__getitem__))
+    assert sorted(got.index) == [L.layer for L in layers]
+    for L in layers:
+        M = wqk(L).double().numpy()
+        assert got.loc[L.layer, "symmetry"] == pytest.approx(symmetry(M), abs=1e-6)
+        assert got.loc[L.layer, "directionality"] == pytest.approx(directionality(M), abs=1e-6)
