@@ -32,6 +32,8 @@ NEW_FAMILIES = [
     "camembert",
     "opt",
     "gpt_bigcode",
+    "marian",
+    "pegasus",
 ]
 
 
@@ -57,12 +59,15 @@ def test_score_reads_a_saved_model_of_each_new_family(model_type, tmp_path):
     model.float().save_pretrained(tmp_path / "model")
     code, out, err = cli_in_process(["score", tmp_path / "model", "--name", model_type, "--out", "-"])
     assert code == 0, err
-    got = pd.read_csv(io.StringIO(out)).set_index("layer")
-    assert set(got["component"]) == {"decoder" if model_type not in ("camembert",) else "encoder"}
+    got = pd.read_csv(io.StringIO(out)).set_index(["component", "layer"])
+    seq2seq = model_type in ("marian", "pegasus")
+    assert set(got.index.get_level_values("component")) == (
+        {"encoder", "decoder"} if seq2seq else {"encoder" if model_type == "camembert" else "decoder"}
+    )
     sd = {k: v.float() for k, v in model.state_dict().items()}
     layers = list(iter_layer_qk(get_family(model_type), model.config, sd.keys(), sd.__getitem__))
-    assert sorted(got.index) == [L.layer for L in layers]
+    assert sorted(got.index) == sorted((L.component, L.layer) for L in layers)
     for L in layers:
         M = wqk(L).double().numpy()
-        assert got.loc[L.layer, "symmetry"] == pytest.approx(symmetry(M), abs=1e-6)
-        assert got.loc[L.layer, "directionality"] == pytest.approx(directionality(M), abs=1e-6)
+        assert got.loc[(L.component, L.layer), "symmetry"] == pytest.approx(symmetry(M), abs=1e-6)
+        assert got.loc[(L.component, L.layer), "directionality"] == pytest.approx(directionality(M), abs=1e-6)

@@ -163,10 +163,10 @@ def _t5():
     )
 
 
-def _bart_like(config_cls, model_cls):
+def _bart_like(config_cls, model_cls, **extra):
     def build():
         # different widths of head count and depth per stack, so a stack sized by the other's fields fails
-        cfg = config_cls(**enc_dec(vocab_size=50, max_position_embeddings=32))
+        cfg = config_cls(**enc_dec(vocab_size=50, max_position_embeddings=32), **extra)
         m = model_cls(cfg).double().eval()
         enc = [layer.self_attn for layer in m.encoder.layers]
         dec = [layer.self_attn for layer in m.decoder.layers]
@@ -193,7 +193,19 @@ def _mbart():
     return _bart_like(MBartConfig, MBartModel)()
 
 
-BUILDERS = {"t5": _t5, "bart": _bart, "mbart": _mbart}
+def _marian():
+    from transformers import MarianConfig, MarianModel
+
+    return _bart_like(MarianConfig, MarianModel, pad_token_id=0, decoder_start_token_id=0)()
+
+
+def _pegasus():
+    from transformers import PegasusConfig, PegasusModel
+
+    return _bart_like(PegasusConfig, PegasusModel)()
+
+
+BUILDERS = {"t5": _t5, "bart": _bart, "mbart": _mbart, "marian": _marian, "pegasus": _pegasus}
 
 
 @pytest.mark.parametrize("model_type", sorted(BUILDERS))

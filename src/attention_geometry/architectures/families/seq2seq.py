@@ -98,5 +98,7 @@ for _type, _stacks, _note in (
     ("t5", t5_stacks(), "relative position bias (block 0's table, shared by all blocks) added to the logits"),
     ("bart", bart_stacks(), ""),
     ("mbart", bart_stacks(), ""),
+    ("marian", bart_stacks(), "sinusoidal absolute positions added to the input (part of x)"),
+    ("pegasus", bart_stacks(), "sinusoidal absolute positions added to the input (part of x)"),
 ):
     register(Family(_type, "encoder-decoder", "text", _stacks, note=_note))
