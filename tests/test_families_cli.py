@@ -71,3 +71,24 @@ def test_score_reads_a_saved_model_of_each_new_family(model_type, tmp_path):
         M = wqk(L).double().numpy()
         assert got.loc[(L.component, L.layer), "symmetry"] == pytest.approx(symmetry(M), abs=1e-6)
         assert got.loc[(L.component, L.layer), "directionality"] == pytest.approx(directionality(M), abs=1e-6)
+
+
+@pytest.mark.slow
+def test_a_multi_head_latent_attention_model_is_refused_with_the_reason(tmp_path):
+    """deepseek_v3 (MLA): its key (and query) come from low-rank latents through RMSNorms, so no W_qk of the input
+    gives its logits; `score` refuses it in one line that says so, not as an unknown model type."""
+    import transformers as tf
+
+    config = tf.DeepseekV3Config(
+        vocab_size=60, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=4,
+        qk_nope_head_dim=4, v_head_dim=8, n_routed_experts=2, num_experts_per_tok=1, n_group=1, topk_group=1,
+        first_k_dense_replace=1,
+    )  # fmt: skip
+    model = tf.AutoModel.from_config(config)
+    assert any(n.endswith("kv_a_layernorm") for n, _ in model.named_modules())  # the norm between input and key
+    model.save_pretrained(tmp_path / "model")
+    code, out, err = cli_in_process(["score", tmp_path / "model", "--out", "-"])
+    lines = err.strip().splitlines()
+    assert code != 0 and out == "" and len(lines) == 1, (code, err)
+    assert "deepseek_v3" in lines[0] and "multi-head latent attention" in lines[0] and "; supported: " not in lines[0]

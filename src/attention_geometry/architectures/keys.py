@@ -41,7 +41,19 @@ def supported_model_types() -> list[str]:
     return sorted(FAMILIES)
 
 
+# model types refused with their reason (docs/architectures/text.md, "Refused"): a family whose attention logit is no
+# single W_qk of the layer's input
+_MLA = (
+    "multi-head latent attention (MLA): the key (and, where q_lora_rank is set, the query) is read from a low-rank "
+    "latent of the input through an RMSNorm (kv_a_layernorm, q_a_layernorm), so no fixed matrix W_qk gives the logit "
+    "x_i^T W_qk x_j; and a rotary key part shared by all heads comes from another projection"
+)
+REFUSED = {"deepseek_v2": _MLA, "deepseek_v3": _MLA}
+
+
 def get_family(model_type: str) -> Family:
+    if model_type in REFUSED:
+        raise UnsupportedArchitecture(f"model_type {model_type!r} is not supported: {REFUSED[model_type]}")
     try:
         return FAMILIES[model_type]
     except KeyError:
