@@ -274,7 +274,7 @@ def test_model_table_flags_our_caveated_model_types():
 
 def test_our_caveats_are_the_families_with_per_head_qk_norms():
     """OUR_CAVEATS (torch-free, for the notebooks) lists exactly the registered families whose note says they
-    normalize every query and key head (q_norm, k_norm)."""
+    normalize queries and keys (q_norm, k_norm: per head, or olmo2's over all heads together)."""
     from attention_geometry.architectures import families  # importing the package registers every family
     from attention_geometry.architectures.registry import FAMILIES
 

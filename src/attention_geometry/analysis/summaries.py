@@ -45,7 +45,12 @@ from attention_geometry.formats.columns import RUN_KEYS, SCORES
 # (the score rows' column): their rows carry this caveat in model_table, Figure 2 and the claims. Gemma 3
 # RMS-normalizes every query and key head (q_norm, k_norm; docs/architectures/text.md), so its logits are
 # x_i^T W_q^T G W_k x_j / (rms(q_i) rms(k_j)) with a per-token-pair scale M leaves out.
-OUR_CAVEATS = {"gemma3_text": "q/k normalized per head"}
+OUR_CAVEATS = {
+    "gemma3_text": "q/k normalized per head",
+    "qwen3": "q/k normalized per head",
+    "qwen3_moe": "q/k normalized per head",
+    "olmo2": "q/k normalized over all heads",
+}
 
 
 # --------------------------------------------------------------------------------------------- checks
