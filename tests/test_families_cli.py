@@ -34,6 +34,7 @@ NEW_FAMILIES = [
     "gpt_bigcode",
     "marian",
     "pegasus",
+    "falcon",
 ]
 
 
@@ -92,3 +93,24 @@ def test_a_multi_head_latent_attention_model_is_refused_with_the_reason(tmp_path
     lines = err.strip().splitlines()
     assert code != 0 and out == "" and len(lines) == 1, (code, err)
     assert "deepseek_v3" in lines[0] and "multi-head latent attention" in lines[0] and "; supported: " not in lines[0]
+
+
+@pytest.mark.parametrize(
+    "flags,why",
+    [
+        (dict(new_decoder_architecture=True, num_kv_heads=2), "grouped per key head"),
+        (dict(new_decoder_architecture=False, multi_query=False), "interleaved per head"),
+    ],
+)
+def test_falcons_other_layouts_are_refused_with_the_reason(flags, why):
+    """falcon-40b / 180b (grouped) and falcon without multi-query (interleaved per head) fuse q, k and v in layouts
+    the registry does not read: one error naming the layout, never a silently wrong split of the same tensor."""
+    import transformers as tf
+
+    from attention_geometry.architectures.registry import UnsupportedArchitecture
+
+    config = tf.FalconConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, vocab_size=60, **flags)
+    model = tf.AutoModel.from_config(config)
+    sd = model.state_dict()
+    with pytest.raises(UnsupportedArchitecture, match=why):
+        list(iter_layer_qk(get_family("falcon"), config, sd.keys(), sd.__getitem__))

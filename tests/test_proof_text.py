@@ -275,6 +275,17 @@ CASES = [
         "OPTAttention",
         causal=True,
     ),
+    Case(
+        "falcon",
+        lambda: tf.FalconConfig(
+            **dict(SMALL, num_hidden_layers=2), multi_query=True, new_decoder_architecture=False, alibi=False, **EAGER
+        ),
+        "FalconAttention",
+        causal=True,
+        rotary=True,
+        raw_layout="contiguous",
+        n_kv=1,
+    ),
     # gpt_bigcode: multi-query, one key/value head (its default, as in StarCoder and SantaCoder)
     Case(
         "gpt_bigcode",
@@ -429,6 +440,7 @@ REQUIRED = {
     "camembert",
     "opt",
     "gpt_bigcode",
+    "falcon",
 }
 
 
@@ -572,11 +584,12 @@ def test_wrong_readings_are_exercised():
         "modernbert",
         "phi3",
         "gpt_bigcode",
+        "falcon",
     }
     grouped = [t for t in BY_TYPE if get_family(t).stacks[0].n_kv_heads is not None]
     assert set(grouped) == {"llama", "mistral", "mixtral", "qwen2", "phi", "phi3", "gemma", "gemma3_text"} | {
         "gemma2", "qwen3", "qwen3_moe", "qwen2_moe", "olmo2", "starcoder2", "stablelm", "cohere", "granite",
-        "smollm3", "gpt_bigcode",
+        "smollm3", "gpt_bigcode", "falcon",
     }  # fmt: skip
 
 

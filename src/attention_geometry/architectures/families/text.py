@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attention_geometry.architectures.registry import Family, Stack, config_field, register
+from attention_geometry.architectures.registry import Family, Stack, UnsupportedArchitecture, config_field, register
 
 
 def num_key_value_heads(config: Any) -> int | None:
@@ -293,5 +293,45 @@ register(
         ),
         note="multi-query (one key/value head) by default: nn.Linear c_attn with q | k | v along the output; "
         "learned absolute positions (part of x); q/k biases",
+    )
+)
+
+
+def _falcon_kv_heads(config: Any) -> int:
+    """Falcon's key/value heads where its fused tensor is q | k | v with one key head (multi_query, falcon-7b; or
+    new_decoder_architecture with num_kv_heads 1). Its other two layouts are refused with the reason: grouped
+    [q..., k, v] per key head (new_decoder_architecture, falcon-40b / 180b) and q, k, v interleaved per head
+    (neither flag)."""
+    if config_field(config, "new_decoder_architecture"):
+        kv = int(config_field(config, "num_kv_heads") or 1)
+        if kv != 1:
+            raise UnsupportedArchitecture(
+                f"falcon with new_decoder_architecture and {kv} key/value heads stores q, k and v grouped per key "
+                "head in one tensor, a layout not supported: only falcon's multi-query layout is"
+            )
+        return 1
+    if not config_field(config, "multi_query"):
+        raise UnsupportedArchitecture(
+            "falcon without multi_query stores q, k and v interleaved per head, a layout not supported: only falcon's "
+            "multi-query layout is"
+        )
+    return 1
+
+
+register(
+    Family(
+        "falcon",
+        "decoder-only",
+        "text",
+        (
+            Stack(
+                "decoder",
+                "h.{i}.self_attention.query_key_value.weight",
+                layout="fused_qkv",
+                n_kv_heads=_falcon_kv_heads,
+                o="h.{i}.self_attention.dense.weight",
+            ),
+        ),
+        note=_ROPE + " (or ALiBi, alibi: a key-position term outside W_qk); multi-query: one key/value head",
     )
 )
