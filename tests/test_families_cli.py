@@ -13,29 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers import cli_in_process
+from test_proof_text import ADDED_FOR_USERS
 from test_tools_inits import _built
 
 from attention_geometry.architectures.keys import get_family
 from attention_geometry.scoring.extract import iter_layer_qk, wqk
 
-NEW_FAMILIES = [
-    "gemma2",
-    "qwen3",
-    "qwen3_moe",
-    "qwen2_moe",
-    "olmo2",
-    "starcoder2",
-    "stablelm",
-    "cohere",
-    "granite",
-    "smollm3",
-    "camembert",
-    "opt",
-    "gpt_bigcode",
-    "marian",
-    "pegasus",
-    "falcon",
-]
+NEW_FAMILIES = [*ADDED_FOR_USERS, "marian", "pegasus"]  # the seq2seq ones: tests/test_proof_seq2seq.py
 
 
 def symmetry(M: np.ndarray) -> float:
